@@ -1,0 +1,57 @@
+"""Headless command line: `python -m desktop_app <verb> ...` (or `azr-trainer <verb> ...`).
+
+Each verb lives in its own module with `add_arguments(parser)` and `run(args) -> int`. User mistakes
+(UserError) print one clear line on stderr and exit 2; nothing prints a traceback for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from desktop_app import __version__
+
+# verb -> (module, one-line help). Modules are imported only when their verb runs (fast start-up).
+VERBS: dict[str, tuple[str, str]] = {
+    "prepare": ("desktop_app.cli.prepare", "files/folders -> tokenizer + tokenized dataset"),
+    "model": ("desktop_app.cli.model", "parameter count, memory and FLOPs of a model spec or preset"),
+    "train": ("desktop_app.cli.train", "train a model (or resume a run) headless"),
+    "generate": ("desktop_app.cli.generate", "stream text from a run, checkpoint, export or HF folder"),
+    "export": ("desktop_app.cli.export", "export a model as a Hugging Face folder, zip or GGUF"),
+}
+
+
+def is_cli_invocation(args: list[str]) -> bool:
+    return bool(args) and (args[0] in VERBS or args[0] in ("-h", "--help", "--version"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="azr-trainer", description="AZR Model Trainer (headless CLI). "
+                                     "Run without arguments to open the desktop app.")
+    parser.add_argument("--version", action="version", version=f"AZR Model Trainer {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module_name, help_line) in VERBS.items():
+        sub_parser = sub.add_parser(verb, help=help_line, description=help_line)
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from desktop_app.engine.errors import UserError
+
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

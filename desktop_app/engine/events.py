@@ -1,0 +1,129 @@
+"""What long work reports: plain dataclasses of floats, ints and strings (never tensors).
+
+Engine generators yield these; the CLI prints them, the UI re-emits them as Qt signals. Every event
+has a `type` string and `to_dict()` so `--json` output and metrics.jsonl share one shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass
+class Event:
+    type: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **dataclasses.asdict(self)}
+
+
+@dataclass
+class Progress(Event):
+    """Generic progress of a stage of long work (ingest, tokenizer training, encoding, saving...)."""
+
+    type: ClassVar[str] = "progress"
+    stage: str
+    done: float
+    total: float  # 0 when unknown
+    unit: str = ""
+    message: str = ""
+
+
+@dataclass
+class Log(Event):
+    type: ClassVar[str] = "log"
+    level: str  # "info" | "warning" | "error"
+    message: str
+
+
+@dataclass
+class FileVerdict(Event):
+    """One input file judged: verdict "ok" or the problem (e.g. "binary"), with a reason a person reads."""
+
+    type: ClassVar[str] = "file"
+    path: str
+    verdict: str
+    reason: str = ""
+    format: str = ""  # text | jsonl-text | chat | instruction | preference
+    encoding: str = ""
+    size: int = 0
+    documents: int = 0
+    tokens: int = 0
+
+
+@dataclass
+class StepMetrics(Event):
+    """Training metrics of one logged step. `metrics` holds any named scalar (loss, lr, reward...)."""
+
+    type: ClassVar[str] = "step"
+    step: int
+    total_steps: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    eta_s: float = 0.0
+
+    @property
+    def progress(self) -> float:
+        return self.step / self.total_steps if self.total_steps else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        # Flat shape for --json and metrics.jsonl: {"type": "step", "step": 3, "loss": 2.1, ...}
+        return {"type": self.type, "step": self.step, "total_steps": self.total_steps,
+                "elapsed_s": self.elapsed_s, "eta_s": self.eta_s, **self.metrics}
+
+
+@dataclass
+class EvalResult(Event):
+    type: ClassVar[str] = "eval"
+    step: int
+    metrics: dict[str, float] = field(default_factory=dict)  # val_loss, val_ppl, val_bpb, ...
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "step": self.step, **self.metrics}
+
+
+@dataclass
+class Sample(Event):
+    type: ClassVar[str] = "sample"
+    step: int
+    prompt: str
+    text: str
+
+
+@dataclass
+class CheckpointSaved(Event):
+    type: ClassVar[str] = "checkpoint"
+    step: int
+    path: str
+    best: bool = False
+
+
+@dataclass
+class Finished(Event):
+    """The last event of any long work. reason: completed | stopped | early_stopped | failed | cancelled."""
+
+    type: ClassVar[str] = "finished"
+    reason: str
+    step: int = 0
+    message: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+class Controls:
+    """Thread-safe flags a UI or signal handler sets while an engine generator runs.
+
+    stop: finish the current step, save, end. pause: wait (checked between steps). save_now: save a
+    checkpoint at the next step boundary, then clear.
+    """
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.pause = threading.Event()
+        self.save_now = threading.Event()
+
+    def wait_while_paused(self, poll_s: float = 0.1) -> None:
+        while self.pause.is_set() and not self.stop.is_set():
+            self.stop.wait(poll_s)

@@ -1,0 +1,417 @@
+"""Plain, validated descriptions of what to build and run (stdlib only, so the UI can import it fast).
+
+Every spec is a dataclass with per-field help text (`help_text(Spec, "field")`), a JSON round trip
+(`to_dict` / `from_dict`, unknown keys refused by name) and `validate()`, which returns *every*
+problem at once in words a person understands. An empty list means valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from desktop_app.engine.errors import UserError
+
+SpecT = TypeVar("SpecT")
+
+MODEL_FAMILIES = ("llama", "gpt2")
+TOKENIZER_KINDS = ("byte-bpe", "bpe", "wordpiece", "unigram")
+LR_SCHEDULES = ("cosine", "linear", "constant")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+NONFINITE_POLICIES = ("skip", "rollback")
+OBJECTIVES = ("causal_lm",)
+
+
+class SpecError(UserError, ValueError):
+    """A spec that cannot be used; `problems` lists every reason."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
+    """A dataclass field with help text (shown as tooltip / CLI help) and optional UI hints."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
+def help_text(spec_cls: type, name: str) -> str:
+    """The help text of one field of a spec class."""
+    for f in dataclasses.fields(spec_cls):
+        if f.name == name:
+            return str(f.metadata.get("help", ""))
+    raise KeyError(f"{spec_cls.__name__} has no field {name!r}")
+
+
+def spec_to_dict(spec: Any) -> dict[str, Any]:
+    return dataclasses.asdict(spec)
+
+
+def spec_from_dict(spec_cls: type[SpecT], data: dict[str, Any]) -> SpecT:
+    """Build a spec from a dict, refusing unknown keys by name (typos must not pass silently)."""
+    if not isinstance(data, dict):
+        raise SpecError([f"{spec_cls.__name__} must be a JSON object, got {type(data).__name__}"])
+    names = {f.name: f for f in dataclasses.fields(spec_cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise SpecError([f"unknown {spec_cls.__name__} field(s): {', '.join(unknown)}"])
+    problems: list[str] = []
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        default = names[key].default
+        if default is dataclasses.MISSING and names[key].default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = names[key].default_factory()  # type: ignore[misc]
+        kwargs[key] = _coerce(key, value, default, problems)
+    if problems:
+        raise SpecError(problems)
+    return spec_cls(**kwargs)
+
+
+def _coerce(key: str, value: Any, default: Any, problems: list[str]) -> Any:
+    # JSON has one number type; accept 3.0 for an int field and 3 for a float field, nothing looser.
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            problems.append(f"{key} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, int) and default is not None:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            problems.append(f"{key} must be a whole number, got {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"{key} must be a number, got {value!r}")
+            return value
+        return float(value)
+    return value
+
+
+def save_json(data: dict[str, Any], path: str | Path) -> None:
+    """Write JSON atomically (temp sibling, fsync, rename) so a crash never leaves half a file."""
+    from desktop_app.engine.fileio import atomic_write_text
+
+    atomic_write_text(Path(path), json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def load_json(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError([f"{path} does not exist"]) from None
+    except json.JSONDecodeError as exc:
+        raise SpecError([f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]) from None
+    if not isinstance(data, dict):
+        raise SpecError([f"{path} must hold a JSON object"])
+    return data
+
+
+class _SpecMixin:
+    def to_dict(self) -> dict[str, Any]:
+        return spec_to_dict(self)
+
+    @classmethod
+    def from_dict(cls: type[SpecT], data: dict[str, Any]) -> SpecT:
+        return spec_from_dict(cls, data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls: type[SpecT], text: str) -> SpecT:
+        return spec_from_dict(cls, json.loads(text))
+
+    def validate(self) -> list[str]:  # pragma: no cover - overridden
+        return []
+
+    def check(self: SpecT) -> SpecT:
+        """Raise SpecError with every problem, else return self (for chaining)."""
+        problems = self.validate()  # type: ignore[attr-defined]
+        if problems:
+            raise SpecError(problems)
+        return self
+
+    def replace(self: SpecT, **changes: Any) -> SpecT:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def _positive(problems: list[str], name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        problems.append(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+def _in_range(problems: list[str], name: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
+        problems.append(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+
+
+def _choice(problems: list[str], name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        problems.append(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+@dataclass
+class ModelSpec(_SpecMixin):
+    """A decoder-only transformer. Maps 1:1 onto LlamaForCausalLM or GPT2LMHeadModel."""
+
+    family: str = _f("llama", "Architecture family: 'llama' (RMSNorm, RoPE, grouped-query attention, "
+                     "SwiGLU) or 'gpt2' (LayerNorm, learned positions, GELU).", choices=MODEL_FAMILIES)
+    vocab_size: int = _f(4096, "Number of distinct tokens. Must match the tokenizer; larger vocabularies "
+                         "shorten sequences but cost embedding parameters.", minimum=2)
+    d_model: int = _f(256, "Width of the residual stream (hidden size). Must divide evenly by the number "
+                      "of attention heads.", minimum=8)
+    n_layers: int = _f(4, "Number of transformer blocks stacked on top of each other.", minimum=1)
+    n_heads: int = _f(4, "Attention heads per block. Each head has d_model / n_heads dimensions.", minimum=1)
+    n_kv_heads: int = _f(4, "Key/value heads (llama only). Fewer than n_heads gives grouped-query "
+                         "attention: a smaller KV cache at little quality cost. Must divide n_heads.",
+                         minimum=1)
+    ffn_dim: int = _f(688, "Hidden width of each block's feed-forward network (llama: SwiGLU, usually "
+                      "about 8/3 x d_model; gpt2: GELU MLP, usually 4 x d_model).", minimum=1)
+    context_length: int = _f(256, "Longest sequence (in tokens) the model reads at once.", minimum=8)
+    dropout: float = _f(0.0, "Probability of zeroing activations during training (0 disables; small "
+                        "models on small data may benefit from 0.1).", minimum=0.0, maximum=0.9)
+    rope_theta: float = _f(10000.0, "Base of the rotary position embedding (llama only). Larger values "
+                           "suit longer contexts.", minimum=1.0)
+    tie_embeddings: bool = _f(True, "Share the input embedding matrix with the output layer: fewer "
+                              "parameters, usually no quality loss for small models.")
+    norm_eps: float = _f(1e-5, "Epsilon of the normalisation layers (numerical safety).", minimum=1e-12)
+    init_std: float = _f(0.02, "Standard deviation of the initial weights.", minimum=1e-6)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        _choice(p, "family", self.family, MODEL_FAMILIES)
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "context_length"):
+            _positive(p, name, getattr(self, name))
+        if p:
+            return p
+        if self.vocab_size < 2:
+            p.append(f"vocab_size {self.vocab_size} is too small: a model needs at least 2 tokens")
+        if self.d_model % self.n_heads:
+            p.append(f"d_model {self.d_model} is not divisible by {self.n_heads} heads")
+        elif (self.d_model // self.n_heads) % 2 and self.family == "llama":
+            p.append(f"head size {self.d_model // self.n_heads} (d_model / n_heads) must be even for "
+                     "rotary position embeddings")
+        if self.family == "llama" and self.n_heads % self.n_kv_heads:
+            p.append(f"{self.n_heads} heads cannot be shared evenly among {self.n_kv_heads} key/value heads "
+                     "(n_heads must be a multiple of n_kv_heads)")
+        if self.n_kv_heads > self.n_heads:
+            p.append(f"n_kv_heads {self.n_kv_heads} cannot exceed n_heads {self.n_heads}")
+        if self.family == "gpt2" and self.n_kv_heads != self.n_heads:
+            p.append("gpt2 has no grouped-query attention: set n_kv_heads equal to n_heads")
+        _in_range(p, "dropout", self.dropout, 0.0, 0.9)
+        _in_range(p, "rope_theta", self.rope_theta, 1.0, 1e9)
+        _in_range(p, "norm_eps", self.norm_eps, 1e-12, 1e-1)
+        _in_range(p, "init_std", self.init_std, 1e-6, 1.0)
+        if self.context_length < 8:
+            p.append(f"context_length {self.context_length} is too short: use at least 8 tokens")
+        return p
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class DataSpec(_SpecMixin):
+    """How input files become a tokenized dataset."""
+
+    tokenizer: str = _f("byte-bpe", "Tokenizer algorithm to train on your files: byte-bpe (never fails on "
+                        "any text; default), bpe, wordpiece or unigram.", choices=TOKENIZER_KINDS)
+    tokenizer_file: str = _f("", "Use this existing tokenizer.json (or a Hugging Face model folder) "
+                             "instead of training a new one.")
+    vocab_size: int = _f(4096, "Vocabulary size of the tokenizer to train.", minimum=64)
+    context_length: int = _f(256, "Tokens per training window; should equal the model's context length.",
+                             minimum=8)
+    overlap: int = _f(0, "Tokens shared by consecutive windows (0 = no overlap). Overlap yields more "
+                      "windows from little data.", minimum=0)
+    val_fraction: float = _f(0.05, "Share of documents held out for validation (split by document, "
+                             "deterministic for a given seed).", minimum=0.0, maximum=0.5)
+    seed: int = _f(1337, "Seed of the train/validation split.")
+    min_frequency: int = _f(2, "A merge or token must occur this often to enter the vocabulary.", minimum=1)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        if not self.tokenizer_file:
+            _choice(p, "tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        _positive(p, "vocab_size", self.vocab_size)
+        _positive(p, "context_length", self.context_length)
+        _positive(p, "min_frequency", self.min_frequency)
+        if isinstance(self.vocab_size, int) and self.vocab_size < 64 and not self.tokenizer_file:
+            p.append(f"vocab_size {self.vocab_size} is too small for a tokenizer: use at least 64")
+        if not isinstance(self.overlap, int) or self.overlap < 0:
+            p.append(f"overlap must be a whole number of 0 or more, got {self.overlap!r}")
+        elif isinstance(self.context_length, int) and self.overlap >= self.context_length:
+            p.append(f"overlap {self.overlap} must be smaller than the context length {self.context_length}")
+        _in_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
+        return p
+
+    @property
+    def stride(self) -> int:
+        return self.context_length - self.overlap
+
+
+@dataclass
+class TrainSpec(_SpecMixin):
+    """Hyperparameters and controls of one training run."""
+
+    steps: int = _f(200, "Optimizer steps to run.", minimum=1)
+    batch_size: int = _f(16, "Sequences per optimizer step (the effective batch).", minimum=1)
+    micro_batch_size: int = _f(0, "Sequences per forward pass; the batch is reached by gradient "
+                               "accumulation. 0 = same as batch size.", minimum=0)
+    lr: float = _f(1e-3, "Peak learning rate.", minimum=0.0)
+    min_lr_ratio: float = _f(0.1, "Final learning rate as a fraction of the peak (cosine/linear).",
+                             minimum=0.0, maximum=1.0)
+    warmup_steps: int = _f(20, "Steps of linear warm-up from 0 to the peak learning rate.", minimum=0)
+    schedule: str = _f("cosine", "Learning-rate schedule after warm-up.", choices=LR_SCHEDULES)
+    weight_decay: float = _f(0.1, "AdamW weight decay (not applied to norms, biases or embeddings).",
+                             minimum=0.0)
+    beta1: float = _f(0.9, "AdamW beta1.", minimum=0.0, maximum=0.999999)
+    beta2: float = _f(0.95, "AdamW beta2.", minimum=0.0, maximum=0.999999)
+    grad_clip: float = _f(1.0, "Clip the global gradient norm to this value (0 disables).", minimum=0.0)
+    eval_every: int = _f(50, "Evaluate on the validation split every N steps (0 disables).", minimum=0)
+    eval_batches: int = _f(8, "Validation batches per evaluation.", minimum=1)
+    log_every: int = _f(1, "Report training metrics every N steps.", minimum=1)
+    save_every: int = _f(100, "Save a checkpoint every N steps (0 = only at the end).", minimum=0)
+    keep_last: int = _f(3, "Checkpoints to keep (plus the best by validation loss).", minimum=1)
+    precision: str = _f("auto", "Numeric precision: auto picks bf16/fp16 autocast only where the hardware "
+                        "runs it fast, else fp32.", choices=PRECISIONS)
+    device: str = _f("auto", "Where to train: auto picks CUDA, then MPS, then CPU.", choices=DEVICES)
+    threads: int = _f(0, "CPU threads for torch (0 = automatic: leaves a core for the window).", minimum=0)
+    compile: bool = _f(False, "Compile the model with torch.compile (slow start; helps mainly on GPUs).")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass: less memory, "
+                                      "about 30% slower.")
+    early_stopping_patience: int = _f(0, "Stop when validation loss has not improved for this many "
+                                      "evaluations (0 disables).", minimum=0)
+    nonfinite_policy: str = _f("skip", "On a NaN/Inf loss or gradient: skip the step, or roll back to the "
+                               "last good checkpoint with a lower learning rate.", choices=NONFINITE_POLICIES)
+    max_nonfinite: int = _f(5, "Stop the run after this many non-finite steps.", minimum=1)
+    sample_prompts: list = _f([""], "Prompts to sample from at each evaluation ('' = start of text).")
+    sample_tokens: int = _f(48, "Tokens generated per sample at each evaluation (0 disables).", minimum=0)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        for name in ("steps", "batch_size", "eval_batches", "log_every", "keep_last", "max_nonfinite"):
+            _positive(p, name, getattr(self, name))
+        for name in ("micro_batch_size", "warmup_steps", "eval_every", "save_every", "threads",
+                     "early_stopping_patience", "sample_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                p.append(f"{name} must be a whole number of 0 or more, got {value!r}")
+        _in_range(p, "lr", self.lr, 0.0, 10.0)
+        _in_range(p, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        _in_range(p, "weight_decay", self.weight_decay, 0.0, 10.0)
+        _in_range(p, "beta1", self.beta1, 0.0, 0.999999)
+        _in_range(p, "beta2", self.beta2, 0.0, 0.999999)
+        _in_range(p, "grad_clip", self.grad_clip, 0.0, 1e6)
+        _choice(p, "schedule", self.schedule, LR_SCHEDULES)
+        _choice(p, "precision", self.precision, PRECISIONS)
+        _choice(p, "device", self.device, DEVICES)
+        _choice(p, "nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
+        if isinstance(self.micro_batch_size, int) and isinstance(self.batch_size, int) and self.micro_batch_size:
+            if self.micro_batch_size > self.batch_size:
+                p.append(f"micro_batch_size {self.micro_batch_size} cannot exceed batch_size {self.batch_size}")
+            elif self.batch_size % self.micro_batch_size:
+                p.append(f"batch_size {self.batch_size} is not a multiple of micro_batch_size "
+                         f"{self.micro_batch_size}")
+        if not isinstance(self.sample_prompts, list) or not all(isinstance(s, str) for s in self.sample_prompts):
+            p.append("sample_prompts must be a list of strings")
+        return p
+
+    @property
+    def micro_batch(self) -> int:
+        return self.micro_batch_size or self.batch_size
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.batch_size // self.micro_batch
+
+
+@dataclass
+class GenerateSpec(_SpecMixin):
+    """Sampling settings for text generation."""
+
+    max_new_tokens: int = _f(128, "Most tokens to generate.", minimum=1)
+    temperature: float = _f(0.8, "Randomness: 0 = always the most likely token (greedy); higher = more "
+                            "varied.", minimum=0.0, maximum=5.0)
+    top_k: int = _f(50, "Sample only among the K most likely tokens (0 disables).", minimum=0)
+    top_p: float = _f(1.0, "Sample among the most likely tokens whose probabilities add up to P "
+                      "(1 disables).", minimum=0.0, maximum=1.0)
+    min_p: float = _f(0.0, "Drop tokens less likely than this fraction of the most likely one (0 disables).",
+                      minimum=0.0, maximum=1.0)
+    repetition_penalty: float = _f(1.0, "Above 1 discourages repeating tokens already in the text.",
+                                   minimum=0.1, maximum=5.0)
+    stop: list = _f([], "Stop when any of these strings appears (it is not shown).")
+    samples: int = _f(1, "Completions generated at once for the same prompt.", minimum=1, maximum=64)
+    seed: int = _f(0, "Seed of the sampler (same seed + settings = same text).")
+    chat: bool = _f(False, "Wrap the prompt in the model's chat template.")
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        _positive(p, "max_new_tokens", self.max_new_tokens)
+        _positive(p, "samples", self.samples)
+        _in_range(p, "temperature", self.temperature, 0.0, 5.0)
+        _in_range(p, "top_p", self.top_p, 0.0, 1.0)
+        _in_range(p, "min_p", self.min_p, 0.0, 1.0)
+        _in_range(p, "repetition_penalty", self.repetition_penalty, 0.1, 5.0)
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            p.append(f"top_k must be a whole number of 0 or more, got {self.top_k!r}")
+        if isinstance(self.samples, int) and self.samples > 64:
+            p.append(f"samples {self.samples} is too many: at most 64 at once")
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            p.append("stop must be a list of non-empty strings")
+        return p
+
+
+@dataclass
+class RunConfig(_SpecMixin):
+    """Everything needed to reproduce a run: written as run.json into each run folder.
+
+    GUI and CLI both write and read this file, so `python -m desktop_app train --config run.json`
+    reproduces a run started in the window.
+    """
+
+    model: dict = _f({}, "The ModelSpec (as a JSON object) of a model trained from scratch.")
+    base_model: str = _f("", "Start from this model folder or checkpoint instead of a fresh ModelSpec.")
+    dataset: str = _f("", "Path of the prepared dataset folder (holds manifest.json).")
+    objective: str = _f("causal_lm", "Training method.", choices=OBJECTIVES)
+    train: dict = _f({}, "The TrainSpec (as a JSON object).")
+    seed: int = _f(1337, "Seed of initialisation, data order and dropout: same seed, same run on CPU.")
+    format_version: int = _f(1, "Version of this file's layout.")
+
+    def model_spec(self) -> ModelSpec:
+        return ModelSpec.from_dict(self.model)
+
+    def train_spec(self) -> TrainSpec:
+        return TrainSpec.from_dict(self.train)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        if not self.model and not self.base_model:
+            p.append("a run needs either a model spec or a base model")
+        if self.model:
+            try:
+                p += [f"model: {m}" for m in self.model_spec().validate()]
+            except SpecError as exc:
+                p += [f"model: {m}" for m in exc.problems]
+        try:
+            p += [f"train: {m}" for m in self.train_spec().validate()]
+        except SpecError as exc:
+            p += [f"train: {m}" for m in exc.problems]
+        if not self.dataset:
+            p.append("dataset is not set: prepare a dataset first")
+        _choice(p, "objective", self.objective, OBJECTIVES)
+        return p
+
+    def save(self, path: str | Path) -> None:
+        save_json(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunConfig:
+        return cls.from_dict(load_json(path))

@@ -1,0 +1,74 @@
+"""Where datasets, tokenizers, models and runs live on disk.
+
+The default root is the platform's user data folder; the `AZR_WORKSPACE` environment variable (tests,
+portable installs) or an explicit path overrides it. Nothing the app makes lives only in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = ("datasets", "tokenizers", "models", "runs", "exports")
+APP_NAME = "AZR Model Trainer"
+
+
+def default_workspace_root() -> Path:
+    env = os.environ.get("AZR_WORKSPACE")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP_NAME, appauthor=False)) / "workspace"
+
+
+def slugify(name: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-.")
+    return slug[:64] or "item"
+
+
+@dataclass
+class Workspace:
+    root: Path
+
+    @classmethod
+    def open(cls, root: str | Path | None = None) -> Workspace:
+        ws = cls(Path(root).expanduser() if root else default_workspace_root())
+        ws.ensure()
+        return ws
+
+    def ensure(self) -> None:
+        for kind in KINDS:
+            (self.root / kind).mkdir(parents=True, exist_ok=True)
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+
+    def folder(self, kind: str) -> Path:
+        if kind not in KINDS:
+            raise ValueError(f"unknown workspace kind {kind!r}")
+        return self.root / kind
+
+    def items(self, kind: str) -> list[Path]:
+        """Entries of one kind, newest first (hidden and temporary folders excluded)."""
+        folder = self.folder(kind)
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".")] if folder.exists() else []
+        return sorted(entries, key=lambda p: p.stat().st_mtime, reverse=True)
+
+    def new_path(self, kind: str, name: str) -> Path:
+        """A fresh, not yet existing path `<kind>/<name>` (suffixed -2, -3... if taken)."""
+        base = self.folder(kind) / slugify(name)
+        candidate, n = base, 2
+        while candidate.exists():
+            candidate = base.with_name(f"{base.name}-{n}")
+            n += 1
+        return candidate
+
+    def new_run_dir(self, name: str = "") -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return self.new_path("runs", f"{stamp}-{name}" if name else stamp)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
