@@ -127,3 +127,25 @@ class Controls:
     def wait_while_paused(self, poll_s: float = 0.1) -> None:
         while self.pause.is_set() and not self.stop.is_set():
             self.stop.wait(poll_s)
+
+
+@dataclass
+class TextDelta(Event):
+    """New text of one sample during streaming generation (never half a character or stop string)."""
+
+    type: ClassVar[str] = "delta"
+    sample: int
+    text: str
+
+
+@dataclass
+class GenerationStats(Event):
+    """One sample finished. finish_reason: length | stop | eos | cancelled."""
+
+    type: ClassVar[str] = "generation"
+    sample: int
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    ttft_ms: float = 0.0
+    tokens_per_s: float = 0.0
+    finish_reason: str = "length"
