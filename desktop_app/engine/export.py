@@ -1,0 +1,391 @@
+"""Export a model as a Hugging Face folder, a zip of that folder, or a GGUF file.
+
+`export_model` is a generator of events (Progress, Log, then Finished) like every long job, so the
+UI runs it in the background and the CLI prints a progress line. The output appears atomically: it
+is built in a hidden temporary sibling and renamed into place at the end, so a failure or cancel
+never leaves half an export, and an existing output is replaced only when asked (and only once the
+new one is complete).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
+from desktop_app.engine.fileio import fsync_dir
+
+FORMATS = ("hf", "zip", "gguf")
+GGUF_TYPES = ("f32", "f16", "q8_0")
+DEFAULT_MAX_SHARD_SIZE = "2GB"
+
+
+# --- finding and loading the source --------------------------------------------------------------------
+
+def resolve_source(source: str | Path) -> Path:
+    """The model folder to export: the folder itself, or a run folder's newest verified checkpoint."""
+    from desktop_app.engine.loading import resolve_model_folder
+
+    return resolve_model_folder(source)[0]
+
+
+def _load(path: Path) -> tuple[Any, Any]:
+    """(model in fp32 on CPU, transformers tokenizer) of a model folder (same rules as generation)."""
+    import torch
+
+    from desktop_app.engine.loading import load_model
+
+    loaded = load_model(path, device="cpu", dtype=torch.float32)
+    return loaded.model.eval(), loaded.tokenizer
+
+
+def gguf_problem(source: str | Path) -> str | None:
+    """Why `source` cannot be exported as GGUF (a sentence for the UI to show next to a disabled option),
+    or None when it can. Cheap: reads config.json and tokenizer.json only, loads no weights."""
+    from desktop_app.engine.gguf_export import read_tokenizer_json, tokenizer_metadata
+
+    try:
+        folder = resolve_source(source)
+        config = _read_json(folder / "config.json") or {}
+        if config.get("model_type") != "llama":
+            return (f"GGUF export supports llama-family models; this is a {config.get('model_type')!r} model: "
+                    "export it as a Hugging Face folder or zip instead")
+        from desktop_app.engine.architecture import spec_from_hf_config
+
+        spec = spec_from_hf_config(config)
+        if not (folder / "tokenizer.json").is_file():
+            return f"{folder} has no tokenizer.json"
+        tokenizer_metadata(read_tokenizer_json(folder / "tokenizer.json"), spec.vocab_size, {})
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+# --- model card ----------------------------------------------------------------------------------------
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _run_info(source: Path) -> dict[str, Any]:
+    """What the run that made this checkpoint knew: run config, step, final metrics, dataset summary."""
+    info: dict[str, Any] = {}
+    run_dir = source.parent.parent if source.parent.name == "checkpoints" else None
+    run = _read_json(source / "run.json") or (_read_json(run_dir / "run.json") if run_dir else None)
+    if isinstance(run, dict):
+        info["run"] = run
+    state = _read_json(source / "trainer_state.json")
+    if isinstance(state, dict) and isinstance(state.get("step"), int):
+        info["step"] = state["step"]
+    if run_dir is not None and (run_dir / "metrics.jsonl").is_file():
+        last_step: dict[str, Any] = {}
+        last_eval: dict[str, Any] = {}
+        with contextlib.suppress(OSError), open(run_dir / "metrics.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    event = json.loads(line)
+                except ValueError:  # a crash can leave a torn last line
+                    continue
+                if not isinstance(event, dict):
+                    continue
+                if event.get("type") == "step":
+                    last_step = event
+                elif event.get("type") == "eval":
+                    last_eval = event
+        info["last_step"], info["last_eval"] = last_step, last_eval
+    dataset = info.get("run", {}).get("dataset") if isinstance(info.get("run"), dict) else None
+    if dataset:
+        manifest = _read_json(Path(dataset) / "manifest.json")
+        if isinstance(manifest, dict):
+            info["dataset"] = {"path": dataset, "manifest": manifest}
+    return info
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def model_card(name: str, spec: Any, params: int, info: dict[str, Any]) -> str:
+    """A README.md model card: architecture, data and final metrics when the run recorded them."""
+    family = getattr(spec, "family", "llama")
+    lines = [
+        "---",
+        "library_name: transformers",
+        "pipeline_tag: text-generation",
+        f"tags: [azr-model-trainer, {family}, text-generation]",
+        "---",
+        "",
+        f"# {name}",
+        "",
+        f"A {params / 1e6:.2f}M-parameter {family}-family causal language model trained with AZR Model Trainer.",
+        "",
+        "## Architecture",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        f"| parameters | {params:,} |",
+    ]
+    if spec is not None:
+        for key, value in spec.to_dict().items():
+            lines.append(f"| {key} | {_fmt(value)} |")
+    lines.append("")
+    dataset = info.get("dataset")
+    if dataset:
+        manifest = dataset["manifest"]
+        lines += ["## Training data", "", f"Dataset: `{Path(dataset['path']).name}`", ""]
+        splits = manifest.get("splits") if isinstance(manifest.get("splits"), dict) else {}
+        for split in ("train", "val"):
+            s = splits.get(split)
+            if isinstance(s, dict):
+                parts = [f"{s[k]:,} {k}" for k in ("documents", "tokens") if isinstance(s.get(k), int)]
+                if parts:
+                    lines.append(f"- {split}: {', '.join(parts)}")
+        tok = manifest.get("tokenizer")
+        if isinstance(tok, dict):
+            desc = ", ".join(f"{k} {tok[k]}" for k in ("kind", "vocab_size") if k in tok)
+            if desc:
+                lines.append(f"- tokenizer: {desc}")
+        sources = manifest.get("sources")
+        if isinstance(sources, list):
+            lines.append(f"- source files: {len(sources)}")
+        lines.append("")
+    run = info.get("run")
+    if isinstance(run, dict) or info.get("last_step") or info.get("last_eval"):
+        lines += ["## Training", ""]
+        if "step" in info:
+            lines.append(f"- steps trained: {info['step']:,}")
+        train = run.get("train") if isinstance(run, dict) else None
+        if isinstance(train, dict):
+            for key in ("batch_size", "lr", "schedule", "weight_decay", "precision"):
+                if key in train:
+                    lines.append(f"- {key}: {_fmt(train[key])}")
+        if isinstance(run, dict) and "seed" in run:
+            lines.append(f"- seed: {run['seed']}")
+        skip = {"type", "step", "total_steps", "elapsed_s", "eta_s"}
+        for title, event in (("final training metrics", info.get("last_step")),
+                             ("final validation metrics", info.get("last_eval"))):
+            if event:
+                metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in event.items()
+                                    if k not in skip and isinstance(v, (int, float)))
+                lines.append(f"- {title} (step {event.get('step')}): {metrics}")
+        lines.append("")
+    lines += [
+        "## Usage",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
+        f'model = AutoModelForCausalLM.from_pretrained("{name}")',
+        'ids = tokenizer("Once upon a time", return_tensors="pt").input_ids',
+        "print(tokenizer.decode(model.generate(ids, max_new_tokens=50)[0]))",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- writers -------------------------------------------------------------------------------------------
+
+def _special_ids(tokenizer: Any) -> dict[str, int | None]:
+    return {role: getattr(tokenizer, f"{role}_token_id", None) for role in ("bos", "eos", "pad", "unk")}
+
+
+def _portable_tokenizer_config(folder: Path, tokenizer: Any, context_length: int | None) -> None:
+    """Make tokenizer_config.json load in older transformers and other tools too: transformers 5 writes
+    its own class name ("TokenizersBackend") and keeps the chat template only in chat_template.jinja;
+    4.x needs "PreTrainedTokenizerFast" and the template inside tokenizer_config.json."""
+    path = folder / "tokenizer_config.json"
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        return
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if context_length:
+        config["model_max_length"] = int(context_length)
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and template:
+        config["chat_template"] = template
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _write_hf(model: Any, tokenizer: Any, source: Path, folder: Path, max_shard_size: str | int,
+              name: str) -> Iterator[Event]:
+    from transformers import GenerationConfig
+
+    from desktop_app.engine.architecture import spec_from_hf_config
+
+    folder.mkdir(parents=True)
+    ids = _special_ids(tokenizer)
+    # The config's token ids must agree with the tokenizer, or generate() stops on the wrong token.
+    for role in ("bos", "eos", "pad"):
+        if ids[role] is not None:
+            setattr(model.config, f"{role}_token_id", ids[role])
+    model.config.architectures = [type(model).__name__]
+    yield Progress("weights", 0, 1, "files", "model.safetensors")
+    model.save_pretrained(folder, max_shard_size=max_shard_size)
+    yield Progress("weights", 1, 1, "files", "model.safetensors")
+    tokenizer.save_pretrained(folder)
+    special_map = {f"{role}_token": getattr(tokenizer, f"{role}_token") for role in ("bos", "eos", "pad", "unk")
+                   if getattr(tokenizer, f"{role}_token", None)}
+    if not (folder / "special_tokens_map.json").exists():
+        (folder / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n", encoding="utf-8")
+    _portable_tokenizer_config(folder, tokenizer, getattr(model.config, "max_position_embeddings", None)
+                               or getattr(model.config, "n_positions", None))
+    GenerationConfig(bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"]).save_pretrained(folder)
+    try:
+        spec = spec_from_hf_config(model.config)
+    except UserError:
+        spec = None  # a foreign model: the card lists what we know
+    if spec is not None:  # marks the folder as our export (loading.py) and keeps the designer's view of it
+        (folder / "model_spec.json").write_text(spec.to_json() + "\n", encoding="utf-8")
+    params = sum(p.numel() for p in model.parameters())
+    card = model_card(name, spec, params, _run_info(source))
+    (folder / "README.md").write_text(card, encoding="utf-8")
+    for f in folder.iterdir():  # durability before the rename makes the folder visible
+        f.chmod(0o644)  # some writers create 0600 files; an export is meant to be shared
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    fsync_dir(folder)
+
+
+def _write_zip(folder: Path, zip_path: Path, arcroot: str) -> Iterator[Event]:
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    with zipfile.ZipFile(zip_path, "w", allowZip64=True) as zf:
+        for i, f in enumerate(files):
+            # Weights barely compress (random-looking floats): store them, deflate the text files.
+            method = zipfile.ZIP_STORED if f.suffix == ".safetensors" else zipfile.ZIP_DEFLATED
+            zf.write(f, f"{arcroot}/{f.relative_to(folder).as_posix()}", compress_type=method)
+            yield Progress("zip", i + 1, len(files), "files", f.name)
+    with open(zip_path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _replace(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Move the finished temporary output onto `out`; an old output is removed only after that."""
+    backup = None
+    if out.exists() or out.is_symlink():
+        if not overwrite:
+            raise UserError(f"{out} already exists: choose another output path or allow overwriting (--force)")
+        backup = out.with_name(f".{out.name}.old-{secrets.token_hex(4)}")
+        out.rename(backup)
+    try:
+        tmp.rename(out)
+    except BaseException:
+        if backup is not None:
+            backup.rename(out)
+        raise
+    fsync_dir(out.parent)
+    if backup is not None:
+        if backup.is_dir() and not backup.is_symlink():
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            backup.unlink(missing_ok=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def export_model(
+    source: str | Path,
+    fmt: str,
+    out: str | Path,
+    controls: Controls | None = None,
+    *,
+    overwrite: bool = False,
+    gguf_type: str = "f16",
+    max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE,
+) -> Iterator[Event]:
+    """Export `source` (run folder -> newest checkpoint, checkpoint, export or HF folder) to `out`.
+
+    fmt "hf": a folder AutoModelForCausalLM/AutoTokenizer load offline (config.json, model.safetensors
+    or shards + index, tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+    generation_config.json, README.md model card). "zip": that folder zipped (out is the .zip file).
+    "gguf": one .gguf file for llama.cpp (llama family only; gguf_type f32, f16 or q8_0).
+    Ends with Finished(reason "completed", result={"path", "format", "bytes", "source"}) or
+    Finished(reason "cancelled") when controls.stop is set (nothing is left behind).
+    """
+    if fmt not in FORMATS:
+        raise UserError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt == "gguf" and gguf_type not in GGUF_TYPES:
+        raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
+    out = Path(out).expanduser()
+    src = resolve_source(source)
+    if out.exists() and not overwrite:
+        raise UserError(f"{out} already exists: choose another output path or allow overwriting (--force)")
+    if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
+        raise UserError(f"the output {out} must not be the model folder itself or inside it")
+    if not out.parent.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+    stop = controls.stop if controls is not None else None
+
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
+    tmp = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
+    extra: list[Path] = []
+    try:
+        yield Progress("load", 0, 1, "models", str(src))
+        if fmt == "gguf":
+            # Refuse early (before loading weights) what cannot become GGUF.
+            config = _read_json(src / "config.json") or {}
+            if config.get("model_type") != "llama":
+                raise UserError(f"GGUF export supports llama-family models; {src} is a "
+                                f"{config.get('model_type')!r} model: export it with --format hf or zip instead")
+        model, tokenizer = _load(src)
+        yield Progress("load", 1, 1, "models", str(src))
+        if stopped():
+            yield Finished("cancelled", message="export cancelled")
+            return
+        if fmt in ("hf", "zip"):
+            folder = tmp if fmt == "hf" else out.with_name(f".{out.stem}.tmp-{secrets.token_hex(4)}")
+            if fmt == "zip":
+                extra.append(folder)
+            yield from _write_hf(model, tokenizer, src, folder, max_shard_size, out.stem if fmt == "zip" else out.name)
+            if fmt == "zip":
+                if stopped():
+                    yield Finished("cancelled", message="export cancelled")
+                    return
+                yield from _write_zip(folder, tmp, out.stem if out.suffix == ".zip" else out.name)
+        else:
+            from desktop_app.engine.gguf_export import read_tokenizer_json, write_gguf
+
+            state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
+            tok_file = src / "tokenizer.json"
+            if tok_file.is_file():
+                tok_json = read_tokenizer_json(tok_file)
+            else:
+                tok_json = json.loads(tokenizer.backend_tokenizer.to_str())
+            template = getattr(tokenizer, "chat_template", None)
+            yield from write_gguf(state, model.config.to_dict(), tok_json, tmp, gguf_type,
+                                  name=out.stem, special_ids=_special_ids(tokenizer),
+                                  chat_template=template if isinstance(template, str) else None,
+                                  should_stop=stopped)
+        if stopped():
+            yield Finished("cancelled", message="export cancelled")
+            return
+        _replace(tmp, out, overwrite)
+        size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else out.stat().st_size
+        yield Log("info", f"exported {src} as {fmt} to {out} ({size / 1e6:.1f} MB)")
+        yield Finished("completed", message=f"exported to {out}",
+                       result={"path": str(out), "format": fmt, "bytes": size, "source": str(src)})
+    finally:
+        _remove(tmp)
+        for path in extra:
+            _remove(path)
