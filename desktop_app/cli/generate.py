@@ -1,0 +1,95 @@
+"""`generate MODEL --prompt TEXT ...`: stream text from a run, checkpoint, export or HF model folder.
+
+Output: without --json, the text of sample 0 streams to stdout as it is generated; with --samples N > 1
+the other samples are printed after it, each under a "--- sample i ---" header (sample 0 gets one too).
+With --json nothing streams: one JSON object per sample is printed at the end, one per line, with
+text, token_ids (generated ids only, prompt excluded; a final EOS id included), ttft_ms, tokens_per_s
+and finish_reason (length | stop | eos | cancelled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from desktop_app.engine.specs import GenerateSpec, help_text
+
+    d = GenerateSpec()
+    parser.epilog = ("Without --json the text of sample 0 streams to stdout as it is generated; with --samples N "
+                     "the other samples follow it, each under a '--- sample i ---' line. With --json one JSON "
+                     "object per sample (text, token_ids, ttft_ms, tokens_per_s, finish_reason) is printed per "
+                     "line at the end.")
+    parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
+                        "export or a local Hugging Face model folder")
+    parser.add_argument("--prompt", required=True, help="text to continue (or the user message with --chat)")
+    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+                        help=help_text(GenerateSpec, "max_new_tokens"))
+    parser.add_argument("--temperature", type=float, default=d.temperature,
+                        help=help_text(GenerateSpec, "temperature"))
+    parser.add_argument("--top-k", type=int, default=d.top_k, help=help_text(GenerateSpec, "top_k"))
+    parser.add_argument("--top-p", type=float, default=d.top_p, help=help_text(GenerateSpec, "top_p"))
+    parser.add_argument("--min-p", type=float, default=d.min_p, help=help_text(GenerateSpec, "min_p"))
+    parser.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty,
+                        help=help_text(GenerateSpec, "repetition_penalty"))
+    parser.add_argument("--stop", action="append", default=[], metavar="S",
+                        help=help_text(GenerateSpec, "stop") + " Repeat for several.")
+    parser.add_argument("--samples", type=int, default=d.samples, help=help_text(GenerateSpec, "samples"))
+    parser.add_argument("--seed", type=int, default=d.seed, help=help_text(GenerateSpec, "seed"))
+    parser.add_argument("--chat", action="store_true", help=help_text(GenerateSpec, "chat"))
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mps")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads while decoding (0 = automatic: 1 thread for small models on CPU)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per sample at the end")
+
+
+def run(args: argparse.Namespace) -> int:
+    import threading
+
+    from desktop_app.engine.specs import GenerateSpec
+
+    spec = GenerateSpec(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                        top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                        stop=list(args.stop), samples=args.samples, seed=args.seed, chat=args.chat).check()
+    if args.threads < 0:
+        from desktop_app.engine.errors import UserError
+
+        raise UserError(f"--threads must be 0 (automatic) or more, got {args.threads}")
+
+    from desktop_app.engine.generation import stream_text
+    from desktop_app.engine.loading import load_model
+
+    loaded = load_model(args.model, device=args.device)
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    stop = threading.Event()
+    results: dict[int, dict] = {}
+    texts: dict[int, str] = {}
+    multi = spec.samples > 1
+    out = sys.stdout
+    if multi and not args.json:
+        out.write("--- sample 0 ---\n")
+    try:
+        for event in stream_text(loaded, args.prompt, spec, stop, threads=args.threads or "auto"):
+            if event.type == "delta":
+                if event.sample == 0 and not args.json:
+                    out.write(event.text)
+                    out.flush()
+            else:
+                results[event.sample] = {k: v for k, v in event.to_dict().items() if k not in ("type", "sample")}
+                texts[event.sample] = event.text
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    if args.json:
+        for i in sorted(results):
+            out.write(json.dumps({"sample": i, **results[i]}, ensure_ascii=False) + "\n")
+    else:
+        out.write("\n")
+        for i in sorted(texts):
+            if i:
+                out.write(f"--- sample {i} ---\n{texts[i]}\n")
+    out.flush()
+    return 0

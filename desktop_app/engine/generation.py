@@ -1,0 +1,670 @@
+"""Streaming text generation: our own decode loop with a KV cache, batch sampling and stop handling.
+
+Why not `model.generate()`: decoding a small model on a CPU is a long chain of tiny ops, and every
+Python-level call costs microseconds. transformers' forward + generate() add module calls, mask and
+cache objects and a list of logits processors per token; the lean path below needs about half the
+calls. What remains at ~10M+ parameters is mostly the weight matmuls, which are memory-bound at
+batch 1 (profiled here: ~60-70% of a token of the 12M `mini` preset is `aten::mm`).
+
+- The llama and gpt2 families run through `_LeanLlama` / `_LeanGPT2`: the same weights and the same
+  math as transformers' modules, written as a flat sequence of torch ops over a preallocated KV cache
+  (q/k/v and gate/up projections fused into one matmul each, cached per model and rebuilt when any
+  weight changes; RoPE on q and k in one op; plain matmul attention for the single new query). Any
+  other architecture, or a model the lean path cannot vouch for, runs through transformers' own
+  forward with a `DynamicCache` (`_HFRunner`). Either way each new token costs one forward of one
+  position. Tests check both paths against `generate()` token for token.
+- The sampler (sampling.py) applies only the processors that are enabled, and one `.tolist()` per step
+  moves all new token ids to Python at once.
+- Text is decoded incrementally (text_stream.py): never half a character, never part of a stop string.
+- Several samples run as one batch; each distinct prompt is prefilled once and its cache rows repeated.
+  Prompts of different lengths are padded on the LEFT with an attention mask and position ids counted
+  from each row's first real token, so each row computes what it would compute alone (greedy batch ==
+  greedy single, tested).
+- Thread policy: with small work a second torch thread mostly adds synchronisation, and when another
+  thread (the GUI, a training run) keeps a core busy it makes decoding several times slower.
+  `decode_threads()` picks 1 torch thread for small work on CPU; callers may override it. In this torch
+  build (OpenMP) `torch.set_num_threads` applies to the calling thread only (checked: other threads keep
+  their count); we restore it anyway. While generating, the GIL switch interval is lowered to 1 ms
+  (`short_gil_switch`) so a busy Python thread delays each GIL hand-back by at most that.
+"""
+
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import GenerationStats, TextDelta
+from desktop_app.engine.sampling import Sampler
+from desktop_app.engine.specs import GenerateSpec
+from desktop_app.engine.text_stream import TextStream
+
+if TYPE_CHECKING:
+    from desktop_app.engine.loading import LoadedModel
+
+BACKENDS = ("auto", "lean", "hf")
+# Models up to this many parameters get fused q/k/v and gate/up copies (extra memory = those weights).
+_FUSE_MAX_PARAMS = 400_000_000
+# parameters x batch rows up to which decoding runs on one thread on CPU (see decode_threads).
+_ONE_THREAD_WORK = 1_000_000_000
+
+
+# ----------------------------------------------------------------------------------------------------
+# Thread policy
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def decode_threads(model: torch.nn.Module, batch: int) -> int | None:
+    """Torch threads for decoding `batch` rows with `model`: 1 on CPU unless parameters x batch exceed
+    ~1e9 (then None: leave the setting as is); None on GPUs.
+
+    Measured with tests/bench/bench_generate.py on the shared 2-core machine: 2 threads decoded the
+    0.9M and 12M presets 7-20x SLOWER than 1 thread (e.g. 12M, batch 1: 4 vs 59 tokens/s), because
+    each of the hundreds of small ops per token waits for the second thread, which is often descheduled
+    when anything else runs. Only matmuls far larger than these amortise that wait.
+    """
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        return None
+    return 1 if count_parameters(model) * max(1, batch) <= _ONE_THREAD_WORK else None
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with `n` torch threads (None = unchanged), then restore the previous setting."""
+    if not n:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+# While decoding, the loop hands the GIL back and forth with any other busy Python thread (the GUI):
+# each torch op releases it, and getting it back can take a whole switch interval (5 ms by default).
+# A shorter interval while generating cut per-token time ~1.3-1.6x with a busy Python thread here.
+_GIL_SWITCH_S = 0.001
+_gil_lock = threading.Lock()
+_gil_users = 0
+_gil_saved = 0.0
+
+
+@contextlib.contextmanager
+def short_gil_switch() -> Iterator[None]:
+    """Lower sys.setswitchinterval to 1 ms while any generation runs (restored when the last one ends)."""
+    global _gil_users, _gil_saved
+    with _gil_lock:
+        if _gil_users == 0:
+            _gil_saved = sys.getswitchinterval()
+            sys.setswitchinterval(min(_gil_saved, _GIL_SWITCH_S))
+        _gil_users += 1
+    try:
+        yield
+    finally:
+        with _gil_lock:
+            _gil_users -= 1
+            if _gil_users == 0:
+                sys.setswitchinterval(_gil_saved)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Decode runners: prefill(ids, mask) -> last-position logits; step(next_ids) -> logits of the new token.
+
+
+class _Runner:
+    """Shared bookkeeping: cache length, per-row next position, which cache slots hold real tokens."""
+
+    def __init__(self, batch: int, max_len: int, device: torch.device):
+        self.batch, self.max_len, self.device = batch, max_len, device
+        self.length = 0  # tokens in the cache (the same column for every row: padding is on the left)
+        self.positions = torch.zeros(batch, dtype=torch.long, device=device)  # next position per row
+        self.valid: torch.Tensor | None = None  # [batch, max_len] bool; None = no padding anywhere
+
+    def _start(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Position ids of the prompt [batch, T]: counted from each row's first real token."""
+        t = ids.shape[1]
+        if mask is None:
+            pos = torch.arange(t, device=self.device).expand(ids.shape[0], t)
+            self.positions.fill_(t)
+        else:
+            self.valid = torch.zeros(self.batch, self.max_len, dtype=torch.bool, device=self.device)
+            self.valid[:, :t] = mask.bool()
+            self.valid[:, t:] = True
+            pos = (mask.long().cumsum(-1) - 1).clamp_(min=0)
+            self.positions.copy_(mask.long().sum(-1))
+        return pos
+
+    def expand(self, repeats: int) -> None:
+        """Repeat every row `repeats` times (row i -> rows i*r .. i*r+r-1) after the prefill.
+
+        Several samples of one prompt share its prefill: computing it once instead of per sample keeps
+        the time to first token of `samples=8` close to that of one sample.
+        """
+        self.batch *= repeats
+        self.positions = self.positions.repeat_interleave(repeats)
+        if self.valid is not None:
+            self.valid = self.valid.repeat_interleave(repeats, dim=0)
+
+
+class _HFRunner(_Runner):
+    """Any causal LM through transformers' own forward and DynamicCache (the reference path)."""
+
+    def __init__(self, model: Any, batch: int, max_len: int):
+        super().__init__(batch, max_len, next(model.parameters()).device)
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        pos = self._start(ids, mask)
+        self.length = ids.shape[1]
+        out = self.model(input_ids=ids, attention_mask=None if mask is None else mask.long(), position_ids=pos,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def expand(self, repeats: int) -> None:
+        super().expand(repeats)
+        self.cache.batch_repeat_interleave(repeats)
+
+    def step(self, next_ids: torch.Tensor) -> torch.Tensor:
+        self.length += 1
+        mask = None if self.valid is None else self.valid[:, : self.length].long()
+        out = self.model(input_ids=next_ids.view(-1, 1), attention_mask=mask, position_ids=self.positions.view(-1, 1),
+                         past_key_values=self.cache, use_cache=True)
+        self.positions += 1
+        return out.logits[:, -1, :]
+
+
+def _attention_mask(valid: torch.Tensor | None, start: int, t: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean SDPA mask [batch, 1, t, start + t] (True = attend) for queries at cache slots start..start+t-1.
+
+    None when no row is padded and t == 1 (attend to everything). A padded query attends at least to
+    itself, so its (ignored) output stays finite: a fully masked row would give NaN, and NaN values in
+    the cache poison even masked-out slots (0 x NaN = NaN).
+    """
+    if valid is None and t == 1:
+        return None
+    total = start + t
+    causal = torch.ones(t, total, dtype=torch.bool, device=device).tril_(diagonal=start)
+    if valid is None:
+        return causal
+    mask = causal & valid[:, None, None, :total]
+    eye = torch.zeros(t, total, dtype=torch.bool, device=device)
+    eye[:, start:].fill_diagonal_(True)
+    return mask | eye
+
+
+# model -> (weights signature, fused layer weights): fusing copies ~2/3 of the weights, which would add
+# to every call's time to first token; the signature (storage + in-place version of every parameter)
+# notices training steps, .to() and load_state_dict, so stale copies are never used.
+_LAYER_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _weights_signature(model: Any) -> tuple:
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in model.parameters())
+
+
+def _cached_layers(model: Any, fuse: bool, build: Any) -> list[tuple]:
+    signature = (fuse, _weights_signature(model))
+    hit = _LAYER_CACHE.get(model)
+    if hit is not None and hit[0] == signature:
+        return hit[1]
+    layers = build(model, fuse)
+    _LAYER_CACHE[model] = (signature, layers)
+    return layers
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # transformers' LlamaRMSNorm, op for op (F.rms_norm costs ~4x more per call here on CPU for one row).
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                      scale: float) -> torch.Tensor:
+    """Attention of one new query per row over the cache: q [b, h, 1, d], k/v [b, kv, L, d] -> [b, h, 1, d].
+
+    For a single query, plain matmul + softmax beats the SDPA kernel's fixed cost on CPU. Grouped-query
+    heads are handled by viewing the h query heads as [kv, h / kv] (head i uses kv head i // group).
+    """
+    b, h, _, d = q.shape
+    kv = k.shape[1]
+    qg = q.view(b, kv, h // kv, d)
+    scores = torch.matmul(qg, k.transpose(-1, -2)) * scale  # [b, kv, group, L]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # mask [b, 1, 1, L]
+    return torch.matmul(scores.softmax(dim=-1), v).view(b, h, 1, d)
+
+
+class _LeanRunner(_Runner):
+    k_cache: torch.Tensor  # [layers, batch, kv heads, max_len, head_dim]
+    v_cache: torch.Tensor
+
+    def _alloc_cache(self, layers: int, heads: int, head_dim: int, dtype: torch.dtype) -> None:
+        shape = (layers, self.batch, heads, self.max_len, head_dim)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        self._layer_views()
+
+    def _layer_views(self) -> None:
+        self.k_layers, self.v_layers = list(self.k_cache.unbind(0)), list(self.v_cache.unbind(0))
+
+    def expand(self, repeats: int) -> None:
+        super().expand(repeats)
+        self.k_cache = self.k_cache.repeat_interleave(repeats, dim=1)
+        self.v_cache = self.v_cache.repeat_interleave(repeats, dim=1)
+        self._layer_views()
+
+
+class _LeanLlama(_LeanRunner):
+    """LlamaForCausalLM's math as a flat op sequence over a preallocated KV cache."""
+
+    def __init__(self, model: Any, batch: int, max_len: int, fuse: bool):
+        p = next(model.parameters())
+        super().__init__(batch, max_len, p.device)
+        cfg, core = model.config, model.model
+        first = core.layers[0].self_attn
+        self.n_heads, self.head_dim = cfg.num_attention_heads, first.head_dim
+        self.n_kv = cfg.num_key_value_heads or self.n_heads
+        self.hidden = cfg.hidden_size
+        self.eps = float(cfg.rms_norm_eps)
+        self.embed = core.embed_tokens.weight
+        self.norm_w = core.norm.weight
+        self.lm_head_w, self.lm_head_b = model.lm_head.weight, model.lm_head.bias
+        self.layers = _cached_layers(model, fuse, self._layer_weights)
+        # cos/sin for every position from the model's own rotary module (honours any rope scaling).
+        positions = torch.arange(max_len, device=self.device)[None]
+        cos, sin = core.rotary_emb(torch.zeros(1, dtype=p.dtype, device=self.device), positions)
+        self.cos, self.sin = cos[0].to(p.dtype), sin[0].to(p.dtype)  # [max_len, head_dim]
+        # rotate_half(x) = cat(-x2, x1) as one small matmul x @ R: fewer ops per layer than slicing.
+        half = self.head_dim // 2
+        eye = torch.eye(half, dtype=p.dtype, device=self.device)
+        self.rot = torch.zeros(self.head_dim, self.head_dim, dtype=p.dtype, device=self.device)
+        self.rot[half:, :half] = -eye
+        self.rot[:half, half:] = eye
+        self._alloc_cache(len(self.layers), self.n_kv, self.head_dim, p.dtype)
+        self.gqa = self.n_kv != self.n_heads
+        self.scale = float(getattr(first, "scaling", self.head_dim ** -0.5))
+
+    @staticmethod
+    def _layer_weights(model: Any, fuse: bool) -> list[tuple]:
+        layers = []
+        for layer in model.model.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            if fuse:
+                qkv = ((torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                        None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])),)
+                gate_up = ((torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                            None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])),)
+            else:
+                qkv = tuple((m.weight, m.bias) for m in (a.q_proj, a.k_proj, a.v_proj))
+                gate_up = tuple((m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj))
+            layers.append((layer.input_layernorm.weight, qkv, (a.o_proj.weight, a.o_proj.bias),
+                           layer.post_attention_layernorm.weight, gate_up, (mlp.down_proj.weight, mlp.down_proj.bias)))
+        return layers
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        cfg = model.config
+        if getattr(cfg, "model_type", None) != "llama" or getattr(cfg, "hidden_act", "silu") != "silu":
+            return False
+        if (getattr(cfg, "pretraining_tp", 1) or 1) > 1:
+            return False
+        core = getattr(model, "model", None)
+        layers = getattr(core, "layers", None)
+        if not layers or not hasattr(core, "rotary_emb"):
+            return False
+        lin = torch.nn.Linear
+        a, mlp = layers[0].self_attn, layers[0].mlp
+        return all(type(m) is lin for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj,
+                                              mlp.down_proj, model.lm_head))
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, t = ids.shape
+        start = self.length
+        end = start + t
+        x = F.embedding(ids, self.embed)
+        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [b, t, 1, hd]
+        causal = mask is None and t > 1
+        nh, nkv, hd = self.n_heads, self.n_kv, self.head_dim
+        for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
+            h = _rms_norm(x, ln1, self.eps)
+            if len(qkv) == 1:
+                heads = F.linear(h, *qkv[0]).view(b, t, nh + 2 * nkv, hd)
+            else:
+                heads = torch.cat([F.linear(h, w, bias) for w, bias in qkv], dim=-1).view(b, t, nh + 2 * nkv, hd)
+            # RoPE on q and k heads at once: x * cos + rotate_half(x) * sin. (narrow() instead of
+            # slice indexing: same views, a fraction of the per-call cost.)
+            qk = heads.narrow(2, 0, nh + nkv)
+            qk = torch.addcmul(qk * cos, qk @ self.rot, sin)
+            q = qk.narrow(2, 0, nh).transpose(1, 2)
+            kc, vc = self.k_layers[i], self.v_layers[i]
+            kc.narrow(2, start, t).copy_(qk.narrow(2, nh, nkv).transpose(1, 2))
+            vc.narrow(2, start, t).copy_(heads.narrow(2, nh + nkv, nkv).transpose(1, 2))
+            keys, values = kc.narrow(2, 0, end), vc.narrow(2, 0, end)
+            if t == 1:
+                att = _decode_attention(q, keys, values, mask, self.scale)
+            else:
+                att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
+                                                     enable_gqa=self.gqa)
+            x = x + F.linear(att.transpose(1, 2).reshape(b, t, -1), *o)
+            h = _rms_norm(x, ln2, self.eps)
+            if len(gate_up) == 1:
+                g, u = F.linear(h, *gate_up[0]).chunk(2, dim=-1)
+            else:
+                g, u = (F.linear(h, w, bias) for w, bias in gate_up)
+            x = x + F.linear(F.silu(g) * u, *down)
+        self.length = end
+        x = _rms_norm(x[:, -1], self.norm_w, self.eps)
+        return F.linear(x, self.lm_head_w, self.lm_head_b)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        pos = self._start(ids, mask)
+        return self._forward(ids, pos, _attention_mask(self.valid, 0, ids.shape[1], self.device))
+
+    def step(self, next_ids: torch.Tensor) -> torch.Tensor:
+        mask = _attention_mask(self.valid, self.length, 1, self.device)
+        logits = self._forward(next_ids.view(-1, 1), self.positions.view(-1, 1), mask)
+        self.positions += 1
+        return logits
+
+
+class _LeanGPT2(_LeanRunner):
+    """GPT2LMHeadModel's math as a flat op sequence over a preallocated KV cache."""
+
+    _ACTS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
+
+    def __init__(self, model: Any, batch: int, max_len: int, fuse: bool):
+        p = next(model.parameters())
+        super().__init__(batch, max_len, p.device)
+        cfg, core = model.config, model.transformer
+        self.n_heads = cfg.n_head
+        self.hidden = cfg.n_embd
+        self.head_dim = self.hidden // self.n_heads
+        self.eps = float(cfg.layer_norm_epsilon)
+        self.approx = self._ACTS[cfg.activation_function]
+        self.scale = None if cfg.scale_attn_weights else 1.0
+        self.attn_scale = self.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
+        self.wte, self.wpe = core.wte.weight, core.wpe.weight
+        self.ln_f = (core.ln_f.weight, core.ln_f.bias)
+        self.lm_head_w = model.lm_head.weight
+        # Conv1D stores weight as [in, out] and computes addmm(bias, x, weight), as we do.
+        self.layers = [((blk.ln_1.weight, blk.ln_1.bias), (blk.attn.c_attn.weight, blk.attn.c_attn.bias),
+                        (blk.attn.c_proj.weight, blk.attn.c_proj.bias), (blk.ln_2.weight, blk.ln_2.bias),
+                        (blk.mlp.c_fc.weight, blk.mlp.c_fc.bias), (blk.mlp.c_proj.weight, blk.mlp.c_proj.bias))
+                       for blk in core.h]
+        self._alloc_cache(len(self.layers), self.n_heads, self.head_dim, p.dtype)
+
+    @classmethod
+    def supports(cls, model: Any) -> bool:
+        cfg = model.config
+        if getattr(cfg, "model_type", None) != "gpt2" or cfg.activation_function not in cls._ACTS:
+            return False
+        if cfg.scale_attn_by_inverse_layer_idx or cfg.reorder_and_upcast_attn or getattr(cfg, "add_cross_attention",
+                                                                                         False):
+            return False
+        return type(model.lm_head) is torch.nn.Linear and model.lm_head.bias is None
+
+    @staticmethod
+    def _conv1d(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        w, bias = wb
+        return torch.addmm(bias, x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[1])
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, t = ids.shape
+        start = self.length
+        end = start + t
+        x = F.embedding(ids, self.wte) + F.embedding(pos, self.wpe)
+        shape_d = (self.hidden,)
+        causal = mask is None and t > 1
+        for i, (ln1, attn, proj, ln2, fc, fc_proj) in enumerate(self.layers):
+            h = F.layer_norm(x, shape_d, *ln1, self.eps)
+            q, k, v = self._conv1d(h, attn).split(self.hidden, dim=-1)
+            q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+            kc, vc = self.k_layers[i], self.v_layers[i]
+            kc.narrow(2, start, t).copy_(k.view(b, t, self.n_heads, self.head_dim).transpose(1, 2))
+            vc.narrow(2, start, t).copy_(v.view(b, t, self.n_heads, self.head_dim).transpose(1, 2))
+            keys, values = kc.narrow(2, 0, end), vc.narrow(2, 0, end)
+            if t == 1:
+                att = _decode_attention(q, keys, values, mask, self.attn_scale)
+            else:
+                att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
+                                                     scale=self.scale)
+            x = x + self._conv1d(att.transpose(1, 2).reshape(b, t, self.hidden), proj)
+            h = F.layer_norm(x, shape_d, *ln2, self.eps)
+            x = x + self._conv1d(F.gelu(self._conv1d(h, fc), approximate=self.approx), fc_proj)
+        self.length = end
+        x = F.layer_norm(x[:, -1], shape_d, *self.ln_f, self.eps)
+        return F.linear(x, self.lm_head_w)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        pos = self._start(ids, mask)
+        return self._forward(ids, pos, _attention_mask(self.valid, 0, ids.shape[1], self.device))
+
+    def step(self, next_ids: torch.Tensor) -> torch.Tensor:
+        mask = _attention_mask(self.valid, self.length, 1, self.device)
+        logits = self._forward(next_ids.view(-1, 1), self.positions.view(-1, 1), mask)
+        self.positions += 1
+        return logits
+
+
+def lean_supported(model: Any) -> bool:
+    """True when the lean decode path covers this model (llama / gpt2 with standard layers)."""
+    return _LeanLlama.supports(model) or _LeanGPT2.supports(model)
+
+
+def make_runner(model: Any, batch: int, max_len: int, backend: str = "auto") -> _Runner:
+    """The decode runner for `model`: the lean path when it supports the model, else transformers'."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend != "hf":
+        fuse = count_parameters(model) <= _FUSE_MAX_PARAMS
+        if _LeanLlama.supports(model):
+            return _LeanLlama(model, batch, max_len, fuse)
+        if _LeanGPT2.supports(model):
+            return _LeanGPT2(model, batch, max_len, fuse)
+        if backend == "lean":
+            raise ValueError(f"the lean decode path does not support {type(model).__name__}")
+    return _HFRunner(model, batch, max_len)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Prompt handling
+
+
+def context_length(model: Any) -> int | None:
+    cfg = model.config
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def encode_prompt(tokenizer: Any, prompt: str, *, chat: bool = False) -> list[int]:
+    """Token ids of the prompt; chat mode wraps it in the tokenizer's chat template as a user turn."""
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise UserError("this model's tokenizer has no chat template, so chat mode cannot be used; "
+                            "turn chat mode off to continue the prompt as plain text")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tokenizer(prompt)["input_ids"]
+    if not ids:
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        if start is None:
+            raise UserError("the prompt is empty and the tokenizer has no start token: type a prompt")
+        ids = [int(start)]
+    return [int(i) for i in ids]
+
+
+def stop_token_ids(model: Any, tokenizer: Any, *, chat: bool = False) -> set[int]:
+    """Ids that end a sample (finish_reason "eos"): the tokenizer's and the model's end-of-sequence ids,
+    plus the end-of-turn token in chat mode."""
+    ids: set[int] = set()
+    candidates: list[Any] = [tokenizer.eos_token_id]
+    gen_cfg = getattr(model, "generation_config", None)
+    candidates.append(getattr(gen_cfg, "eos_token_id", None))
+    candidates.append(getattr(model.config, "eos_token_id", None))
+    for c in candidates:
+        if isinstance(c, int):
+            ids.add(c)
+        elif isinstance(c, (list, tuple)):
+            ids.update(int(x) for x in c if isinstance(x, int))
+    if chat:
+        for token in ("<|end|>", "<|im_end|>", "<|eot_id|>"):
+            tid = tokenizer.convert_tokens_to_ids(token)
+            if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
+                ids.add(tid)
+    return ids
+
+
+def _decoder(tokenizer: Any) -> Any:
+    """ids -> text through the Rust tokenizer directly (the Python wrapper adds per-call overhead)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return lambda ids: backend.decode(list(ids), skip_special_tokens=True)
+    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The decode loop
+
+
+def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: GenerateSpec,
+                stop_event: Any = None, *, threads: int | str | None = "auto",
+                backend: str = "auto") -> Iterator[TextDelta | GenerationStats]:
+    """Generate `spec.samples` completions of `prompt`, yielding text as it comes.
+
+    Yields TextDelta(sample, text) pieces (never half a character or part of a stop string) and, when
+    a sample ends, its GenerationStats (full text, generated token ids incl. a final EOS id, TTFT,
+    tokens/s, finish_reason length|stop|eos|cancelled). `prompt` may also be a list of prompts: each
+    gets `spec.samples` rows, numbered prompt-major (sample = prompt_index * samples + k).
+    `stop_event` (a threading.Event) is checked before every token. `threads`: torch threads while
+    decoding ("auto" = decode_threads(), None = leave unchanged, or a number). `backend`: auto|lean|hf.
+    """
+    t0 = time.perf_counter()
+    spec.check()
+    model, tokenizer = loaded.model, loaded.tokenizer
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    if not prompts:
+        raise UserError("no prompt given")
+    encoded = [encode_prompt(tokenizer, p, chat=spec.chat) for p in prompts]
+    vocab = getattr(model.config, "vocab_size", None)
+    if isinstance(vocab, int) and any(i >= vocab for ids in encoded for i in ids):
+        raise UserError(f"the prompt uses tokens the model does not know (its vocabulary has {vocab} tokens, "
+                        "the tokenizer more): the tokenizer does not belong to this model")
+    ctx = context_length(model)
+    if ctx:
+        # Keep the end of an over-long prompt: the model cannot attend past its context.
+        encoded = [r[-(ctx - 1):] if len(r) > ctx - 1 else r for r in encoded]
+    longest = max(len(r) for r in encoded)
+    budget = spec.max_new_tokens if not ctx else max(1, min(spec.max_new_tokens, ctx - longest))
+    n_threads = decode_threads(model, len(encoded) * spec.samples) if threads == "auto" else threads
+    with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
+        yield from _decode(model, tokenizer, encoded, budget, spec, stop_event, backend, t0)
+
+
+def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, spec: GenerateSpec,
+            stop_event: Any, backend: str, t0: float) -> Iterator[TextDelta | GenerationStats]:
+    rows = [ids for ids in prompts for _ in range(spec.samples)]  # prompt-major sample numbering
+    n = len(rows)
+    device = next(model.parameters()).device
+    eos = stop_token_ids(model, tokenizer, chat=spec.chat)
+    decode = _decoder(tokenizer)
+    streams = [TextStream(decode, spec.stop, context_ids=r) for r in rows]
+    generated: list[list[int]] = [[] for _ in rows]
+    first_t: list[float] = [0.0] * n
+    last_t: list[float] = [0.0] * n
+    active = list(range(n))
+    longest = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
+
+    def stats(b: int, reason: str) -> GenerationStats:
+        count = len(generated[b])
+        ttft = (first_t[b] - t0) if count else (time.perf_counter() - t0)
+        if count > 1 and last_t[b] > first_t[b]:
+            rate = (count - 1) / (last_t[b] - first_t[b])
+        else:
+            rate = count / ttft if ttft > 0 else 0.0
+        return GenerationStats(sample=b, text=streams[b].text, token_ids=list(generated[b]), ttft_ms=ttft * 1e3,
+                               tokens_per_s=rate, finish_reason=reason)
+
+    with torch.inference_mode():
+        # Prefill each distinct prompt once, then repeat its cache rows for its samples.
+        ids = torch.tensor([[pad] * (longest - len(r)) + r for r in prompts], dtype=torch.long, device=device)
+        mask = None
+        if any(len(r) != longest for r in prompts):
+            mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in prompts], dtype=torch.long,
+                                device=device)
+        vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+        sampler = Sampler(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p, min_p=spec.min_p,
+                          repetition_penalty=spec.repetition_penalty, seed=spec.seed, batch=n, vocab_size=vocab,
+                          device=device)
+        sampler.observe_prompt(rows)
+        runner = make_runner(model, len(prompts), longest + budget, backend)
+        logits = runner.prefill(ids, mask)
+        if spec.samples > 1:
+            runner.expand(spec.samples)
+            logits = logits.repeat_interleave(spec.samples, dim=0)
+    cancelled = False
+    try:
+        for step in range(budget):
+            if stop_event is not None and stop_event.is_set():
+                cancelled = True
+                break
+            with torch.inference_mode():
+                next_ids = sampler(logits)
+                chosen = next_ids.tolist()
+            now = time.perf_counter()
+            still: list[int] = []
+            for b in active:
+                token = chosen[b]
+                generated[b].append(token)
+                if len(generated[b]) == 1:
+                    first_t[b] = now
+                last_t[b] = now
+                if token in eos:
+                    piece = streams[b].finish()
+                    if piece:
+                        yield TextDelta(sample=b, text=piece)
+                    yield stats(b, "eos")
+                    continue
+                piece = streams[b].push(token)
+                if piece:
+                    yield TextDelta(sample=b, text=piece)
+                if streams[b].stopped:
+                    yield stats(b, "stop")
+                    continue
+                still.append(b)
+            active = still
+            if not active or step == budget - 1:
+                break
+            with torch.inference_mode():
+                logits = runner.step(next_ids)
+        reason = "cancelled" if cancelled else "length"
+        for b in active:
+            piece = streams[b].finish()
+            if piece:
+                yield TextDelta(sample=b, text=piece)
+            yield stats(b, reason)
+        active = []
+    finally:
+        del runner  # free the KV cache promptly even when the consumer abandons the stream

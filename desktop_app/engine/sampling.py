@@ -1,0 +1,133 @@
+"""Logits processors and the per-token sampler of the decode loop.
+
+Each processor takes logits of shape [batch, vocab] and returns processed logits of the same shape,
+following Hugging Face's semantics (so a setting means the same thing here and in `generate()`):
+repetition penalty, then temperature, top-k, top-p, min-p. The `Sampler` decides once, up front, which
+processors are active, so a disabled setting costs nothing per token (no list of no-op processors
+running over the full vocabulary on every step).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_NEG_INF = float("-inf")
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Make tokens already in the text (seen[b, v] True) less likely (penalty > 1) or more (< 1).
+
+    HF/CTRL semantics: positive logits are divided by the penalty, negative ones multiplied, so the
+    token always moves in the same direction whatever the sign of its logit.
+    """
+    penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Divide by the temperature (> 0): below 1 sharpens the distribution, above 1 flattens it."""
+    return logits / temperature
+
+
+def apply_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k highest logits of each row (ties with the k-th are kept too); 0 disables."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, _NEG_INF)
+
+
+def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus sampling: keep the smallest set of most likely tokens whose probability reaches p.
+
+    The most likely token is always kept, so p = 0 degenerates to greedy rather than to nothing.
+    """
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=False, dim=-1)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    # Ascending order: drop the low tail whose total mass is at most 1 - p.
+    drop_sorted = cumulative <= (1.0 - p)
+    drop_sorted[..., -1] = False
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, _NEG_INF)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """Drop tokens whose probability is below min_p x the probability of the most likely token."""
+    if min_p <= 0.0:
+        return logits
+    probs = logits.softmax(dim=-1)
+    threshold = probs.amax(dim=-1, keepdim=True) * min_p
+    return logits.masked_fill(probs < threshold, _NEG_INF)
+
+
+class Sampler:
+    """Picks the next token of every row from the last position's logits ([batch, vocab] -> [batch]).
+
+    Greedy (temperature 0) is a plain argmax. Sampling draws from a private `torch.Generator` seeded
+    with `seed`, so the same seed and settings give the same text and other torch code is not disturbed.
+    Repetition penalty needs to know which tokens are in each row's text: call `observe(ids)` with every
+    token appended (the prompt via `observe_prompt`).
+    """
+
+    def __init__(self, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                 repetition_penalty: float = 1.0, seed: int = 0, batch: int = 1, vocab_size: int = 0,
+                 device: torch.device | str = "cpu"):
+        self.greedy = temperature <= 0.0
+        self.temperature = float(temperature)
+        self.top_k = int(top_k) if top_k and (not vocab_size or top_k < vocab_size) else 0
+        self.top_p = float(top_p)
+        self.min_p = float(min_p)
+        self.repetition_penalty = float(repetition_penalty)
+        self.use_penalty = self.repetition_penalty != 1.0
+        self.seen: torch.Tensor | None = None
+        if self.use_penalty:
+            if vocab_size <= 0:
+                raise ValueError("repetition penalty needs the vocabulary size")
+            self.seen = torch.zeros(batch, vocab_size, dtype=torch.bool, device=device)
+        self.generator: torch.Generator | None = None
+        if not self.greedy:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(int(seed))
+
+    def observe_prompt(self, rows: list[list[int]]) -> None:
+        """Mark each row's prompt tokens as seen (repetition penalty covers the prompt, like HF)."""
+        if self.seen is None:
+            return
+        for b, ids in enumerate(rows):
+            if ids:
+                self.seen[b, torch.tensor(ids, dtype=torch.long, device=self.seen.device)] = True
+
+    def observe(self, next_ids: torch.Tensor) -> None:
+        """Mark the tokens just chosen ([batch] long tensor) as seen."""
+        if self.seen is not None:
+            self.seen.scatter_(1, next_ids.view(-1, 1), True)
+
+    def process(self, logits: torch.Tensor) -> torch.Tensor:
+        """The processed logits (what the next token is drawn from); -inf marks removed tokens."""
+        if self.use_penalty:
+            assert self.seen is not None
+            logits = apply_repetition_penalty(logits, self.seen[: logits.shape[0]], self.repetition_penalty)
+        if self.greedy:
+            return logits
+        if self.temperature != 1.0:
+            logits = apply_temperature(logits, self.temperature)
+        if self.top_k:
+            logits = apply_top_k(logits, self.top_k)
+        if self.top_p < 1.0:
+            logits = apply_top_p(logits, self.top_p)
+        if self.min_p > 0.0:
+            logits = apply_min_p(logits, self.min_p)
+        return logits
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """Next token id per row ([batch] long tensor)."""
+        logits = self.process(logits.float())
+        if self.greedy:
+            next_ids = logits.argmax(dim=-1)
+        else:
+            probs = logits.softmax(dim=-1)
+            next_ids = torch.multinomial(probs, 1, generator=self.generator).view(-1)
+        self.observe(next_ids)
+        return next_ids
