@@ -7,6 +7,11 @@ import os
 import tempfile
 from pathlib import Path
 
+# mkstemp creates files 0600; give atomically written files the mode a plain open() would (0666 & ~umask).
+# Read once at import: os.umask can only be read by setting it, which is not thread-safe later on.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
 
 def fsync_dir(path: Path) -> None:
     """Make a rename inside `path` durable (no-op where directories cannot be opened, e.g. Windows)."""
@@ -31,6 +36,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        with contextlib.suppress(OSError):  # e.g. filesystems without POSIX modes
+            os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

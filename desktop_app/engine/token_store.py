@@ -16,7 +16,10 @@ target), stride = context_length - overlap. Only full windows count.
 
 from __future__ import annotations
 
+import io
 import json
+import os
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +80,12 @@ class TokenStore:
             if not file.exists() or file.stat().st_size == 0:
                 self._cache[split] = np.zeros(0, dtype=self.dtype)
             else:
-                self._cache[split] = np.memmap(file, dtype=self.dtype, mode="r")
+                stream = np.memmap(file, dtype=self.dtype, mode="r")
+                # Only what the manifest committed counts: an interrupted append may have left a tail.
+                committed = self.manifest.get("splits", {}).get(split, {}).get("tokens")
+                if isinstance(committed, int) and 0 <= committed < len(stream):
+                    stream = stream[:committed]
+                self._cache[split] = stream
         return self._cache[split]
 
     def doc_lengths(self, split: str) -> np.ndarray:
@@ -99,3 +107,108 @@ class TokenStore:
         """Several windows stacked: shape (len(indices), context_length + 1), int64."""
         return np.stack([self.chunk(split, int(i)) for i in indices]) if len(indices) else np.zeros(
             (0, self.context_length + 1), dtype=np.int64)
+
+
+class TokenWriter:
+    """Appends documents to the token streams of a dataset folder (the writer side of TokenStore).
+
+    Tokens go straight to `<split>.bin` (opened for append, so memory stays bounded); document
+    lengths are kept and written to `<split>.docs.npy` atomically on close(). Call rollback() to cut
+    the streams back to where they were when the writer opened (cancel / failure): the files then
+    match the last committed manifest again. The manifest itself is the caller's to commit, last.
+    """
+
+    def __init__(self, path: str | Path, dtype: np.dtype | str, eos_id: int):
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.eos = np.array([eos_id], dtype=self.dtype)
+        self.start_tokens: dict[str, int] = {}
+        self.tokens: dict[str, int] = {}
+        self.documents: dict[str, int] = {}
+        self._old_docs: dict[str, np.ndarray] = {}
+        self._new_docs: dict[str, array] = {}  # int64 array: 8 bytes per document, not a list of ints
+        self._open_doc: dict[str, int] = {}
+        self._files: dict[str, Any] = {}
+        for split in SPLITS:
+            file = self.path / f"{split}.bin"
+            n = file.stat().st_size // self.dtype.itemsize if file.exists() else 0
+            self.start_tokens[split] = self.tokens[split] = n
+            docs_file = self.path / f"{split}.docs.npy"
+            self._old_docs[split] = (np.load(docs_file, allow_pickle=False) if docs_file.exists()
+                                     else np.zeros(0, dtype=np.int64))
+            self.documents[split] = len(self._old_docs[split])
+            self._new_docs[split] = array("q")
+            self._open_doc[split] = 0
+            self._files[split] = open(file, "ab")  # noqa: SIM115 - closed in close()/rollback()
+
+    def write(self, split: str, ids: np.ndarray | list[int], *, end_of_document: bool = True) -> int:
+        """Append the ids of one document (or one piece of it); EOS follows the last piece."""
+        arr = np.asarray(ids, dtype=self.dtype)
+        self._files[split].write(arr.tobytes())
+        n = len(arr)
+        if end_of_document:
+            self._files[split].write(self.eos.tobytes())
+            n += 1
+            self._new_docs[split].append(self._open_doc[split] + n)
+            self._open_doc[split] = 0
+            self.documents[split] += 1
+        else:
+            self._open_doc[split] += n
+        self.tokens[split] += n
+        return n
+
+    def write_batch(self, split: str, docs: list[list[int]], ends: list[bool]) -> int:
+        """Append many documents (or pieces) in one write; ends[i] marks where EOS follows docs[i].
+
+        One numpy conversion and one write per batch instead of per document (this is the hot path).
+        """
+        flat: list[int] = []
+        eos = int(self.eos[0])
+        open_doc = self._open_doc[split]
+        new_docs = self._new_docs[split]
+        for ids, end in zip(docs, ends, strict=True):
+            flat.extend(ids)
+            open_doc += len(ids)
+            if end:
+                flat.append(eos)
+                new_docs.append(open_doc + 1)
+                open_doc = 0
+        self.documents[split] += sum(ends)
+        self._open_doc[split] = open_doc
+        arr = np.array(flat, dtype=self.dtype)
+        self._files[split].write(arr.tobytes())
+        self.tokens[split] += len(arr)
+        return len(arr)
+
+    def doc_lengths(self, split: str) -> np.ndarray:
+        return np.concatenate([self._old_docs[split], np.frombuffer(self._new_docs[split], dtype=np.int64)])
+
+    def close(self) -> None:
+        from desktop_app.engine.fileio import atomic_write_bytes
+
+        for split in SPLITS:
+            fh = self._files.pop(split, None)
+            if fh is None:
+                continue
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+            buf = io.BytesIO()
+            np.save(buf, self.doc_lengths(split), allow_pickle=False)
+            atomic_write_bytes(self.path / f"{split}.docs.npy", buf.getvalue())
+
+    def rollback(self) -> None:
+        for split in SPLITS:
+            fh = self._files.pop(split, None)
+            if fh is not None:
+                fh.close()
+            truncate_stream(self.path, split, self.start_tokens[split], self.dtype)
+
+
+def truncate_stream(path: Path, split: str, n_tokens: int, dtype: np.dtype | str) -> None:
+    """Cut `<split>.bin` back to n_tokens (drops the tail of an interrupted append)."""
+    file = Path(path) / f"{split}.bin"
+    size = n_tokens * np.dtype(dtype).itemsize
+    if file.exists() and file.stat().st_size > size:
+        with open(file, "r+b") as fh:
+            fh.truncate(size)

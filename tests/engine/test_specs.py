@@ -113,3 +113,14 @@ def test_presets_are_valid_copies(name) -> None:
     assert spec.validate() == []
     spec.n_layers += 1
     assert preset(name).n_layers != spec.n_layers  # callers get a copy
+
+
+def test_atomic_writes_get_normal_file_modes(tmp_path) -> None:
+    import os
+
+    from desktop_app.engine.fileio import atomic_write_text
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    atomic_write_text(tmp_path / "a.json", "{}")
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -1,0 +1,639 @@
+"""Files -> validated documents -> tokenizer -> token store (memmap streams) + manifest.
+
+prepare_dataset() is a generator of events (Progress, FileVerdict, Log, then one Finished), so the CLI
+and the UI drive the same code; controls.stop cancels at the next batch. The dataset is built in a
+hidden sibling folder and renamed into place at the end, so a cancelled or crashed run never leaves
+a folder that looks complete. append_to_dataset() adds files later (the manifest is committed last;
+an interrupted append is cut back to the last committed state).
+
+Passes over the input (each streamed in blocks, memory bounded whatever the file sizes):
+    1. scan: sha256, encoding, verdict, document counts (no tokenization)
+    2. tokenizer training on a proportional sample of at most TOKENIZER_SAMPLE_CHARS characters
+       (skipped with an existing tokenizer)
+    3. encode: batched encode_batch_fast (multi-threaded in Rust) while a reader thread decodes the
+       next batch; ids appended to train.bin / val.bin with EOS after each document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls, Event, FileVerdict, Finished, Log, Progress
+from desktop_app.engine.ingest import Doc, Record, SourceInfo, read_items, scan
+from desktop_app.engine.specs import DataSpec
+from desktop_app.engine.token_store import (
+    MANIFEST_NAME,
+    SPLITS,
+    TOKENIZER_NAME,
+    TokenStore,
+    TokenWriter,
+    num_windows,
+    token_dtype,
+    truncate_stream,
+)
+
+FORMAT_VERSION = 1
+BATCH_CHARS = 1 << 20  # text per encode_batch call: big enough to keep every core busy
+TOKENIZER_SAMPLE_CHARS = 64 << 20  # tokenizer training sample (BPE counts words; more text adds little)
+SPLIT_KEY_CHARS = 4096  # the split of a document is decided by a seeded hash of its first characters
+DOCUMENT_BOUNDARY = "blank line (.txt/.md), one record per line (.jsonl)"
+
+
+def _controls(controls: Controls | None) -> Controls:
+    return controls if controls is not None else Controls()
+
+
+def scan_paths(paths: Iterable[str | Path]) -> Iterator[FileVerdict]:
+    """Judge every file under `paths` (recursively) without tokenizing: one FileVerdict per file."""
+    for info in scan(paths):
+        yield info.to_event()
+
+
+def split_of(text: str, seed: int, val_fraction: float) -> str:
+    """'train' or 'val' for a document: a seeded hash of its content, so adding files never moves
+    an existing document to the other split, and identical documents always share a split."""
+    if val_fraction <= 0:
+        return "train"
+    digest = hashlib.blake2b(text[:SPLIT_KEY_CHARS].encode("utf-8", "surrogatepass"), digest_size=8,
+                             key=str(seed).encode()[:64]).digest()
+    return "val" if int.from_bytes(digest, "little") / 2.0**64 < val_fraction else "train"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------------- tokenizer
+
+def _training_texts(sources: list[SourceInfo], budget: int, stop: threading.Event,
+                    counter: list[int]) -> Iterator[str]:
+    """A proportional sample of every usable file (first documents of each, up to its share)."""
+    total = sum(s.chars + 1 for s in sources) or 1
+    for src in sources:
+        share = max(1, int(budget * (src.chars + 1) / total))
+        used = 0
+        try:
+            for item in read_items(Path(src.path)):
+                if stop.is_set():
+                    return
+                if isinstance(item, Doc):
+                    text = item.text
+                elif item.kind == "chat":
+                    text = "\n".join(m["content"] for m in item.data["messages"])
+                else:
+                    text = "\n".join(str(v) for v in item.data.values())
+                if not text:
+                    continue
+                text = text[:share - used] if used + len(text) > share else text
+                used += len(text)
+                counter[0] += len(text)
+                yield text
+                if used >= share:
+                    break
+        except Exception:  # a file that changed since the scan: the encode pass reports it
+            continue
+
+
+def _train_in_thread(sources: list[SourceInfo], spec: DataSpec, controls: Controls,
+                     out: dict[str, Any]) -> Iterator[Event]:
+    """Train the tokenizer in a worker thread; yield Progress while it runs (and stay cancellable)."""
+    from desktop_app.engine.tokenization import train_tokenizer
+
+    counter = [0]
+    budget = min(TOKENIZER_SAMPLE_CHARS, sum(s.chars + 1 for s in sources))
+
+    def work() -> None:
+        try:
+            out["tokenizer"] = train_tokenizer(
+                _training_texts(sources, budget, controls.stop, counter), spec.tokenizer,
+                vocab_size=spec.vocab_size, min_frequency=spec.min_frequency)
+        except BaseException as exc:
+            out["error"] = exc
+
+    thread = threading.Thread(target=work, name="tokenizer-training", daemon=True)
+    thread.start()
+    last = -1
+    while thread.is_alive():
+        thread.join(0.25)
+        if counter[0] != last:
+            last = counter[0]
+            yield Progress("tokenizer", float(min(last, budget)), float(budget), "chars",
+                           f"training a {spec.tokenizer} tokenizer ({spec.vocab_size} tokens)")
+    if "error" in out:
+        raise out["error"]
+
+
+# ------------------------------------------------------------------------------------------- encode
+
+_END = object()
+
+
+def _reader(sources: list[SourceInfo], spec: DataSpec, stop: threading.Event, q: queue.Queue) -> None:
+    """Reader thread: decode files into batches of (source index, split, Doc | Record)."""
+    try:
+        batch: list[tuple[int, str, Doc | Record]] = []
+        size = 0
+        for index, src in enumerate(sources):
+            split = "train"
+            try:
+                for item in read_items(Path(src.path)):
+                    if stop.is_set():
+                        return
+                    if isinstance(item, Doc):
+                        if item.first:
+                            split = split_of(item.text, spec.seed, spec.val_fraction)
+                        batch.append((index, split, item))
+                        size += len(item.text)
+                    else:
+                        rec_split = split_of(json.dumps(item.data, ensure_ascii=False), spec.seed,
+                                             spec.val_fraction)
+                        batch.append((index, rec_split, item))
+                        size += 256
+                    if size >= BATCH_CHARS:
+                        q.put(batch)
+                        batch, size = [], 0
+            except Exception as exc:  # changed or vanished since the scan: report, keep the rest
+                q.put(batch)
+                batch, size = [], 0
+                q.put(("error", index, exc))
+        if batch:
+            q.put(batch)
+    finally:
+        q.put(_END)
+
+
+class _Records:
+    """Normalised chat / instruction / preference JSONL under records/, appended in place."""
+
+    def __init__(self, folder: Path, start_sizes: dict[str, int] | None = None):
+        self.folder = folder / "records"
+        self.counts: dict[str, int] = {}
+        self.start_sizes = dict(start_sizes or {})
+        self._files: dict[str, Any] = {}
+
+    def add(self, rec: Record, split: str, source_sha: str) -> None:
+        fh = self._files.get(rec.kind)
+        if fh is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            file = self.folder / f"{rec.kind}.jsonl"
+            self.start_sizes.setdefault(rec.kind, file.stat().st_size if file.exists() else 0)
+            fh = self._files[rec.kind] = open(file, "a", encoding="utf-8", newline="\n")  # noqa: SIM115
+        fh.write(json.dumps({**rec.data, "split": split, "source": source_sha[:16]}, ensure_ascii=False) + "\n")
+        self.counts[rec.kind] = self.counts.get(rec.kind, 0) + 1
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+        self._files.clear()
+
+    def rollback(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+        for kind, size in self.start_sizes.items():
+            file = self.folder / f"{kind}.jsonl"
+            if file.exists():
+                with open(file, "r+b") as fh:
+                    fh.truncate(size)
+
+    def sizes(self) -> dict[str, int]:
+        return {f.stem: f.stat().st_size for f in self.folder.glob("*.jsonl")} if self.folder.exists() else {}
+
+
+def _encode_sources(sources: list[SourceInfo], tok: Any, writer: TokenWriter, records: _Records,
+                    spec: DataSpec, controls: Controls, split_bytes: dict[str, int]) -> Iterator[Event]:
+    """Pass 3: tokenize every usable source into the writer. Returns normally when cancelled too."""
+    total = float(sum(s.size for s in sources)) or 1.0
+    chars_total = sum(s.chars for s in sources) or 1
+    q: queue.Queue = queue.Queue(maxsize=3)  # bounded: at most ~3 batches of text wait in memory
+    stop = threading.Event()
+    thread = threading.Thread(target=_reader, args=(sources, spec, stop, q), name="dataset-reader", daemon=True)
+    thread.start()
+    done_chars = 0
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    try:
+        while True:
+            if controls.stop.is_set():
+                return
+            item = q.get()
+            if item is _END:
+                break
+            if isinstance(item, tuple):  # ("error", index, exc) from the reader
+                src = sources[item[1]]
+                src.verdict, src.reason = "unreadable", f"changed or became unreadable while preparing: {item[2]}"
+                yield Log("warning", f"{src.path}: {src.reason}")
+                continue
+            docs = [(i, split, it) for i, split, it in item if isinstance(it, Doc)]
+            for i, split, rec in item:
+                if isinstance(rec, Record):
+                    records.add(rec, split, sources[i].sha256)
+            if docs:
+                encodings = encode([d.text for _, _, d in docs], add_special_tokens=False)
+                per_split: dict[str, tuple[list[list[int]], list[bool]]] = {s: ([], []) for s in SPLITS}
+                for (i, split, d), enc in zip(docs, encodings, strict=True):
+                    ids = enc.ids
+                    sources[i].tokens += len(ids) + d.last
+                    split_bytes[split] += len(d.text.encode("utf-8", "surrogatepass"))
+                    done_chars += len(d.text)
+                    per_split[split][0].append(ids)
+                    per_split[split][1].append(d.last)
+                for split, (id_lists, ends) in per_split.items():
+                    if id_lists:
+                        writer.write_batch(split, id_lists, ends)
+            yield Progress("encode", min(total, total * done_chars / chars_total), total, "bytes",
+                           f"tokenizing ({writer.tokens['train'] + writer.tokens['val']:,} tokens)")
+    finally:
+        stop.set()
+        # Unblock a reader waiting on a full queue, then let it end.
+        while thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                q.get(timeout=0.05)
+        thread.join()
+
+
+def _encoder(tok: Any) -> Any:
+    """A copy of the tokenizer that treats special-token strings in user text as plain text, so a
+    document containing '<|endoftext|>' cannot inject a real end-of-text id."""
+    from tokenizers import Tokenizer
+
+    enc = Tokenizer.from_str(tok.to_str())
+    with contextlib.suppress(AttributeError):
+        enc.encode_special_tokens = True
+    return enc
+
+
+# ----------------------------------------------------------------------------------------- manifest
+
+def _split_summary(tokens: int, documents: int, nbytes: int, context: int, stride: int) -> dict[str, int]:
+    return {"documents": int(documents), "tokens": int(tokens), "bytes": int(nbytes),
+            "chunks": num_windows(int(tokens), context, stride)}
+
+
+def summary_of(manifest: dict[str, Any], dataset_dir: Path, files: list[SourceInfo]) -> dict[str, Any]:
+    """The dict `prepare --json` prints and Finished.result carries."""
+    splits = manifest.get("splits", {})
+    return {
+        "dataset": str(dataset_dir),
+        "manifest": str(dataset_dir / MANIFEST_NAME),
+        "tokenizer": str(dataset_dir / TOKENIZER_NAME),
+        "files": [{"path": f.path, "verdict": f.verdict, "reason": f.reason, "tokens": f.tokens,
+                   "format": f.format, "documents": f.documents, "records": dict(f.records),
+                   **({"line": f.line} if f.line is not None else {}),
+                   **({"offset": f.offset} if f.offset is not None else {})} for f in files],
+        "usable_files": sum(1 for f in files if f.ok),
+        "splits": splits,
+        "tokens": {s: splits.get(s, {}).get("tokens", 0) for s in SPLITS},
+        "chunks": {s: splits.get(s, {}).get("chunks", 0) for s in SPLITS},
+        "documents": {s: splits.get(s, {}).get("documents", 0) for s in SPLITS},
+        "records": {k: v.get("count", 0) for k, v in manifest.get("records", {}).items()},
+        "vocab_size": manifest.get("tokenizer", {}).get("vocab_size", 0),
+        "dtype": manifest.get("dtype", ""),
+        "context_length": manifest.get("chunking", {}).get("context_length", 0),
+        "overlap": manifest.get("chunking", {}).get("overlap", 0),
+    }
+
+
+def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    from desktop_app.engine.fileio import atomic_write_text
+
+    atomic_write_text(folder / MANIFEST_NAME, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def _record_summary(folder: Path, counts: dict[str, int]) -> dict[str, Any]:
+    return {kind: {"file": f"records/{kind}.jsonl", "count": n,
+                   "bytes": (folder / "records" / f"{kind}.jsonl").stat().st_size}
+            for kind, n in sorted(counts.items())}
+
+
+# ------------------------------------------------------------------------------------------ prepare
+
+def _scan_with_events(paths: Iterable[str | Path], controls: Controls, files: list[SourceInfo],
+                      known: dict[str, str] | None = None) -> Iterator[Event]:
+    for info in scan(paths, known_sha256=known):
+        files.append(info)
+        yield info.to_event()
+        yield Progress("scan", float(len(files)), 0.0, "files", f"checked {info.path}")
+        if controls.stop.is_set():
+            return
+
+
+def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: DataSpec | None = None,
+                    controls: Controls | None = None) -> Iterator[Event]:
+    """Files/folders -> tokenizer + tokenized dataset in `out_dir` (which must not exist yet, or be empty).
+
+    Yields FileVerdict per file, Progress, Log, and finally Finished(reason "completed" | "cancelled" |
+    "failed", result=summary). Settings mistakes raise UserError before anything is written.
+    """
+    spec = (spec or DataSpec()).check()
+    controls = _controls(controls)
+    out = Path(out_dir).expanduser()
+    paths = list(paths)
+    if not paths:
+        raise UserError("no input files or folders given")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} already exists and is not empty: choose a new folder, or append to it")
+    tokenizer_source = None
+    if spec.tokenizer_file:
+        from desktop_app.engine.tokenization import load_tokenizer
+
+        tokenizer_source = Path(spec.tokenizer_file).expanduser()
+        given_tok = load_tokenizer(tokenizer_source)  # a bad tokenizer fails now, before the long work
+        from desktop_app.engine.tokenization import eos_id as _eos_id
+
+        _eos_id(given_tok, tokenizer_source)  # and one without an end-of-text token too
+    else:
+        from desktop_app.engine.tokenization import min_vocab_size
+
+        if spec.vocab_size < min_vocab_size(spec.tokenizer):
+            raise UserError(f"vocab size {spec.vocab_size} is too small for a {spec.tokenizer} tokenizer: "
+                            f"use at least {min_vocab_size(spec.tokenizer)}")
+
+    files: list[SourceInfo] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{int(time.time())}"
+    started = time.monotonic()
+    try:
+        yield Log("info", f"checking {len(paths)} input path(s)")
+        yield from _scan_with_events(paths, controls, files)
+        if controls.stop.is_set():
+            yield Finished("cancelled", message="cancelled while checking files",
+                           result=summary_of({}, out, files))
+            return
+        usable = [f for f in files if f.ok]
+        if not usable:
+            yield Finished("failed", message=_none_usable_message(files), result=summary_of({}, out, files))
+            return
+        tmp.mkdir(parents=True)
+
+        # Tokenizer: the given one, or trained on the usable files.
+        from desktop_app.engine.tokenization import (
+            eos_id,
+            save_tokenizer,
+            special_tokens_of,
+            tokenizer_sha256,
+        )
+
+        if tokenizer_source is not None:
+            tok = given_tok
+            save_tokenizer(tok, tmp / TOKENIZER_NAME)
+            folder = tokenizer_source if tokenizer_source.is_dir() else tokenizer_source.parent
+            for extra in ("tokenizer_config.json", "special_tokens_map.json"):
+                if (folder / extra).is_file():
+                    shutil.copyfile(folder / extra, tmp / extra)
+            kind = "given"
+        else:
+            result: dict[str, Any] = {}
+            yield Log("info", f"training a {spec.tokenizer} tokenizer with {spec.vocab_size} tokens")
+            yield from _train_in_thread(usable, spec, controls, result)
+            if controls.stop.is_set():
+                yield Finished("cancelled", message="cancelled while training the tokenizer",
+                               result=summary_of({}, out, files))
+                return
+            tok = result["tokenizer"]
+            save_tokenizer(tok, tmp / TOKENIZER_NAME)
+            kind = spec.tokenizer
+        eos = eos_id(tok, tmp / TOKENIZER_NAME)
+        vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        dtype = token_dtype(vocab_size)
+        specials = special_tokens_of(tok, tmp / TOKENIZER_NAME)
+
+        writer = TokenWriter(tmp, dtype, eos)
+        records = _Records(tmp)
+        split_bytes = dict.fromkeys(SPLITS, 0)
+        yield Log("info", f"tokenizing {len(usable)} file(s)")
+        try:
+            yield from _encode_sources(usable, _encoder(tok), writer, records, spec, controls, split_bytes)
+        finally:
+            writer.close()
+            records.close()
+        if controls.stop.is_set():
+            yield Finished("cancelled", message="cancelled while tokenizing; nothing was kept",
+                           result=summary_of({}, out, files))
+            return
+
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "created": _now(),
+            "updated": _now(),
+            "tokenizer": {"file": TOKENIZER_NAME, "sha256": tokenizer_sha256(tmp / TOKENIZER_NAME),
+                          "kind": kind, "vocab_size": vocab_size, "eos_id": eos,
+                          "special_tokens": specials,
+                          **({"source": str(tokenizer_source)} if tokenizer_source else {})},
+            "dtype": dtype.name,
+            "chunking": {"context_length": spec.context_length, "overlap": spec.overlap, "stride": spec.stride,
+                         "document_boundary": DOCUMENT_BOUNDARY, "eos_after_document": True},
+            "split": {"val_fraction": spec.val_fraction, "seed": spec.seed,
+                      "method": f"seeded blake2b of the first {SPLIT_KEY_CHARS} characters of each document"},
+            "splits": {s: _split_summary(writer.tokens[s], writer.documents[s], split_bytes[s],
+                                         spec.context_length, spec.stride) for s in SPLITS},
+            "records": _record_summary(tmp, records.counts),
+            "sources": [f.to_dict() for f in files],
+            "spec": spec.to_dict(),
+        }
+        for warning in _warnings(manifest):
+            yield Log("warning", warning)
+        _write_manifest(tmp, manifest)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+        from desktop_app.engine.fileio import fsync_dir
+
+        fsync_dir(out.parent)
+        elapsed = time.monotonic() - started
+        total = manifest["splits"]["train"]["tokens"] + manifest["splits"]["val"]["tokens"]
+        yield Log("info", f"prepared {total:,} tokens from {len(usable)} file(s) in {elapsed:.1f} s")
+        for f in files:  # final verdicts with token counts
+            yield f.to_event()
+        yield Finished("completed", message=f"dataset ready in {out}", result=summary_of(manifest, out, files))
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _none_usable_message(files: list[SourceInfo]) -> str:
+    if not files:
+        return "no files found in the given paths"
+    counts: dict[str, int] = {}
+    for f in files:
+        counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    detail = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    return f"none of the {len(files)} file(s) can be used ({detail})"
+
+
+def _warnings(manifest: dict[str, Any]) -> list[str]:
+    out = []
+    ctx = manifest["chunking"]["context_length"]
+    for split in SPLITS:
+        s = manifest["splits"][split]
+        if s["tokens"] and not s["chunks"]:
+            out.append(f"the {split} split has {s['tokens']} tokens, fewer than one window of {ctx + 1}: "
+                       "add data or use a shorter context")
+    if manifest["split"]["val_fraction"] > 0 and manifest["splits"]["val"]["documents"] == 0 \
+            and manifest["splits"]["train"]["documents"]:
+        out.append("the validation split is empty (too few documents for the validation fraction)")
+    return out
+
+
+# ------------------------------------------------------------------------------------------- append
+
+def _load_manifest(folder: Path) -> dict[str, Any]:
+    file = folder / MANIFEST_NAME
+    if not file.is_file():
+        raise UserError(f"{folder} is not a prepared dataset (no {MANIFEST_NAME})")
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{file} is unreadable or corrupt: {exc}") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise UserError(f"{folder} has dataset format {manifest.get('format_version')!r}; this version reads "
+                        f"{FORMAT_VERSION}")
+    return manifest
+
+
+def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
+                      controls: Controls | None = None) -> Iterator[Event]:
+    """Add files to a prepared dataset without redoing the rest (files already in it are skipped).
+
+    Uses the dataset's tokenizer, split seed and chunking. The manifest is committed last; a cancel
+    or failure cuts the streams and records back to the last committed state.
+    """
+    from desktop_app.engine.tokenization import load_tokenizer, tokenizer_sha256
+
+    controls = _controls(controls)
+    folder = Path(dataset_dir).expanduser()
+    manifest = _load_manifest(folder)
+    spec = DataSpec.from_dict(manifest["spec"])
+    if tokenizer_sha256(folder / TOKENIZER_NAME) != manifest["tokenizer"]["sha256"]:
+        raise UserError(f"{folder / TOKENIZER_NAME} no longer matches the dataset (its sha256 changed)")
+    tok = load_tokenizer(folder / TOKENIZER_NAME)
+    dtype = np.dtype(manifest["dtype"])
+    # Repair first: drop any tail an earlier interrupted append left behind.
+    for split in SPLITS:
+        truncate_stream(folder, split, manifest["splits"][split]["tokens"], dtype)
+    rec_sizes = {k: v.get("bytes", 0) for k, v in manifest.get("records", {}).items()}
+    for file in (folder / "records").glob("*.jsonl"):
+        rec_sizes.setdefault(file.stem, 0)  # a record kind an interrupted append started
+    records = _Records(folder, rec_sizes)
+    records.rollback()  # same repair for the record files
+
+    old_sources = [SourceInfo.from_dict(s) for s in manifest["sources"]]
+    known = {s.sha256: f"{s.path} (already in the dataset)" for s in old_sources if s.ok and s.sha256}
+    files: list[SourceInfo] = []
+    yield from _scan_with_events(list(paths), controls, files, known)
+    if controls.stop.is_set():
+        yield Finished("cancelled", message="cancelled while checking files",
+                       result=summary_of(manifest, folder, files))
+        return
+    usable = [f for f in files if f.ok]
+    if not usable:
+        message = _none_usable_message(files) if files else "no files found in the given paths"
+        yield Finished("failed", message=message, result=summary_of(manifest, folder, files))
+        return
+    writer = TokenWriter(folder, dtype, int(manifest["tokenizer"]["eos_id"]))
+    records = _Records(folder, rec_sizes)
+    split_bytes = {s: int(manifest["splits"][s].get("bytes", 0)) for s in SPLITS}
+    committed = False
+    try:
+        yield from _encode_sources(usable, _encoder(tok), writer, records, spec, controls, split_bytes)
+        if controls.stop.is_set():
+            yield Finished("cancelled", message="cancelled; the dataset is unchanged",
+                           result=summary_of(manifest, folder, files))
+            return
+        writer.close()
+        records.close()
+        counts = {k: v.get("count", 0) for k, v in manifest.get("records", {}).items()}
+        for kind, n in records.counts.items():
+            counts[kind] = counts.get(kind, 0) + n
+        manifest["records"] = _record_summary(folder, counts)
+        manifest["splits"] = {s: _split_summary(writer.tokens[s], writer.documents[s], split_bytes[s],
+                                                spec.context_length, spec.stride) for s in SPLITS}
+        # Files that were already in the dataset are reported, not recorded again.
+        manifest["sources"] = [s.to_dict() for s in old_sources] + [
+            f.to_dict() for f in files if not (f.verdict == "duplicate" and f.sha256 in known)]
+        manifest["updated"] = _now()
+        _write_manifest(folder, manifest)
+        committed = True
+        for f in files:
+            yield f.to_event()
+        added = sum(f.tokens for f in usable)
+        yield Finished("completed", message=f"added {added:,} tokens from {len(usable)} file(s)",
+                       result=summary_of(manifest, folder, files))
+    finally:
+        if not committed:
+            writer.rollback()
+            records.rollback()
+
+
+# -------------------------------------------------------------------------------------------- stats
+
+def dataset_stats(dataset_dir: str | Path, preview_chunks: int = 3, bins: int = 20) -> dict[str, Any]:
+    """Numbers and previews for the UI: per split documents/tokens/chunks, a document-length
+    histogram, and the first decoded chunks with the text they share with the next chunk."""
+    store = TokenStore(dataset_dir)
+    manifest = store.manifest
+    result: dict[str, Any] = {"dataset": str(store.path), "vocab_size": store.vocab_size,
+                              "context_length": store.context_length, "overlap": store.overlap,
+                              "stride": store.stride, "dtype": store.dtype.name, "splits": {},
+                              "records": {k: v.get("count", 0) for k, v in manifest.get("records", {}).items()},
+                              "sources": {"ok": 0, "problems": 0}}
+    for src in manifest.get("sources", []):
+        result["sources"]["ok" if src.get("verdict") == "ok" else "problems"] += 1
+    lengths = []
+    for split in SPLITS:
+        docs = store.doc_lengths(split)
+        lengths.append(docs)
+        result["splits"][split] = {
+            "documents": len(docs), "tokens": len(store.tokens(split)), "chunks": store.num_chunks(split),
+            "bytes": manifest.get("splits", {}).get(split, {}).get("bytes", 0),
+            "mean_doc_tokens": float(docs.mean()) if len(docs) else 0.0,
+        }
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    if len(all_lengths):
+        counts, edges = np.histogram(all_lengths, bins=min(bins, max(1, len(np.unique(all_lengths)))))
+        result["doc_length_histogram"] = {"edges": edges.tolist(), "counts": counts.tolist()}
+    else:
+        result["doc_length_histogram"] = {"edges": [], "counts": []}
+    result["preview"] = _preview(store, preview_chunks)
+    return result
+
+
+def _preview(store: TokenStore, n: int) -> list[dict[str, Any]]:
+    from desktop_app.engine.tokenization import load_tokenizer
+
+    split = "train" if store.num_chunks("train") else "val"
+    count = min(n, store.num_chunks(split))
+    if not count:
+        return []
+    tok = load_tokenizer(store.tokenizer_path)
+    stream = store.tokens(split)
+    out = []
+    for i in range(count):
+        chunk = store.chunk(split, i)
+        start = i * store.stride
+        # Inputs of chunk i are tokens[start : start+C]; chunk i+1 starts at start+stride, so both
+        # read tokens[start+stride : start+C] (overlap tokens) -- the +1 target token is always shared.
+        shared = np.asarray(stream[start + store.stride:start + store.context_length], dtype=np.int64)
+        out.append({
+            "split": split, "index": i, "start": start, "tokens": len(chunk),
+            "text": tok.decode(chunk[:-1].tolist(), skip_special_tokens=False),
+            "overlap_tokens": len(shared),
+            "overlap_text": tok.decode(shared.tolist(), skip_special_tokens=False) if len(shared) else "",
+            "has_next": i + 1 < store.num_chunks(split),
+        })
+    return out
