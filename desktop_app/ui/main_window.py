@@ -1,0 +1,439 @@
+"""The main window: five tabs and the wiring between them (tabs never import each other).
+
+Kept import-light on purpose: Qt, pyqtgraph and stdlib-only engine modules. torch/transformers are
+imported by the tasks that need them, and preloaded in the background once the window is up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, QUrl
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app import __version__
+from desktop_app.engine.workspace import Workspace
+from desktop_app.ui.context import AppContext
+from desktop_app.ui.tabs.data_tab import DataTab
+from desktop_app.ui.tabs.generate_tab import GenerateTab
+from desktop_app.ui.tabs.library_tab import LibraryTab
+from desktop_app.ui.tabs.model_tab import ModelTab
+from desktop_app.ui.tabs.train_tab import TrainTab
+from desktop_app.ui.widgets.drop_zone import paths_from_mime
+
+log = logging.getLogger(__name__)
+
+TAB_NAMES = ("model", "data", "train", "generate", "library")
+
+
+def app_settings() -> QSettings:
+    return QSettings("AZR", "AZR Model Trainer")
+
+
+def _preload_heavy_modules():
+    """Runs in the worker thread after the window shows: warm the imports a first job needs."""
+    import torch  # noqa: F401
+
+    yield ("device", _device_name())
+    import transformers  # noqa: F401
+
+    yield ("preloaded", "")
+
+
+def _device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"CUDA · {torch.cuda.get_device_name(0)}"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "MPS (Apple GPU)"
+    return f"CPU · {torch.get_num_threads()} threads"
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, workspace: Workspace | None = None, *, settings: QSettings | None = None,
+                 preload: bool = True):
+        super().__init__()
+        self.settings = settings or app_settings()
+        self.setWindowTitle("AZR Model Trainer")
+        icon = _app_icon()
+        if icon is not None:
+            self.setWindowIcon(icon)
+        self.setAcceptDrops(True)
+        if workspace is None:
+            workspace = self._initial_workspace()
+        self.ctx = AppContext(workspace, self)
+        self._close_requested = False
+        self._ask_on_close = True
+        self.preloaded = False
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(False)
+        self.model_tab = ModelTab(self.ctx)
+        self.data_tab = DataTab(self.ctx)
+        self.train_tab = TrainTab(self.ctx)
+        self.generate_tab = GenerateTab(self.ctx)
+        self.library_tab = LibraryTab(self.ctx)
+        for tab, title in ((self.model_tab, "Model"), (self.data_tab, "Data"), (self.train_tab, "Train"),
+                           (self.generate_tab, "Generate"), (self.library_tab, "Library")):
+            self.tabs.addTab(tab, title)
+
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(10, 8, 10, 6)
+        self.banner = self._make_banner()
+        layout.addWidget(self.banner)
+        layout.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+
+        self._make_actions()
+        self._make_status_bar()
+        self._wire()
+        self._restore()
+
+        if preload:
+            QTimer.singleShot(250, self._start_preload)
+
+    # --- construction ---
+    def _initial_workspace(self) -> Workspace:
+        if os.environ.get("AZR_WORKSPACE"):
+            return Workspace.open()
+        last = self.settings.value("workspace", "", str)
+        if last and Path(last).is_dir():
+            try:
+                return Workspace.open(last)
+            except OSError:
+                log.warning("last workspace %s is not usable", last)
+        return Workspace.open()
+
+    def _make_banner(self) -> QFrame:
+        banner = QFrame()
+        banner.setObjectName("welcomeBanner")
+        banner.setStyleSheet("#welcomeBanner { background: #eef2ff; border: 1px solid #c7d2fe; border-radius: 6px; }")
+        row = QHBoxLayout(banner)
+        row.setContentsMargins(12, 6, 8, 6)
+        text = QLabel("<b>Welcome!</b> New here? Train the tiny preset on the bundled sample corpus: curves appear "
+                      "within a minute. Or drop your own text files anywhere on this window.")
+        text.setWordWrap(True)
+        self.quickstart_btn = QPushButton("Train the sample model")
+        self.quickstart_btn.setProperty("primary", True)
+        self.quickstart_btn.setObjectName("quickstartButton")
+        dismiss = QPushButton("Dismiss")
+        row.addWidget(text, 1)
+        row.addWidget(self.quickstart_btn)
+        row.addWidget(dismiss)
+        self.quickstart_btn.clicked.connect(self.quick_start)
+        dismiss.clicked.connect(self._dismiss_banner)
+        banner.setVisible(not self.settings.value("welcome_dismissed", False, bool))
+        return banner
+
+    def _dismiss_banner(self, _checked: bool = False) -> None:
+        self.banner.setVisible(False)
+        self.settings.setValue("welcome_dismissed", True)
+
+    def _make_actions(self) -> None:
+        def action(text: str, slot, shortcut: str | QKeySequence.StandardKey | None = None, tip: str = "") -> QAction:
+            act = QAction(text, self)
+            if shortcut is not None:
+                act.setShortcut(QKeySequence(shortcut))
+            act.setStatusTip(tip or text)
+            act.setToolTip(f"{tip or text}" + (f" ({act.shortcut().toString()})" if shortcut else ""))
+            act.triggered.connect(lambda _checked=False: slot())
+            return act
+
+        self.act_workspace = action("Open workspace…", self.choose_workspace, "Ctrl+Shift+W",
+                                    "Choose the folder that holds datasets, models and runs")
+        self.act_add_files = action("Add training files…", self.data_tab.drop_zone.add_files.click,
+                                    QKeySequence.StandardKey.Open, "Add text files to the dataset")
+        self.act_save_spec = action("Save model spec…", self.model_tab.save_btn.click, QKeySequence.StandardKey.Save)
+        self.act_quit = action("Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.act_train = action("Start training", self._start_training, "Ctrl+Return", "Start training")
+        self.act_pause = action("Pause / resume", self.train_tab.toggle_pause, "Ctrl+P")
+        self.act_stop = action("Stop", self._stop_current, "Ctrl+.", "Stop the running job (training saves first)")
+        self.act_save_now = action("Save checkpoint now", self.train_tab.save_now, "Ctrl+Shift+S")
+        self.act_generate = action("Generate", self._start_generation, "Ctrl+G", "Generate text")
+        self.act_open_ws_folder = action("Open workspace folder", self.open_workspace_folder)
+        self.act_logs = action("Open log folder", lambda: _open_folder(self.ctx.workspace.log_dir))
+        self.act_about = action("About", self._about)
+
+        menu = self.menuBar()
+        m = menu.addMenu("&File")
+        for a in (self.act_workspace, self.act_open_ws_folder, None, self.act_add_files, self.act_save_spec, None,
+                  self.act_quit):
+            m.addSeparator() if a is None else m.addAction(a)
+        m = menu.addMenu("&Run")
+        for a in (self.act_train, self.act_pause, self.act_save_now, self.act_stop, None, self.act_generate):
+            m.addSeparator() if a is None else m.addAction(a)
+        m = menu.addMenu("&View")
+        for i, name in enumerate(("Model", "Data", "Train", "Generate", "Library")):
+            act = action(name, lambda i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
+            m.addAction(act)
+        m = menu.addMenu("&Help")
+        m.addAction(self.act_logs)
+        m.addAction(self.act_about)
+
+        tb = self.addToolBar("Main")
+        tb.setObjectName("mainToolbar")
+        tb.setMovable(False)
+        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        for a in (self.act_workspace, self.act_add_files, None, self.act_train, self.act_pause, self.act_save_now,
+                  self.act_stop, None, self.act_generate):
+            tb.addSeparator() if a is None else tb.addAction(a)
+
+    def _make_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.workspace_label = QLabel()
+        self.device_label = QLabel("device: detecting…")
+        self.memory_label = QLabel()
+        for w in (self.workspace_label, self.device_label, self.memory_label):
+            w.setProperty("role", "muted")
+            bar.addPermanentWidget(w)
+        self._update_workspace_label()
+        self._status_timer = QTimer(self)
+        self._status_timer.setObjectName("azr-status-memory")
+        self._status_timer.setInterval(2000)
+        self._status_timer.timeout.connect(self._update_memory)
+        self._status_timer.start()
+        self._update_memory()
+
+    def _wire(self) -> None:
+        c = self.ctx
+        c.status_message.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        c.workspace_changed.connect(lambda _ws: self._update_workspace_label())
+        # Model -> Train: the spec (or base folder) to train.
+        self.model_tab.spec_changed.connect(self.train_tab.set_model_spec)
+        self.model_tab.base_model_changed.connect(self.train_tab.set_base_model)
+        self.train_tab.set_model_spec(self.model_tab.current_spec())
+        # Data -> Train: a prepared dataset becomes the training dataset.
+        self.data_tab.dataset_ready.connect(self.train_tab.select_dataset)
+        self.data_tab.dataset_ready.connect(lambda _p: c.workspace_items_changed.emit())
+        # Train -> Generate / Library: new checkpoints appear in pickers.
+        self.train_tab.run_changed.connect(lambda _p: c.workspace_items_changed.emit())
+        self.train_tab.checkpoint_saved.connect(lambda _p: c.workspace_items_changed.emit())
+        c.workspace_items_changed.connect(self.generate_tab.refresh_sources)
+        c.workspace_items_changed.connect(self.library_tab.refresh)
+        c.workspace_items_changed.connect(self.data_tab.refresh_datasets)
+        c.workspace_items_changed.connect(self.train_tab.refresh_datasets)
+        # Library -> others.
+        self.library_tab.show_run_requested.connect(self._show_run)
+        self.library_tab.generate_requested.connect(self._generate_from)
+        self.library_tab.dataset_requested.connect(self._use_dataset)
+        c.runner.task_started.connect(lambda _k: self._update_actions())
+        c.runner.task_finished.connect(self._on_task_finished)
+        self._update_actions()
+
+    def _restore(self) -> None:
+        geometry = self.settings.value("geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1240, 800)
+        tab = self.settings.value("tab", "model", str)
+        if tab in TAB_NAMES:
+            self.tabs.setCurrentIndex(TAB_NAMES.index(tab))
+
+    def save_settings(self) -> None:
+        self.settings.setValue("geometry", self.saveGeometry())
+        self.settings.setValue("tab", TAB_NAMES[self.tabs.currentIndex()])
+        self.settings.setValue("workspace", str(self.ctx.workspace.root))
+        self.settings.sync()
+
+    # --- status ---
+    def _update_workspace_label(self) -> None:
+        self.workspace_label.setText(f"workspace: {self.ctx.workspace.root}")
+        self.workspace_label.setToolTip(str(self.ctx.workspace.root))
+
+    def _update_memory(self) -> None:
+        try:
+            import psutil
+
+            rss = psutil.Process().memory_info().rss
+            vm = psutil.virtual_memory()
+            self.memory_label.setText(f"memory: {rss / 2**30:.2f} GiB used by the app · "
+                                      f"{vm.available / 2**30:.1f} GiB free")
+        except Exception:
+            self.memory_label.setText("")
+
+    def _start_preload(self) -> None:
+        if self._close_requested:
+            return
+        task = self.ctx.runner.start("preload", _preload_heavy_modules)
+        task.produced.connect(self._on_preload_item)
+
+    def _on_preload_item(self, item: object) -> None:
+        kind, value = item  # type: ignore[misc]
+        if kind == "device":
+            self.device_label.setText(f"device: {value}")
+        elif kind == "preloaded":
+            self.preloaded = True
+
+    def _update_actions(self) -> None:
+        training = self.ctx.runner.is_running("train")
+        self.act_pause.setEnabled(training)
+        self.act_save_now.setEnabled(training)
+        self.act_workspace.setEnabled(not training)
+
+    def _on_task_finished(self, kind: str) -> None:
+        self._update_actions()
+        if self._close_requested and not self._busy_kinds():
+            QTimer.singleShot(0, self.close)
+
+    def _busy_kinds(self) -> list[str]:
+        return [k for k in self.ctx.runner.running_kinds() if k != "preload"]
+
+    # --- actions ---
+    def _start_training(self) -> None:
+        self.tabs.setCurrentWidget(self.train_tab)
+        self.train_tab.start()
+
+    def quick_start(self, _checked: bool = False) -> None:
+        """First-launch path: tiny preset + sample corpus, short evals; curves within a minute."""
+        self.model_tab.preset_box.setCurrentText("tiny")
+        self.train_tab.use_quickstart_settings()
+        self._start_training()
+
+    def _stop_current(self) -> None:
+        current = self.tabs.currentWidget()
+        if current is self.generate_tab and self.ctx.runner.is_running("generate"):
+            self.generate_tab.stop()
+        elif current is self.data_tab and self.ctx.runner.is_running("prepare"):
+            self.data_tab.cancel()
+        else:
+            self.train_tab.stop()
+
+    def _start_generation(self) -> None:
+        self.tabs.setCurrentWidget(self.generate_tab)
+        self.generate_tab.generate()
+
+    def _show_run(self, path: str) -> None:
+        self.train_tab.show_run_history(path)
+        self.tabs.setCurrentWidget(self.train_tab)
+
+    def _generate_from(self, path: str) -> None:
+        self.generate_tab.select_source(path)
+        self.tabs.setCurrentWidget(self.generate_tab)
+
+    def _use_dataset(self, path: str) -> None:
+        self.train_tab.select_dataset(path)
+        self.data_tab.show_stats(path)
+        self.tabs.setCurrentWidget(self.data_tab)
+
+    def choose_workspace(self) -> None:
+        if self._busy_kinds():
+            self.ctx.report_error("Stop the running job before switching workspaces.", title="Busy")
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Choose a workspace folder", str(self.ctx.workspace.root))
+        if folder:
+            self.set_workspace(folder)
+
+    def set_workspace(self, folder: str | Path) -> None:
+        try:
+            ws = Workspace.open(folder)
+        except OSError as exc:
+            self.ctx.report_error(f"Cannot use {folder} as a workspace: {exc.strerror or exc}")
+            return
+        self.ctx.set_workspace(ws)
+        self.settings.setValue("workspace", str(ws.root))
+
+    def open_workspace_folder(self) -> None:
+        _open_folder(self.ctx.workspace.root)
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About AZR Model Trainer",
+                          f"<b>AZR Model Trainer {__version__}</b><br>Design, train, fine-tune and chat with small "
+                          "language models on your own machine.<br>Workspace: " + str(self.ctx.workspace.root))
+
+    # --- drops anywhere on the window ---
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if paths_from_mime(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:
+        if paths_from_mime(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = paths_from_mime(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.tabs.setCurrentWidget(self.data_tab)
+            self.data_tab.add_paths(paths)
+
+    # --- shutdown ---
+    def request_quit(self, *, ask: bool) -> None:
+        """Ctrl+C in the terminal: stop gracefully (training saves), then close, without asking."""
+        self._ask_on_close = ask
+        self.close()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        busy = self._busy_kinds()
+        if busy and not self._close_requested:
+            if self._ask_on_close and "train" in busy and not self.ctx.confirm(
+                    "Training is running",
+                    "Training is still running. Stop it, save a checkpoint and quit?", self):
+                event.ignore()
+                return
+            self._close_requested = True
+            self.statusBar().showMessage("Stopping: finishing the current step and saving a checkpoint…")
+            for kind in busy:
+                task = self.ctx.runner.task(kind)
+                if task is not None:
+                    task.stop()
+            event.ignore()  # closes for real once the tasks report finished (UI stays responsive meanwhile)
+            return
+        if busy and self._close_requested:
+            event.ignore()  # still saving; _on_task_finished closes us
+            return
+        self._close_requested = True
+        self.save_settings()
+        self.shutdown()
+        event.accept()
+
+    def shutdown(self) -> None:
+        """Stop timers and background threads; safe to call twice."""
+        self._status_timer.stop()
+        for tab in (self.model_tab, self.data_tab, self.train_tab, self.generate_tab, self.library_tab):
+            stop = getattr(tab, "stop_timers", None)
+            if stop is not None:
+                stop()
+        self.ctx.runner.shutdown()
+
+
+def _open_folder(path: Path) -> None:
+    QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
+
+
+def _app_icon() -> QIcon | None:
+    from desktop_app.engine.paths import resources_dir
+
+    icons = resources_dir() / "icons"
+    if not icons.is_dir():
+        return None
+    icon = QIcon()
+    for size in (16, 24, 32, 48, 64, 128, 256, 512):
+        p = icons / f"azr-trainer-{size}.png"
+        if p.exists():
+            icon.addFile(str(p))
+    return None if icon.isNull() else icon
+
+
+def running_app() -> QApplication | None:
+    return QApplication.instance()  # type: ignore[return-value]

@@ -1,0 +1,341 @@
+"""Generate tab: pick a model or checkpoint, prompt, sampling settings, stream text; compare checkpoints."""
+
+from __future__ import annotations
+
+import html
+import threading
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app.engine.events import Controls, GenerationStats, TextDelta
+from desktop_app.engine.specs import GenerateSpec
+from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.spec_form import SpecForm
+from desktop_app.ui.widgets.stream_view import StreamView
+
+
+class ModelCache:
+    """The last loaded model, reused across generations (loading is the slow part). Worker-thread only."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.path: str | None = None
+        self.loaded: Any = None
+
+    def get(self, path: str) -> Any:
+        with self._lock:
+            if self.path != path or self.loaded is None:
+                from desktop_app.engine.loading import load_model
+
+                self.loaded = None  # free the old one first
+                self.loaded = load_model(path)
+                self.path = path
+            return self.loaded
+
+    def clear(self) -> None:
+        with self._lock:
+            self.path, self.loaded = None, None
+
+
+def _generate_job(cache: ModelCache, paths: list[str], prompt: str, spec: GenerateSpec, controls: Controls):
+    from desktop_app.engine.generation import stream_text
+
+    for column, path in enumerate(paths):
+        if controls.stop.is_set():
+            break
+        yield ("loading", column, path)
+        loaded = cache.get(path)
+        yield ("loaded", column, path)
+        for event in stream_text(loaded, prompt, spec, stop_event=controls.stop):
+            yield (column, event)
+
+
+def checkpoint_folders(run_dir: Path) -> list[Path]:
+    """Committed checkpoints of a run (manifest.json written last marks them), oldest first."""
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists())
+
+
+class GenerateTab(QWidget):
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.ctx = ctx
+        self.cache = ModelCache()
+        self.task = None
+        self.outputs: list[StreamView] = []
+        self.stats: list[GenerationStats] = []
+        self.history: list[tuple[str, str]] = []  # chat transcript (role, text)
+
+        self.source_box = QComboBox()
+        self.source_box.setObjectName("sourceBox")
+        self.source_box.setMinimumWidth(320)
+        self.source_box.setToolTip("A run (its newest checkpoint), one checkpoint, an export or a Hugging Face folder")
+        self.browse_btn = QPushButton("Browse…")
+        self.refresh_btn = QPushButton("Refresh")
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Model"))
+        top.addWidget(self.source_box, 1)
+        top.addWidget(self.browse_btn)
+        top.addWidget(self.refresh_btn)
+
+        self.form = SpecForm(GenerateSpec)
+        form_scroll = QScrollArea()
+        form_scroll.setWidgetResizable(True)
+        form_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        form_scroll.setWidget(self.form)
+        self.compare_check = QCheckBox("Compare checkpoints side by side")
+        self.compare_list = QListWidget()
+        self.compare_list.setObjectName("compareList")
+        self.compare_list.setVisible(False)
+        self.compare_list.setMaximumHeight(150)
+        settings_box = QGroupBox("Sampling")
+        sl = QVBoxLayout(settings_box)
+        sl.addWidget(form_scroll, 1)
+        sl.addWidget(self.compare_check)
+        sl.addWidget(self.compare_list)
+
+        self.prompt = QPlainTextEdit()
+        self.prompt.setObjectName("promptEdit")
+        self.prompt.setPlaceholderText("Type a prompt (empty = start of text)…  Ctrl+G generates")
+        self.prompt.setMaximumHeight(110)
+        self.prompt.setAcceptDrops(False)
+        self.generate_btn = QPushButton("Generate")
+        self.generate_btn.setProperty("primary", True)
+        self.generate_btn.setObjectName("generateButton")
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setEnabled(False)
+        self.clear_btn = QPushButton("Clear")
+        self.stats_label = QLabel("")
+        self.stats_label.setObjectName("genStats")
+        self.stats_label.setProperty("role", "muted")
+        actions = QHBoxLayout()
+        actions.addWidget(self.generate_btn)
+        actions.addWidget(self.stop_btn)
+        actions.addWidget(self.clear_btn)
+        actions.addWidget(self.stats_label, 1)
+        self.out_area = QWidget()
+        self.out_grid = QGridLayout(self.out_area)
+        self.out_grid.setContentsMargins(0, 0, 0, 0)
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(QLabel("Prompt"))
+        rl.addWidget(self.prompt)
+        rl.addLayout(actions)
+        rl.addWidget(self.out_area, 1)
+
+        body = QSplitter(Qt.Orientation.Horizontal)
+        body.addWidget(settings_box)
+        body.addWidget(right)
+        body.setSizes([340, 900])
+        root = QVBoxLayout(self)
+        root.addLayout(top)
+        root.addWidget(body, 1)
+
+        self.browse_btn.clicked.connect(self._browse)
+        self.refresh_btn.clicked.connect(lambda _=False: self.refresh_sources())
+        self.generate_btn.clicked.connect(lambda _=False: self.generate())
+        self.stop_btn.clicked.connect(lambda _=False: self.stop())
+        self.clear_btn.clicked.connect(lambda _=False: self.clear())
+        self.compare_check.toggled.connect(self.compare_list.setVisible)
+        self.form.changed.connect(lambda: self.form.validate())
+        self._make_outputs(["Output"])
+        self.refresh_sources()
+
+    # --- sources ---
+    def refresh_sources(self) -> None:
+        current = self.source_box.currentData()
+        self.source_box.blockSignals(True)
+        self.source_box.clear()
+        self.compare_list.clear()
+        ws = self.ctx.workspace
+        for run in ws.items("runs"):
+            ckpts = checkpoint_folders(run)
+            if ckpts:
+                self.source_box.addItem(f"run {run.name} (newest checkpoint, step {_step(ckpts[-1])})", str(run))
+                for c in ckpts:
+                    item = QListWidgetItem(f"{run.name} · step {_step(c)}")
+                    item.setData(Qt.ItemDataRole.UserRole, str(c))
+                    item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+                    item.setCheckState(Qt.CheckState.Unchecked)
+                    self.compare_list.addItem(item)
+        for kind in ("models", "exports"):
+            for p in ws.items(kind):
+                if p.is_dir() and (p / "config.json").exists():
+                    self.source_box.addItem(f"{kind[:-1]} {p.name}", str(p))
+        if current:
+            i = self.source_box.findData(current)
+            if i < 0:
+                self.source_box.addItem(Path(current).name, current)
+                i = self.source_box.count() - 1
+            self.source_box.setCurrentIndex(i)
+        self.source_box.blockSignals(False)
+
+    def select_source(self, path: str) -> None:
+        i = self.source_box.findData(str(path))
+        if i < 0:
+            self.source_box.addItem(Path(path).name, str(path))
+            i = self.source_box.count() - 1
+        self.source_box.setCurrentIndex(i)
+
+    def _browse(self, _checked: bool = False) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a run, checkpoint, export or Hugging Face folder",
+                                                  str(self.ctx.workspace.root))
+        if folder:
+            self.select_source(folder)
+
+    # --- outputs ---
+    def _make_outputs(self, titles: list[str]) -> None:
+        for view in self.outputs:
+            view.stop_timers()
+        while self.out_grid.count():
+            w = self.out_grid.takeAt(0).widget()
+            if w is not None:
+                w.hide()  # deleteLater alone leaves it painted until the loop runs deferred deletes
+                w.setParent(None)
+                w.deleteLater()
+        self.outputs = []
+        cols = min(len(titles), 3)
+        for i, title in enumerate(titles):
+            box = QGroupBox(title)
+            lay = QVBoxLayout(box)
+            view = StreamView()
+            view.setObjectName(f"output{i}")
+            lay.addWidget(view)
+            self.out_grid.addWidget(box, i // cols, i % cols)
+            self.outputs.append(view)
+
+    def clear(self) -> None:
+        self.history.clear()
+        self._make_outputs(["Output"])
+        self.stats_label.setText("")
+
+    # --- run ---
+    @property
+    def running(self) -> bool:
+        return self.task is not None and self.task.running
+
+    def generate(self, prompt: str | None = None) -> bool:
+        spec = self.form.spec()
+        problems = spec.validate()
+        self.form.show_problems(problems)
+        if problems:
+            self.ctx.report_error("The sampling settings have problems:\n" + "\n".join(problems),
+                                  title="Check the settings")
+            return False
+        if self.compare_check.isChecked():
+            paths = [self.compare_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.compare_list.count())
+                     if self.compare_list.item(i).checkState() == Qt.CheckState.Checked]
+            if len(paths) < 2:
+                self.ctx.report_error("Tick at least two checkpoints to compare.", title="Compare checkpoints")
+                return False
+            spec = spec.replace(samples=1)
+            titles = [f"{Path(p).parent.parent.name} · step {_step(Path(p))}" for p in paths]
+        else:
+            path = self.source_box.currentData()
+            if not path:
+                self.ctx.report_error("No model to generate with: train one first, or choose a folder with Browse.",
+                                      title="No model")
+                return False
+            paths = [path]
+            titles = [f"Sample {i + 1}" for i in range(spec.samples)] if spec.samples > 1 else ["Output"]
+        text = self.prompt.toPlainText() if prompt is None else prompt
+        if prompt is not None:
+            self.prompt.setPlainText(prompt)
+        chat = spec.chat and not self.compare_check.isChecked()
+        if chat:
+            # The transcript stays visible; the model sees the latest user turn through its chat template.
+            if not self.outputs or len(self.outputs) != 1 or not self.history:
+                self._make_outputs(["Chat"])
+            self.history.append(("user", text))
+            self.outputs[0].append_text(("\n\n" if self.history[:-1] else "") + f"You: {text}\n\nModel: ")
+        else:
+            self.history.clear()
+            self._make_outputs(titles)
+            for view in self.outputs:
+                view.set_prefix(text)
+        self.stats = []
+        controls = Controls()
+        self._columns = len(paths) > 1
+        self.task = self.ctx.runner.start("generate", lambda: _generate_job(self.cache, paths, text, spec, controls),
+                                          controls)
+        self.task.produced.connect(self._on_item)
+        self.task.failed.connect(self._on_failed)
+        self.task.finished.connect(self._on_finished)
+        self.generate_btn.setEnabled(False)
+        self.stop_btn.setEnabled(True)
+        self.stats_label.setText("loading the model…")
+        return True
+
+    def stop(self) -> None:
+        if self.running:
+            self.task.stop()
+
+    def _on_item(self, item: Any) -> None:
+        if not isinstance(item, tuple):
+            return
+        if item[0] == "loading":
+            self.stats_label.setText(f"loading {Path(item[2]).name}…")
+            return
+        if item[0] == "loaded":
+            self.stats_label.setText("generating…")
+            return
+        column, event = item
+        if isinstance(event, TextDelta):
+            index = column if self._columns else event.sample
+            if 0 <= index < len(self.outputs):
+                self.outputs[index].append_text(event.text)
+        elif isinstance(event, GenerationStats):
+            self.stats.append(event)
+            if self.history:
+                self.history.append(("assistant", event.text))
+            self.stats_label.setText(
+                " · ".join(f"{s.tokens_per_s:.1f} tokens/s, first token {s.ttft_ms:.0f} ms ({s.finish_reason})"
+                           for s in self.stats[-3:]))
+
+    def _on_failed(self, message: str, details: str) -> None:
+        self.stats_label.setText("failed")
+        self.ctx.report_error(message, details, title="Generation failed")
+
+    def _on_finished(self) -> None:
+        self.generate_btn.setEnabled(True)
+        self.stop_btn.setEnabled(False)
+        for view in self.outputs:
+            view.flush()
+        if not self.stats and self.task is not None and self.task.error is None:
+            self.stats_label.setText("stopped")
+
+    def output_text(self, index: int = 0) -> str:
+        """What the model generated in output `index` (without the greyed prompt)."""
+        return self.outputs[index].generated_text() if index < len(self.outputs) else ""
+
+    def stop_timers(self) -> None:
+        for view in self.outputs:
+            view.stop_timers()
+
+
+def _step(path: Path) -> str:
+    name = path.name
+    digits = name.split("-")[-1]
+    return str(int(digits)) if digits.isdigit() else html.escape(name)

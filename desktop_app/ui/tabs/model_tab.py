@@ -1,0 +1,289 @@
+"""Model tab: design a ModelSpec (presets, every field with help), see its exact size and cost live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app.engine import presets, sizing
+from desktop_app.engine.specs import ModelSpec, SpecError, load_json, save_json
+from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.spec_form import SpecForm
+
+CUSTOM = "custom"
+
+
+class ModelTab(QWidget):
+    """Emits `spec_changed(ModelSpec|None)` (None while invalid) and `base_model_changed(str)`."""
+
+    spec_changed = Signal(object)
+    base_model_changed = Signal(str)
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.ctx = ctx
+        self.base_model = ""  # a local HF folder to start from instead of a fresh spec
+        self._loading_preset = False
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Preset"))
+        self.preset_box = QComboBox()
+        self.preset_box.setObjectName("presetBox")
+        for name, (desc, _spec) in presets.PRESETS.items():
+            self.preset_box.addItem(name)
+            self.preset_box.setItemData(self.preset_box.count() - 1, desc, role=3)  # tooltip role
+        self.preset_box.addItem(CUSTOM)
+        self.preset_desc = QLabel("")
+        self.preset_desc.setProperty("role", "muted")
+        top.addWidget(self.preset_box)
+        top.addWidget(self.preset_desc, 1)
+        self.load_btn = QPushButton("Load spec…")
+        self.save_btn = QPushButton("Save spec…")
+        self.hf_btn = QPushButton("Start from a Hugging Face folder…")
+        self.hf_btn.setToolTip("Fine-tune a local Hugging Face causal-LM folder (llama or gpt2 family) instead "
+                               "of training a fresh model")
+        for b in (self.load_btn, self.save_btn, self.hf_btn):
+            top.addWidget(b)
+
+        self.form = SpecForm(ModelSpec)
+        form_box = QGroupBox("Architecture")
+        fl = QVBoxLayout(form_box)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(self.form)
+        fl.addWidget(scroll)
+        self.base_label = QLabel("")
+        self.base_label.setWordWrap(True)
+        self.base_label.setProperty("role", "ok")
+        self.base_label.setVisible(False)
+        self.clear_base_btn = QPushButton("Use a fresh model instead")
+        self.clear_base_btn.setVisible(False)
+        fl.addWidget(self.base_label)
+        fl.addWidget(self.clear_base_btn)
+
+        # --- live figures ---
+        figures = QGroupBox("Size and cost")
+        grid = QGridLayout(figures)
+        self.params_label = QLabel("–")
+        self.params_label.setProperty("role", "metric")
+        self.params_label.setObjectName("paramsLabel")
+        self.memory_label = QLabel("–")
+        self.memory_label.setProperty("role", "metric")
+        self.flops_label = QLabel("–")
+        self.flops_label.setProperty("role", "metric")
+        self.tokens_label = QLabel("–")
+        self.tokens_label.setProperty("role", "metric")
+        self.breakdown_label = QLabel("")
+        self.breakdown_label.setProperty("role", "muted")
+        self.breakdown_label.setWordWrap(True)
+        self.batch_box = QSpinBox()
+        self.batch_box.setRange(1, 4096)
+        self.batch_box.setValue(16)
+        self.batch_box.setToolTip("Batch size assumed by the training memory estimate")
+        self.precision_box = QComboBox()
+        self.precision_box.addItems(["fp32", "bf16", "fp16"])
+        self.precision_box.setToolTip("Activation precision assumed by the memory estimate")
+        captions = ["Parameters (exact)", "Training memory (est.)", "FLOPs / token (train)", "Compute-optimal tokens"]
+        for i, (cap, lab) in enumerate(zip(captions, (self.params_label, self.memory_label, self.flops_label,
+                                                       self.tokens_label), strict=True)):
+            c = QLabel(cap)
+            c.setProperty("role", "muted")
+            grid.addWidget(c, 0, i)
+            grid.addWidget(lab, 1, i)
+        opts = QHBoxLayout()
+        opts.addWidget(QLabel("Memory estimate for batch"))
+        opts.addWidget(self.batch_box)
+        opts.addWidget(QLabel("at"))
+        opts.addWidget(self.precision_box)
+        opts.addStretch(1)
+        grid.addLayout(opts, 2, 0, 1, 4)
+        grid.addWidget(self.breakdown_label, 3, 0, 1, 4)
+
+        self.problems = QLabel("")
+        self.problems.setProperty("role", "error")
+        self.problems.setWordWrap(True)
+        self.problems.setObjectName("modelProblems")
+
+        self.table = QTableWidget(0, 3)
+        self.table.setHorizontalHeaderLabels(["Tensor", "Shape", "Parameters"])
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        table_box = QGroupBox("Layer shapes")
+        QVBoxLayout(table_box).addWidget(self.table)
+
+        right = QVBoxLayout()
+        right.addWidget(figures)
+        right.addWidget(self.problems)
+        right.addWidget(table_box, 1)
+        body = QHBoxLayout()
+        body.addWidget(form_box, 2)
+        body.addLayout(right, 3)
+        root = QVBoxLayout(self)
+        root.addLayout(top)
+        root.addLayout(body, 1)
+
+        self.form.changed.connect(self._on_form_changed)
+        self.preset_box.currentTextChanged.connect(self._on_preset)
+        self.batch_box.valueChanged.connect(self.refresh)
+        self.precision_box.currentTextChanged.connect(self.refresh)
+        self.save_btn.clicked.connect(self._save_dialog)
+        self.load_btn.clicked.connect(self._load_dialog)
+        self.hf_btn.clicked.connect(self._hf_dialog)
+        self.clear_base_btn.clicked.connect(lambda _=False: self.set_base_model(""))
+        self.preset_box.setCurrentText(presets.DEFAULT_PRESET)
+        self._on_preset(presets.DEFAULT_PRESET)
+
+    # --- state ---
+    def current_spec(self) -> ModelSpec | None:
+        """The spec in the form, or None while it has problems."""
+        spec = self.form.spec()
+        return None if spec.validate() else spec
+
+    def set_spec(self, spec: ModelSpec, preset_name: str | None = None) -> None:
+        self._loading_preset = True
+        try:
+            self.preset_box.setCurrentText(preset_name or CUSTOM)
+            self.form.set_spec(spec)
+        finally:
+            self._loading_preset = False
+        self.refresh()
+
+    def _on_preset(self, name: str) -> None:
+        if name == CUSTOM or name not in presets.PRESETS:
+            self.preset_desc.setText("your own architecture")
+            return
+        self.preset_desc.setText(presets.PRESETS[name][0])
+        if not self._loading_preset:
+            self._loading_preset = True
+            try:
+                self.form.set_spec(presets.preset(name))
+            finally:
+                self._loading_preset = False
+            self.refresh()
+
+    def _on_form_changed(self) -> None:
+        if not self._loading_preset:
+            name = self.preset_box.currentText()
+            if name in presets.PRESETS and self.form.spec() != presets.PRESETS[name][1]:
+                self.preset_box.blockSignals(True)
+                self.preset_box.setCurrentText(CUSTOM)
+                self.preset_box.blockSignals(False)
+                self.preset_desc.setText("your own architecture")
+        self.refresh()
+
+    def refresh(self, *_args: object) -> None:
+        spec = self.form.spec()
+        problems = spec.validate()
+        self.form.show_problems([])
+        self.problems.setText("\n".join(f"⚠ {p}" for p in problems))
+        self.problems.setVisible(bool(problems))
+        if problems:
+            for lab in (self.params_label, self.memory_label, self.flops_label, self.tokens_label):
+                lab.setText("–")
+            self.table.setRowCount(0)
+            self.spec_changed.emit(None)
+            return
+        n = sizing.count_parameters(spec)
+        self.params_label.setText(f"{n:,}")
+        self.params_label.setToolTip(sizing.human_count(n))
+        mem = sizing.estimate_memory(spec, batch_size=self.batch_box.value(),
+                                     precision=self.precision_box.currentText())
+        self.memory_label.setText(sizing.human_bytes(mem["total"]))
+        self.breakdown_label.setText(
+            "Memory: " + ", ".join(f"{k} {sizing.human_bytes(v)}" for k, v in mem.items() if k != "total")
+            + ".   Parameters: " + ", ".join(f"{k} {sizing.human_count(v)}"
+                                              for k, v in sizing.parameter_breakdown(spec).items()))
+        self.flops_label.setText(sizing.human_count(sizing.flops_per_token(spec)))
+        self.tokens_label.setText(sizing.human_count(sizing.compute_optimal_tokens(spec)))
+        rows = sizing.layer_table(spec)
+        self.table.setUpdatesEnabled(False)
+        self.table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            self.table.setItem(r, 0, QTableWidgetItem(row["name"]))
+            self.table.setItem(r, 1, QTableWidgetItem(" × ".join(str(d) for d in row["shape"])))
+            item = QTableWidgetItem(f"{row['params']:,}")
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(r, 2, item)
+        self.table.setUpdatesEnabled(True)
+        self.spec_changed.emit(spec)
+
+    # --- files ---
+    def save_spec(self, path: str | Path) -> None:
+        spec = self.form.spec()
+        spec.check()
+        save_json(spec.to_dict(), path)
+        self.ctx.info(f"Saved model spec to {path}")
+
+    def load_spec(self, path: str | Path) -> None:
+        data = load_json(path)
+        if "model" in data and isinstance(data["model"], dict):  # a run.json works too
+            data = data["model"]
+        spec = ModelSpec.from_dict(data)
+        self.set_spec(spec)
+        self.ctx.info(f"Loaded model spec from {path}")
+
+    def _save_dialog(self, _checked: bool = False) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save model spec", str(self.ctx.workspace.folder("models") /
+                                                                          "model_spec.json"), "JSON (*.json)")
+        if path:
+            try:
+                self.save_spec(path)
+            except Exception as exc:
+                self.ctx.report_exception(exc, title="Could not save the spec")
+
+    def _load_dialog(self, _checked: bool = False) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load model spec", str(self.ctx.workspace.root), "JSON (*.json)")
+        if path:
+            try:
+                self.load_spec(path)
+            except Exception as exc:
+                self.ctx.report_exception(exc, title="Could not load the spec")
+
+    def _hf_dialog(self, _checked: bool = False) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a local Hugging Face model folder")
+        if folder:
+            self.use_hf_folder(folder)
+
+    def use_hf_folder(self, folder: str | Path) -> bool:
+        """Read the folder's config.json (no torch needed) and start training from it."""
+        try:
+            from desktop_app.engine.architecture import model_spec_from_folder  # imports torch: only on demand
+            spec = model_spec_from_folder(folder)
+        except SpecError as exc:
+            self.ctx.report_error(f"{folder} cannot be used: {exc}", title="Unsupported model folder")
+            return False
+        except Exception as exc:
+            self.ctx.report_exception(exc, title="Unsupported model folder")
+            return False
+        self.set_spec(spec)
+        self.set_base_model(str(folder))
+        return True
+
+    def set_base_model(self, path: str) -> None:
+        self.base_model = path
+        self.base_label.setText(f"Training will start from the weights in {path}" if path else "")
+        self.base_label.setVisible(bool(path))
+        self.clear_base_btn.setVisible(bool(path))
+        self.form.setEnabled(not path)
+        self.preset_box.setEnabled(not path)
+        self.base_model_changed.emit(path)

@@ -1,0 +1,78 @@
+"""Where files arrive: a dashed drop area with 'Add files' / 'Add folder' buttons.
+
+The main window also accepts drops anywhere and forwards them here (see `paths_from_mime`).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QMimeData, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+
+def paths_from_mime(mime: QMimeData | None) -> list[str]:
+    if mime is None or not mime.hasUrls():
+        return []
+    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile() and url.toLocalFile()]
+
+
+class DropZone(QFrame):
+    paths_dropped = Signal(list)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("dropZone")
+        self.setAcceptDrops(True)
+        self.setMinimumHeight(92)
+        layout = QVBoxLayout(self)
+        title = QLabel("Drop text files or folders here — anywhere on the window works too")
+        title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        title.setProperty("role", "title")
+        hint = QLabel(".txt .md .jsonl .json .csv … — bad files are flagged with the reason, the rest go on")
+        hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        hint.setProperty("role", "muted")
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        self.add_files = QPushButton("Add files…")
+        self.add_folder = QPushButton("Add folder…")
+        buttons.addWidget(self.add_files)
+        buttons.addWidget(self.add_folder)
+        buttons.addStretch(1)
+        layout.addWidget(title)
+        layout.addWidget(hint)
+        layout.addLayout(buttons)
+        self.add_files.clicked.connect(self._choose_files)
+        self.add_folder.clicked.connect(self._choose_folder)
+
+    def _choose_files(self, _checked: bool = False) -> None:
+        files, _ = QFileDialog.getOpenFileNames(self, "Add training files", "",
+                                                "Text and data (*.txt *.md *.jsonl *.json *.csv *.tsv);;All files (*)")
+        if files:
+            self.paths_dropped.emit(files)
+
+    def _choose_folder(self, _checked: bool = False) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of training files")
+        if folder:
+            self.paths_dropped.emit([folder])
+
+    def _set_active(self, on: bool) -> None:
+        self.setProperty("active", "true" if on else "false")
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if paths_from_mime(event.mimeData()):
+            self._set_active(True)
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragLeaveEvent(self, event) -> None:
+        self._set_active(False)
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        self._set_active(False)
+        paths = paths_from_mime(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.paths_dropped.emit(paths)

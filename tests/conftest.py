@@ -1,0 +1,98 @@
+"""Root test configuration: a headless Qt platform and a throw-away workspace, set before Qt loads.
+
+Nothing here imports PySide6 at module level: engine tests must pass where PySide6 is absent. The
+Qt fixtures import it lazily, and the leak check runs only when Qt was loaded by the test.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="azr-tests-"))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ["AZR_WORKSPACE"] = str(_SESSION_DIR / "workspace")
+os.environ["XDG_CONFIG_HOME"] = str(_SESSION_DIR / "config")  # QSettings never touch the user's files
+os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+
+
+@pytest.fixture(autouse=True)
+def _no_qt_leftovers():
+    """Fail a test that leaves a background QThread or an app timer ("azr-*") running."""
+    yield
+    if "PySide6.QtCore" not in sys.modules or "desktop_app.ui.background" not in sys.modules:
+        return
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from desktop_app.ui import background
+
+    problems = []
+    left = background.live_tasks()
+    if left:
+        problems.append(f"background task(s) still running: {[t.kind for t in left]}")
+        background.cancel_all()
+    app = QApplication.instance()
+    if app is not None:
+        for widget in app.topLevelWidgets():
+            for timer in widget.findChildren(QTimer):
+                if timer.objectName().startswith("azr-") and timer.isActive() and widget.isVisible():
+                    problems.append(f"timer {timer.objectName()} still active on a visible window")
+                    timer.stop()
+    if problems:
+        pytest.fail("; ".join(problems))
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    from desktop_app.engine.workspace import Workspace
+
+    return Workspace.open(tmp_path / "workspace")
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from PySide6.QtCore import QSettings
+
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def window(qtbot, workspace, settings):
+    """The real main window on a fresh workspace, pop-ups off (errors collected in ctx.errors)."""
+    from desktop_app.ui import background
+    from desktop_app.ui.main_window import MainWindow
+
+    win = MainWindow(workspace, settings=settings, preload=False)
+    win.ctx.dialogs_enabled = False
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    leaked = [t.kind for t in background.live_tasks()]
+    timers = [] if leaked else _active_app_timers(qtbot, win)
+    win.shutdown()  # stops timers, stops and waits for tasks
+    win.close()
+    if leaked:
+        pytest.fail(f"test left background task(s) running: {leaked}")
+    if timers:
+        pytest.fail(f"test left timer(s) running: {timers}")
+
+
+def _active_app_timers(qtbot, win) -> list[str]:
+    """Redraw/flush timers stop themselves once idle; give them a moment, then report any still running."""
+    from PySide6.QtCore import QTimer
+
+    def active() -> list[str]:
+        return [t.objectName() for t in win.findChildren(QTimer)
+                if t.objectName().startswith("azr-") and t.isActive() and t.objectName() != "azr-status-memory"]
+
+    try:
+        qtbot.waitUntil(lambda: not active(), timeout=2000)
+    except AssertionError:
+        return active()
+    return []
