@@ -28,7 +28,7 @@ class DropZone(QFrame):
         title = QLabel("Drop text files or folders here — anywhere on the window works too")
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         title.setProperty("role", "title")
-        hint = QLabel(".txt .md .jsonl .json .csv … — bad files are flagged with the reason, the rest go on")
+        hint = QLabel(".txt .md .jsonl (text, chat, instruction, preference) — bad files are flagged with the reason, the rest go on")
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         hint.setProperty("role", "muted")
         buttons = QHBoxLayout()
@@ -46,7 +46,7 @@ class DropZone(QFrame):
 
     def _choose_files(self, _checked: bool = False) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, "Add training files", "",
-                                                "Text and data (*.txt *.md *.jsonl *.json *.csv *.tsv);;All files (*)")
+                                                "Text and JSONL (*.txt *.md *.markdown *.jsonl);;All files (*)")
         if files:
             self.paths_dropped.emit(files)
 

@@ -1,0 +1,106 @@
+"""Seeded, resumable batch sources over a TokenStore.
+
+The training order is a pure function of (seed, epoch): epoch e visits every window of the split in
+the order `default_rng([seed, e]).permutation(n)`. The position is just (epoch, cursor), so a
+checkpoint stores three integers and resume continues with exactly the same batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.token_store import TokenStore
+
+
+class WindowBatchSource:
+    """Windows (context_length + 1 tokens) of one split, shuffled per epoch, resumable.
+
+    `take(n)` returns `(tokens, position)`: an int64 tensor (n, context_length + 1) and the
+    position it started at (a JSON-able list). `skip(position)` marks a batch to be stepped over
+    whenever the source reaches that position again (the rollback policy skips a poisoned batch).
+    """
+
+    def __init__(self, store: TokenStore, split: str = "train", *, seed: int = 0):
+        self.store = store
+        self.split = split
+        self.seed = int(seed)
+        self.n = store.num_chunks(split)
+        if self.n == 0:
+            raise UserError(f"the {split} split of {store.path} has no complete window of "
+                            f"{store.context_length + 1} tokens: add more text or lower the context length")
+        self.epoch = 0
+        self.cursor = 0
+        self.skipped: set[tuple[int, int]] = set()
+        self._perm_epoch = -1
+        self._perm: np.ndarray | None = None
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch != self._perm_epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+            self._perm_epoch = epoch
+        assert self._perm is not None
+        return self._perm
+
+    def _indices(self, count: int) -> np.ndarray:
+        out = []
+        while count:
+            perm = self._permutation(self.epoch)
+            piece = perm[self.cursor:self.cursor + count]
+            out.append(piece)
+            count -= len(piece)
+            self.cursor += len(piece)
+            if self.cursor >= self.n:
+                self.epoch += 1
+                self.cursor = 0
+        return np.concatenate(out)
+
+    def take(self, count: int) -> tuple[torch.Tensor, list[int]]:
+        while (self.epoch, self.cursor) in self.skipped:
+            self._indices(count)  # step over a batch marked bad
+        position = [self.epoch, self.cursor]
+        idx = self._indices(count)
+        return self._gather(idx), position
+
+    def _gather(self, idx: np.ndarray) -> torch.Tensor:
+        # One memmap read per window; windows are small (context + 1 tokens), so this is cheap.
+        tokens = self.store.tokens(self.split)
+        stride, width = self.store.stride, self.store.context_length + 1
+        out = np.empty((len(idx), width), dtype=np.int64)
+        for row, i in enumerate(idx):
+            start = int(i) * stride
+            out[row] = tokens[start:start + width]
+        return torch.from_numpy(out)
+
+    def skip(self, position: list[int]) -> None:
+        self.skipped.add((int(position[0]), int(position[1])))
+
+    @property
+    def epoch_progress(self) -> float:
+        return self.epoch + self.cursor / self.n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"split": self.split, "seed": self.seed, "epoch": self.epoch, "cursor": self.cursor,
+                "windows": self.n, "skipped": sorted([list(p) for p in self.skipped])}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self.cursor = int(state["cursor"])
+        self.skipped = {(int(a), int(b)) for a, b in state.get("skipped", [])}
+        if int(state.get("windows", self.n)) != self.n:
+            # The dataset grew (append): keep the epoch, restart it so every window is visited.
+            self.cursor = 0
+        self._perm_epoch = -1
+
+
+def eval_windows(store: TokenStore, count: int, split: str = "val") -> torch.Tensor:
+    """A fixed, evenly spaced set of `count` windows of a split (the same at every evaluation)."""
+    n = store.num_chunks(split)
+    if n == 0:
+        return torch.zeros((0, store.context_length + 1), dtype=torch.int64)
+    idx = np.unique(np.linspace(0, n - 1, num=min(count, n)).round().astype(np.int64))
+    return torch.from_numpy(store.chunks(split, idx))

@@ -1,0 +1,373 @@
+"""Atomic, verified checkpoints: save, list, verify, load, retention.
+
+A committed checkpoint is RUN_DIR/checkpoints/step-XXXXXXXX/ holding
+    config.json, generation_config.json, model.safetensors, tokenizer.json (+ tokenizer_config.json)
+    model_spec.json         -> a loadable Hugging Face folder
+    optimizer.safetensors   AdamW state tensors (exp_avg, exp_avg_sq, step), bit-exact, no pickle
+    optimizer.json          param groups and non-tensor optimizer values
+    rng.safetensors         torch CPU (and CUDA) generator states
+    trainer_state.json      step, schedule scale, grad-scaler, data position, metrics offset, RNG of
+                            python/numpy, best val loss, counters
+    run.json                the run config the state belongs to
+    manifest.json           sha256 + size of every file above, written LAST: the commit marker
+
+How a save stays atomic: everything is staged in checkpoints/.tmp-step-N-<random>/, each file is
+fsynced, the manifest is written and fsynced last, the folder is renamed to step-XXXXXXXX and the
+parent fsynced. A crash at any moment leaves either no new checkpoint or a complete one; staging
+folders are ignored and swept. Resume only considers folders whose manifest verifies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.fileio import fsync_dir
+
+CHECKPOINTS_DIR = "checkpoints"
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+_STEP_RE = re.compile(r"^step-(\d{8,})$")
+REQUIRED_FILES = ("config.json", "model.safetensors", "trainer_state.json", "optimizer.safetensors",
+                  "optimizer.json", "run.json")
+
+# Test hook: seconds to sleep inside a save, after the weights are staged and before the manifest
+# (the window a kill -9 test must be able to hit). Also settable in-process via `save_pause_hook`.
+PAUSE_ENV = "AZR_TEST_SAVE_PAUSE_S"
+save_pause_hook: Callable[[Path], None] | None = None
+
+
+class CheckpointError(UserError):
+    """A checkpoint could not be written or read; the message names the path and what to do."""
+
+
+@dataclass
+class CheckpointPayload:
+    """Everything one checkpoint holds, as plain objects (the loop builds it; this module writes it)."""
+
+    step: int
+    model: torch.nn.Module
+    optimizer_tensors: dict[str, torch.Tensor]
+    optimizer_meta: dict[str, Any]
+    trainer_state: dict[str, Any]
+    run_config: dict[str, Any]
+    model_spec: dict[str, Any] | None = None
+    rng_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Writes the tokenizer files into a folder (e.g. hf_tokenizer(...).save_pretrained, or a copy).
+    write_tokenizer: Callable[[Path], None] | None = None
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def step_of(path: str | Path) -> int:
+    m = _STEP_RE.match(Path(path).name)
+    if not m:
+        raise ValueError(f"{path} is not a checkpoint folder name")
+    return int(m.group(1))
+
+
+# --- writing ------------------------------------------------------------------------------------------
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    save_file(tensors, str(path), metadata=metadata)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, allow_nan=True) + "\n", encoding="utf-8")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(chunk)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """HF state-dict names, tied duplicates dropped (the first name of shared storage is kept, which is
+    the input embedding for tied LM heads, as `from_pretrained` expects)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().to("cpu").contiguous()
+    return out
+
+
+def estimate_checkpoint_bytes(payload: CheckpointPayload) -> int:
+    model_bytes = sum(t.numel() * t.element_size() for t in model_state_for_saving(payload.model).values())
+    opt_bytes = sum(t.numel() * t.element_size() for t in payload.optimizer_tensors.values())
+    return model_bytes + opt_bytes + (4 << 20)  # + tokenizer, JSON, RNG (generous)
+
+
+def save_checkpoint(run_dir: str | Path, payload: CheckpointPayload) -> Path:
+    """Write a checkpoint atomically and return its committed folder.
+
+    Raises CheckpointError (a UserError) with the path, the space needed and the space free when the
+    disk is full or the folder is not writable; the staging folder is removed and every earlier
+    checkpoint is untouched.
+    """
+    parent = checkpoints_dir(run_dir)
+    final = parent / checkpoint_name(payload.step)
+    staging = parent / f".tmp-{checkpoint_name(payload.step)}-{secrets.token_hex(4)}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+        _stage(staging, payload)
+        if final.exists():  # same step saved again (e.g. save-now at a save step): replace atomically
+            trash = parent / f".trash-{final.name}-{secrets.token_hex(4)}"
+            os.replace(final, trash)
+            os.replace(staging, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(staging, final)
+        fsync_dir(parent)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CheckpointError(_save_failure_message(parent, payload, exc)) from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def _save_failure_message(parent: Path, payload: CheckpointPayload, exc: OSError) -> str:
+    try:
+        need = estimate_checkpoint_bytes(payload)
+    except Exception:
+        need = 0
+    free = None
+    probe = parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(probe).free
+    what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+            errno.EACCES: "the folder is not writable", errno.EPERM: "the folder is not writable",
+            errno.EROFS: "the disk is read-only"}.get(exc.errno or 0, exc.strerror or str(exc))
+    space = f"; a checkpoint needs about {_mb(need)}" if need else ""
+    if free is not None:
+        space += f", {_mb(free)} is free there"
+    prev = list_committed(parent.parent) if parent.exists() else []
+    kept = f"; the previous checkpoint {prev[-1]} is intact" if prev else "; no earlier checkpoint exists"
+    return f"could not save the step {payload.step} checkpoint in {parent}: {what}{space}{kept}"
+
+
+def _mb(n: int | float) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _stage(staging: Path, p: CheckpointPayload) -> None:
+    # Weights first (the largest file), HF config next to them: the folder loads with from_pretrained.
+    _write_tensors(staging / "model.safetensors", model_state_for_saving(p.model), {"format": "pt"})
+    config = getattr(p.model, "config", None)
+    if config is not None:
+        config.save_pretrained(staging)
+    gen = getattr(p.model, "generation_config", None)
+    if gen is not None:
+        with contextlib.suppress(Exception):  # optional file; a model without it still loads
+            gen.save_pretrained(staging)
+    if p.write_tokenizer is not None:
+        p.write_tokenizer(staging)
+    if p.model_spec is not None:
+        _write_json(staging / "model_spec.json", p.model_spec)
+    _write_tensors(staging / "optimizer.safetensors", p.optimizer_tensors or {"_empty": torch.zeros(0)})
+    _write_json(staging / "optimizer.json", p.optimizer_meta)
+    if p.rng_tensors:
+        _write_tensors(staging / "rng.safetensors", p.rng_tensors)
+    _write_json(staging / "trainer_state.json", p.trainer_state)
+    _write_json(staging / "run.json", p.run_config)
+
+    pause = os.environ.get(PAUSE_ENV)
+    if pause:
+        time.sleep(float(pause))
+    if save_pause_hook is not None:
+        save_pause_hook(staging)
+
+    files: dict[str, dict[str, Any]] = {}
+    for f in sorted(staging.iterdir()):
+        if f.is_file():
+            _fsync_file(f)
+            files[f.name] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
+    manifest = {"format_version": FORMAT_VERSION, "step": p.step, "created": time.time(), "files": files}
+    _write_json(staging / MANIFEST, manifest)
+    _fsync_file(staging / MANIFEST)
+    fsync_dir(staging)
+
+
+# --- reading ------------------------------------------------------------------------------------------
+
+def list_committed(run_dir: str | Path) -> list[Path]:
+    """Committed checkpoint folders (those with a manifest), oldest to newest. Not verified."""
+    parent = checkpoints_dir(run_dir)
+    if not parent.is_dir():
+        return []
+    found = [p for p in parent.iterdir() if p.is_dir() and _STEP_RE.match(p.name) and (p / MANIFEST).is_file()]
+    return sorted(found, key=step_of)
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Check every file against the manifest; return the manifest or raise CheckpointError naming the bad file."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {path} is damaged: {manifest_path} is missing or unreadable "
+                              f"({exc})") from None
+    for name in REQUIRED_FILES:
+        if name not in files:
+            raise CheckpointError(f"checkpoint {path} is incomplete: {path / name} is not listed in its manifest")
+    for name, info in files.items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path} is damaged: {f} is missing")
+        if f.stat().st_size != info.get("bytes"):
+            raise CheckpointError(f"checkpoint {path} is damaged: {f} has {f.stat().st_size} bytes, "
+                                  f"the manifest says {info.get('bytes')}")
+        if sha256_file(f) != info.get("sha256"):
+            raise CheckpointError(f"checkpoint {path} is damaged: {f} does not match its checksum")
+    return manifest
+
+
+def find_resumable(run_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint that verifies, and a message for each newer one that did not."""
+    problems: list[str] = []
+    for path in reversed(list_committed(run_dir)):
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+            continue
+        return path, problems
+    return None, problems
+
+
+def latest_checkpoint(run_dir: str | Path, verify: bool = True) -> Path | None:
+    """The newest committed checkpoint (the newest that verifies when `verify`), or None."""
+    if not verify:
+        committed = list_committed(run_dir)
+        return committed[-1] if committed else None
+    return find_resumable(run_dir)[0]
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@dataclass
+class LoadedCheckpoint:
+    path: Path
+    step: int
+    model_state: dict[str, torch.Tensor]
+    optimizer_tensors: dict[str, torch.Tensor]
+    optimizer_meta: dict[str, Any]
+    rng_tensors: dict[str, torch.Tensor]
+    trainer_state: dict[str, Any]
+    run_config: dict[str, Any]
+    model_spec: dict[str, Any] | None
+
+
+def load_checkpoint(path: str | Path, *, verify: bool = True) -> LoadedCheckpoint:
+    """Read a checkpoint (no pickle: safetensors + JSON). Verifies checksums first unless told not to."""
+    path = Path(path)
+    if verify:
+        verify_checkpoint(path)
+    opt = load_file(str(path / "optimizer.safetensors"))
+    opt.pop("_empty", None)
+    rng_file = path / "rng.safetensors"
+    spec_file = path / "model_spec.json"
+    return LoadedCheckpoint(
+        path=path, step=step_of(path),
+        model_state=load_file(str(path / "model.safetensors")),
+        optimizer_tensors=opt, optimizer_meta=_read_json(path / "optimizer.json"),
+        rng_tensors=load_file(str(rng_file)) if rng_file.exists() else {},
+        trainer_state=_read_json(path / "trainer_state.json"),
+        run_config=_read_json(path / "run.json"),
+        model_spec=_read_json(spec_file) if spec_file.exists() else None,
+    )
+
+
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load weights saved by `model_state_for_saving`; only tied duplicates may be absent."""
+    result = model.load_state_dict(state, strict=False)
+    full = model.state_dict()
+    ptrs = {}
+    for name, t in full.items():
+        ptrs.setdefault((t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)), []).append(name)
+    tied = {n for names in ptrs.values() if len(names) > 1 for n in names[1:]}
+    missing = [k for k in result.missing_keys if k not in tied]
+    if missing or result.unexpected_keys:
+        raise CheckpointError(f"the checkpoint weights do not fit this model: missing {missing[:5]}, "
+                              f"unexpected {list(result.unexpected_keys)[:5]}")
+
+
+# --- housekeeping -------------------------------------------------------------------------------------
+
+def sweep_staging(run_dir: str | Path) -> list[Path]:
+    """Remove staging/trash folders left by a crash (never a committed checkpoint)."""
+    parent = checkpoints_dir(run_dir)
+    removed = []
+    if parent.is_dir():
+        for p in parent.iterdir():
+            if p.is_dir() and (p.name.startswith(".tmp-") or p.name.startswith(".trash-")):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
+def apply_retention(run_dir: str | Path, keep_last: int, keep_steps: set[int] | None = None) -> list[Path]:
+    """Delete committed checkpoints beyond the newest `keep_last`, except steps in `keep_steps` (the best).
+
+    Each is first renamed to a hidden trash name (atomic), so a crash mid-delete never leaves a
+    half-deleted folder that looks committed.
+    """
+    keep_steps = keep_steps or set()
+    committed = list_committed(run_dir)
+    doomed = [p for p in committed[:-keep_last] if step_of(p) not in keep_steps] if keep_last > 0 else []
+    removed = []
+    for p in doomed:
+        trash = p.with_name(f".trash-{p.name}-{secrets.token_hex(4)}")
+        try:
+            os.replace(p, trash)
+        except OSError:
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(p)
+    if removed:
+        fsync_dir(checkpoints_dir(run_dir))
+    return removed

@@ -1,0 +1,128 @@
+"""Pretraining objective: next-token cross-entropy over windows of the token store."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from desktop_app.engine.batches import WindowBatchSource, eval_windows
+from desktop_app.engine.objectives.base import TrainContext
+
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
+
+
+def bytes_per_token(manifest: dict[str, Any], split: str) -> float | None:
+    """UTF-8 bytes per token of a split, from the dataset manifest (None when it does not say)."""
+    candidates = []
+    splits = manifest.get("splits")
+    if isinstance(splits, dict) and isinstance(splits.get(split), dict):
+        candidates.append(splits[split])
+    if isinstance(manifest.get(split), dict):
+        candidates.append(manifest[split])
+    stats = manifest.get("stats")
+    if isinstance(stats, dict) and isinstance(stats.get(split), dict):
+        candidates.append(stats[split])
+    for c in candidates:
+        nbytes = c.get("bytes", c.get("text_bytes", c.get("utf8_bytes")))
+        ntok = c.get("tokens")
+        if nbytes and ntok:
+            return float(nbytes) / float(ntok)
+    return None
+
+
+def eos_id(tokenizer: Any, manifest: dict[str, Any]) -> int | None:
+    tok_info = manifest.get("tokenizer", {}) if isinstance(manifest.get("tokenizer"), dict) else {}
+    for key in ("eos_id", "eos_token_id"):
+        for where in (manifest, tok_info):
+            if isinstance(where.get(key), int):
+                return int(where[key])
+    if tokenizer is not None:
+        for name in EOS_CANDIDATES:
+            i = tokenizer.token_to_id(name)
+            if i is not None:
+                return int(i)
+    return None
+
+
+class CausalLMObjective:
+    """loss = mean cross-entropy of predicting token t+1 from tokens <= t, over full windows."""
+
+    name = "causal_lm"
+
+    def __init__(self) -> None:
+        self._val: torch.Tensor | None = None
+        self._bpt: float | None = None
+        self._eos: int | None = None
+
+    def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
+        spec = ctx.train_spec
+        self._val = eval_windows(ctx.store, spec.eval_batches * spec.micro_batch)
+        self._bpt = bytes_per_token(ctx.store.manifest, "val")
+        self._eos = eos_id(ctx.tokenizer, ctx.store.manifest)
+
+    def batch_source(self, ctx: TrainContext) -> WindowBatchSource:
+        return WindowBatchSource(ctx.store, "train", seed=ctx.seed)
+
+    def split(self, batch: torch.Tensor, micro_batch: int) -> list[torch.Tensor]:
+        return list(batch.split(micro_batch))
+
+    def to_device(self, micro: torch.Tensor, device: torch.device) -> torch.Tensor:
+        return micro.to(device, non_blocking=True) if device.type != "cpu" else micro
+
+    def loss(self, model: torch.nn.Module, micro: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        # micro: (B, T+1) int64 -> inputs (B, T), targets (B, T). Our own CE: HF's labels path would
+        # copy and shift again; the float() keeps the softmax in fp32 under autocast.
+        x, y = micro[:, :-1], micro[:, 1:]
+        logits = model(input_ids=x, use_cache=False).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
+        return loss, {}
+
+    def tokens(self, micro: torch.Tensor) -> int:
+        return micro.shape[0] * (micro.shape[1] - 1)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
+        if self._val is None or len(self._val) == 0:
+            return {}
+        total, count = 0.0, 0
+        for micro in self._val.split(ctx.train_spec.micro_batch):
+            micro = self.to_device(micro, ctx.device)
+            x, y = micro[:, :-1], micro[:, 1:]
+            with ctx.autocast():
+                logits = model(input_ids=x, use_cache=False).logits
+            total += F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
+                                     reduction="sum").item()
+            count += y.numel()
+        val_loss = total / count
+        out = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 80.0))}
+        if self._bpt:
+            # nats/token -> bits/token -> bits/byte: comparable across tokenizers.
+            out["val_bpb"] = val_loss / math.log(2) / self._bpt
+        return out
+
+    @torch.no_grad()
+    def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
+        spec = ctx.train_spec
+        if not spec.sample_tokens or ctx.tokenizer is None or not hasattr(model, "generate"):
+            return []
+        out = []
+        start = [self._eos] if self._eos is not None else []
+        # Sampling must not move the training RNG (exact resume): fork it and seed the sampler.
+        with torch.random.fork_rng(devices=[ctx.device.index or 0] if ctx.device.type == "cuda" else []):
+            torch.manual_seed(ctx.seed)
+            for prompt in spec.sample_prompts:
+                ids = start + (ctx.tokenizer.encode(prompt, add_special_tokens=False).ids if prompt else [])
+                if not ids:
+                    ids = [0]
+                input_ids = torch.tensor([ids], dtype=torch.long, device=ctx.device)
+                room = max(1, ctx.store.context_length - len(ids))
+                gen = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                     max_new_tokens=min(spec.sample_tokens, room), do_sample=True,
+                                     temperature=0.8, top_k=50, pad_token_id=self._eos if self._eos is not None
+                                     else 0, eos_token_id=self._eos)
+                new = gen[0, len(ids):].tolist()
+                out.append((prompt, ctx.tokenizer.decode(new, skip_special_tokens=True)))
+        return out

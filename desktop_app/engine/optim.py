@@ -1,0 +1,109 @@
+"""AdamW with sensible parameter groups, and the learning-rate schedule (a pure function of the step).
+
+The schedule is a pure function of (step, TrainSpec, scale) rather than a stateful torch scheduler,
+so its "state" in a checkpoint is just the step and the rollback scale: nothing to drift on resume.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from desktop_app.engine.specs import TrainSpec
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two AdamW groups: decayed matrices, and no decay for norms, biases and embeddings.
+
+    Decaying norm gains pulls them toward 0 (not toward their init of 1) and decaying embeddings
+    shrinks rare tokens' vectors; both hurt small models, so only the dense matrices decay.
+    """
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, no_decay = [], []
+    decay_names, no_decay_names = [], []
+    for name, p in model.named_parameters():  # named_parameters de-duplicates tied weights
+        if not p.requires_grad:
+            continue
+        if p.ndim < 2 or id(p) in embedding_ids:
+            no_decay.append(p)
+            no_decay_names.append(name)
+        else:
+            decay.append(p)
+            decay_names.append(name)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "names": decay_names},
+        {"params": no_decay, "weight_decay": 0.0, "names": no_decay_names},
+    ]
+
+
+def build_optimizer(model: nn.Module, spec: TrainSpec, device: torch.device | None = None) -> torch.optim.AdamW:
+    groups = param_groups(model, spec.weight_decay)
+    for g in groups:
+        g.pop("names")  # AdamW would keep unknown keys in param_groups; keep its state JSON-clean
+    kwargs: dict[str, Any] = {}
+    if device is not None and device.type == "cuda":
+        kwargs["fused"] = True  # one kernel for all parameters; same maths
+    return torch.optim.AdamW(groups, lr=spec.lr, betas=(spec.beta1, spec.beta2), eps=1e-8, **kwargs)
+
+
+def lr_at(step: int, spec: TrainSpec, scale: float = 1.0) -> float:
+    """Learning rate of optimizer step `step` (1-based: the first update is step 1).
+
+    Linear warm-up from lr/warmup to lr over `warmup_steps`, then cosine / linear decay to
+    lr * min_lr_ratio at the last step, or constant. `scale` is the rollback factor (halved after a
+    non-finite step under the rollback policy).
+    """
+    peak = spec.lr * scale
+    if spec.warmup_steps and step <= spec.warmup_steps:
+        return peak * step / spec.warmup_steps
+    if spec.schedule == "constant":
+        return peak
+    floor = peak * spec.min_lr_ratio
+    span = max(1, spec.steps - spec.warmup_steps)
+    progress = min(1.0, max(0.0, (step - spec.warmup_steps) / span))
+    if spec.schedule == "linear":
+        return peak - (peak - floor) * progress
+    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+# --- optimizer state without pickle: tensors -> safetensors, the rest -> JSON -------------------------
+
+def optimizer_state_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split `optimizer.state_dict()` into flat tensors ("state.<i>.<key>") and JSON-safe metadata.
+
+    Every tensor (exp_avg, exp_avg_sq and AdamW's 0-d `step` tensor) goes to safetensors bit-exact;
+    plain Python values (param group hyperparameters) go to JSON.
+    """
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, entry in sd["state"].items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{idx}.{key}"] = value.detach().to("cpu").contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[key] = value
+    meta = {"param_groups": sd["param_groups"], "scalars": scalars}
+    return tensors, meta
+
+
+def optimizer_state_from_flat(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        _, idx, key = name.split(".", 2)
+        state.setdefault(int(idx), {})[key] = value
+    for idx, entries in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(entries)
+    groups = meta["param_groups"]
+    for g in groups:  # JSON turned the betas tuple into a list
+        if "betas" in g and isinstance(g["betas"], list):
+            g["betas"] = tuple(g["betas"])
+    return {"state": state, "param_groups": groups}

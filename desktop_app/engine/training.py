@@ -1,0 +1,795 @@
+"""The one training loop. Objectives (causal LM now; SFT, DPO, self-play later) plug into it.
+
+`train(config, run_dir, controls)` is a generator of events (see events.py). Every yield is a
+progress report and a cancel point; the GUI iterates it in a worker thread, the CLI with a progress
+bar. The loop owns optimisation, precision, accumulation, clipping, failure handling, controls,
+metrics and checkpoints; the objective owns batches, loss and evaluation (objectives/base.py).
+
+Cost notes (why the hot path looks the way it does): per optimizer step there is exactly one
+device->host sync (loss and grad norm read together, needed anyway to keep non-finite values away
+from the optimizer); per micro-step none. Metrics lines are written only on logged steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from desktop_app.engine import checkpoints as ckpt
+from desktop_app.engine.devices import (
+    apply_threads,
+    choose_precision,
+    choose_threads,
+    free_device_memory,
+    is_out_of_memory,
+    measure_matmul_peak,
+    resolve_device,
+)
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import (
+    CheckpointSaved,
+    Controls,
+    EvalResult,
+    Event,
+    Finished,
+    Log,
+    Progress,
+    Sample,
+    StepMetrics,
+)
+from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.optim import (
+    build_optimizer,
+    lr_at,
+    optimizer_state_from_flat,
+    optimizer_state_to_flat,
+    set_lr,
+)
+from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
+from desktop_app.engine.token_store import TokenStore
+
+METRICS_FILE = "metrics.jsonl"
+RUN_FILE = "run.json"
+TRAINER_STATE_VERSION = 1
+ROLLBACK_LR_FACTOR = 0.5
+
+
+# --- config helpers (also used by the CLI and the GUI) --------------------------------------------------
+
+def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Readable differences between two run configs, one line per changed leaf ("train.lr: 0.001 -> 0.002")."""
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<unset>"), new.get(key, "<unset>")
+        name = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            lines += config_diff(a, b, name + ".")
+        elif a != b:
+            lines.append(f"{name}: {json.dumps(a)} -> {json.dumps(b)}")
+    return lines
+
+
+def _canonical(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """Fill TrainSpec/ModelSpec defaults so {} and an explicit default compare equal."""
+    out = dict(config_dict)
+    with contextlib.suppress(Exception):
+        out["train"] = TrainSpec.from_dict(out.get("train", {})).to_dict()
+    if out.get("model"):
+        with contextlib.suppress(Exception):
+            out["model"] = ModelSpec.from_dict(out["model"]).to_dict()
+    return out
+
+
+def adapt_model_to_dataset(spec: ModelSpec, store: TokenStore) -> tuple[ModelSpec, list[str]]:
+    """Fit a (preset) spec to a dataset: vocab_size = the tokenizer's, context_length = the dataset's.
+
+    Returns the adapted spec and one note per change, so callers can say what they did.
+    """
+    notes = []
+    if spec.vocab_size != store.vocab_size:
+        notes.append(f"vocab_size set to {store.vocab_size} (the dataset's tokenizer) instead of {spec.vocab_size}")
+        spec = spec.replace(vocab_size=store.vocab_size)
+    if spec.context_length != store.context_length:
+        notes.append(f"context_length set to {store.context_length} (the dataset's windows) instead of "
+                     f"{spec.context_length}")
+        spec = spec.replace(context_length=store.context_length)
+    return spec, notes
+
+
+def config_from_preset(dataset: str | Path, preset_name: str, *, seed: int = 1337,
+                       **train_overrides: Any) -> tuple[RunConfig, list[str]]:
+    """A RunConfig training preset `preset_name` on `dataset`, adapted to its tokenizer and context."""
+    from desktop_app.engine.presets import preset
+
+    store = TokenStore(dataset)
+    spec, notes = adapt_model_to_dataset(preset(preset_name), store)
+    train_spec = TrainSpec(**{k: v for k, v in train_overrides.items() if v is not None})
+    config = RunConfig(model=spec.to_dict(), dataset=str(Path(dataset).resolve()), train=train_spec.to_dict(),
+                       seed=seed)
+    config.check()
+    return config, [f"preset {preset_name}: {n}" for n in notes]
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every event recorded in a run's metrics.jsonl (a torn last line from a crash is ignored)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def next_micro_batch(micro: int, batch: int) -> int | None:
+    """After an out-of-memory error: the next smaller micro-batch that divides the batch (None: at 1 already).
+
+    Halving keeps the effective batch (micro x accumulation = batch) and so the training maths.
+    """
+    m = micro // 2
+    while m >= 1 and batch % m:
+        m -= 1
+    return m if 1 <= m < micro else None
+
+
+# --- RNG state without pickle ---------------------------------------------------------------------------
+
+def capture_rng(device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda_{i}"] = state
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    meta = {
+        "python": [version, list(internal), gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+    }
+    return tensors, meta
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any], device: torch.device) -> None:
+    if "torch_cpu" in tensors:
+        torch.set_rng_state(tensors["torch_cpu"])
+    if device.type == "cuda":
+        states = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda_"))]
+        if states and len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+    if meta.get("python"):
+        version, internal, gauss = meta["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if meta.get("numpy"):
+        name, keys, pos, has_gauss, cached = meta["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+# --- the loop -------------------------------------------------------------------------------------------
+
+class _Run:
+    """State of one train() call; methods are the loop's pieces (kept small so the loop reads top-down)."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, controls: Controls, objective: Any, interactive: bool):
+        self.config = config
+        self.run_dir = run_dir
+        self.controls = controls
+        self.objective = objective
+        self.interactive = interactive
+        self.spec: TrainSpec = config.train_spec()
+        self.metrics_fh: Any = None
+        self.metrics_ok = True
+        self.step = 0
+        self.lr_scale = 1.0
+        self.tokens_seen = 0
+        self.elapsed_before = 0.0
+        self.best_val: float | None = None
+        self.last_val: float | None = None
+        self.evals_since_best = 0
+        self.nonfinite_count = 0
+        self.nonfinite_events: list[dict[str, Any]] = []
+        self.ckpt_val: dict[int, float | None] = {}
+        self.last_saved_step = -1
+        self.last_checkpoint: Path | None = None
+        self.micro = self.spec.micro_batch
+        self.flushed_denormals = False
+
+    # events go to metrics.jsonl (flushed) before they reach the caller, so history survives a crash
+    def emit(self, event: Event) -> Event:
+        if self.metrics_fh is not None and self.metrics_ok and not isinstance(event, Progress):
+            try:
+                self.metrics_fh.write(json.dumps(event.to_dict(), allow_nan=True) + "\n")
+                self.metrics_fh.flush()
+            except OSError as exc:
+                self.metrics_ok = False
+                return Log("warning", f"could not write {self.run_dir / METRICS_FILE} ({exc.strerror}); "
+                           "metrics are no longer recorded on disk")
+        return event
+
+
+def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = None, *, resume: bool = False,
+          accept_config_change: bool = False, objective: Any = None, interactive: bool = False) -> Iterator[Event]:
+    """Train (or resume) the run described by `config` in `run_dir`, yielding events.
+
+    resume: continue from the newest committed checkpoint that verifies (newer damaged ones are
+    reported and skipped). A config different from the checkpoint's is refused with a diff unless
+    `accept_config_change`. `objective` overrides the config's objective (tests, future methods);
+    `interactive` tells the thread policy that a window shares the CPU. Setup problems raise
+    UserError; problems during training end with Finished(reason="failed").
+    """
+    controls = controls or Controls()
+    run_dir = Path(run_dir)
+    config.check()
+    previous_threads = torch.get_num_threads()
+    run = _Run(config, run_dir, controls, objective, interactive)
+    try:
+        yield from _train(run, resume, accept_config_change)
+    finally:
+        if run.metrics_fh is not None:
+            with contextlib.suppress(OSError):
+                run.metrics_fh.close()
+        apply_threads(previous_threads)
+        if run.flushed_denormals:
+            torch.set_flush_denormal(False)  # the process default (torch has no getter to save it)
+
+
+def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Event]:
+    config, run_dir, spec = run.config, run.run_dir, run.spec
+    pending: list[Event] = []  # setup notes, emitted once metrics.jsonl is open
+
+    # 1. Which checkpoint (if any) we continue from, and whether the config may change.
+    loaded: ckpt.LoadedCheckpoint | None = None
+    if resume:
+        path, problems = ckpt.find_resumable(run_dir)
+        for p in problems:
+            pending.append(Log("warning", f"{p}; falling back to an earlier checkpoint"))
+        if path is None:
+            if not (run_dir / RUN_FILE).exists():
+                raise UserError(f"{run_dir} is not a training run (no {RUN_FILE}); nothing to resume")
+            pending.append(Log("warning", "no complete checkpoint to resume from: starting this run from step 0"))
+        else:
+            loaded = ckpt.load_checkpoint(path, verify=False)  # verified just above
+            diff = config_diff(_canonical(loaded.run_config), _canonical(config.to_dict()))
+            if diff:
+                model_changed = [d for d in diff if d.startswith(("model.", "base_model", "objective"))]
+                if model_changed:
+                    raise UserError("cannot resume: the model differs from the checkpoint's ("
+                                    + "; ".join(model_changed) + "). Start a new run to train another model.")
+                if not accept_config_change:
+                    raise UserError("the run config differs from the one the checkpoint was trained with:\n  "
+                                    + "\n  ".join(diff) + "\nresume with --accept-config-change to continue "
+                                    "with the new settings")
+                pending.append(Log("warning", "continuing with a changed config: " + "; ".join(diff)))
+    elif ckpt.list_committed(run_dir):
+        raise UserError(f"{run_dir} already holds checkpoints of a run: resume it (train --resume {run_dir}) "
+                        "or choose a new output folder")
+
+    # 2. run.json, and metrics.jsonl cut back to what the checkpoint had seen (consistent replayed history).
+    metrics_path = run_dir / METRICS_FILE
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.sweep_staging(run_dir)
+        config.save(run_dir / RUN_FILE)
+        if loaded is not None:
+            offset = int(loaded.trainer_state.get("metrics_offset", 0))
+            if metrics_path.exists() and metrics_path.stat().st_size > offset:
+                with open(metrics_path, "r+b") as fh:
+                    fh.truncate(offset)
+        elif metrics_path.exists():
+            metrics_path.unlink()
+        run.metrics_fh = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in train()'s finally
+    except OSError as exc:
+        raise UserError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a folder you can "
+                        "write to (with free space)") from None
+
+    # 3. Device, threads, precision.
+    device = resolve_device(spec.device)
+    threads, why_threads = choose_threads(spec.threads, interactive=run.interactive)
+    apply_threads(threads)
+    precision = choose_precision(device, spec.precision)
+    pending.append(Log("info", f"device {device.type}; {why_threads}"))
+    if device.type == "cpu":
+        pending.extend(_thread_warnings(spec.threads, threads, loaded))
+        # Many epochs over little data drive gradients and Adam's second moments into denormal floats,
+        # which x86 computes far slower (seen in the benchmark: a 12M model trained ~12 times on one batch
+        # slowed down ~6x until denormals were flushed). Flushing them to zero costs nothing in accuracy.
+        # Reset in train()'s finally.
+        run.flushed_denormals = bool(torch.set_flush_denormal(True))
+    pending.append(Log("warning" if precision.warning else "info", f"precision {precision.name}: {precision.reason}"))
+
+    # 4. Data, tokenizer, model.
+    store = TokenStore(config.dataset)
+    tokenizer = _load_dataset_tokenizer(store)
+    model, model_spec = _build_model(config, store, tokenizer)
+    if loaded is not None:
+        ckpt.load_model_state(model, loaded.model_state)
+    model.to(device)
+    if spec.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        pending.append(Log("info", "gradient checkpointing on: less memory, ~30% more compute"))
+    model.train()
+    forward_model: Any = model
+    if spec.compile:
+        pending.append(Log("info", "compiling the model with torch.compile (the first steps are slow)"))
+        forward_model = torch.compile(model)
+
+    optimizer = build_optimizer(model, spec, device)
+    scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
+
+    if precision.autocast_dtype is not None:
+        def autocast() -> Any:
+            return torch.autocast(device.type, dtype=precision.autocast_dtype)
+    else:
+        def autocast() -> Any:
+            return contextlib.nullcontext()
+
+    objective = run.objective
+    if objective is None:
+        from desktop_app.engine.objectives import make_objective
+
+        objective = make_objective(config.objective)
+    ctx = TrainContext(run_dir=run_dir, dataset_dir=Path(config.dataset), store=store, train_spec=spec,
+                       model_spec=model_spec, seed=config.seed, device=device, autocast=autocast,
+                       tokenizer=tokenizer)
+    objective.setup(ctx, model)
+    source = objective.batch_source(ctx)
+
+    # MFU reference: the measured matmul peak of this machine (cached per process; before seeding, and
+    # with its own generator, so it cannot disturb the training RNG).
+    flops_per_token = _flops_per_token(model, model_spec)
+    peak = measure_matmul_peak(device, precision.autocast_dtype or torch.float32) if device.type != "mps" else 0.0
+
+    # 5. Seed, then overwrite with the checkpoint's exact state when resuming.
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    np.random.seed(config.seed % (2**32))
+    if loaded is not None:
+        _apply_loaded(run, loaded, optimizer, scaler, source, device)
+        run.last_checkpoint = loaded.path
+        pending.append(Log("info", f"resumed from {loaded.path.name} (step {loaded.step})"))
+    else:
+        _remember_checkpoint_vals(run)
+
+    for event in pending:
+        yield run.emit(event)
+
+
+    yield from _loop(run, model, forward_model, optimizer, scaler, objective, source, ctx, autocast,
+                     flops_per_token, peak, tokenizer, store, model_spec)
+
+
+def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Optimizer, scaler: Any,
+          objective: Any, source: Any, ctx: TrainContext, autocast: Callable[[], Any], flops_per_token: float,
+          peak: float, tokenizer: Any, store: TokenStore, model_spec: ModelSpec | None) -> Iterator[Event]:
+    spec, controls, device = run.spec, run.controls, ctx.device
+    params = [p for p in model.parameters() if p.requires_grad]
+    clip = spec.grad_clip if spec.grad_clip > 0 else float("inf")
+    session_start = time.perf_counter()
+    session_steps = 0
+    paused_s = 0.0
+    log_t0, log_tokens = time.perf_counter(), 0
+    start_step = run.step
+
+    def save(reason: str) -> Iterator[Event]:
+        try:
+            path = _save(run, model, optimizer, scaler, source, device, tokenizer, store, model_spec,
+                         elapsed=run.elapsed_before + time.perf_counter() - session_start - paused_s)
+        except ckpt.CheckpointError as exc:
+            raise _SaveFailed(str(exc)) from exc
+        best = _best_step(run) == run.step
+        yield run.emit(CheckpointSaved(step=run.step, path=str(path), best=best))
+
+    try:
+        while run.step < spec.steps:
+            if controls.pause.is_set() and not controls.stop.is_set():
+                yield run.emit(Log("info", f"paused at step {run.step}"))
+                t = time.perf_counter()
+                controls.wait_while_paused()
+                paused_s += time.perf_counter() - t
+                if not controls.stop.is_set():
+                    yield run.emit(Log("info", "resumed"))
+            if controls.stop.is_set():
+                break
+
+            step = run.step + 1
+            batch, position = source.take(spec.batch_size)
+            optimizer.zero_grad(set_to_none=True)
+            # --- forward/backward over micro-batches (retried smaller on out-of-memory) ---
+            while True:
+                try:
+                    loss_sum, metric_sums, step_tokens = _accumulate(
+                        objective, forward_model, batch, run.micro, device, autocast, scaler)
+                    break
+                except Exception as exc:
+                    if not is_out_of_memory(exc):
+                        raise
+                    optimizer.zero_grad(set_to_none=True)
+                    free_device_memory(device)
+                    smaller = next_micro_batch(run.micro, spec.batch_size)
+                    if smaller is None:
+                        raise UserError(f"out of memory even with a micro-batch of 1 on {device.type}: use a "
+                                        "smaller model or context length") from exc
+                    yield run.emit(Log("warning", f"out of memory at step {step} with micro-batch {run.micro}: "
+                                       f"retrying with {smaller} x {spec.batch_size // smaller} accumulation "
+                                       "(same effective batch)"))
+                    run.micro = smaller
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            loss_value, norm_value = torch.stack([loss_sum.float(), grad_norm.float().to(loss_sum.device)]).tolist()
+
+            if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+                optimizer.zero_grad(set_to_none=True)
+                if scaler is not None and math.isfinite(loss_value):
+                    scaler.update()  # fp16 overflow: normal loss-scale calibration, not a bad batch
+                    run.step = step
+                    continue
+                for event in _nonfinite(run, step, position, loss_value, norm_value, model, optimizer, scaler,
+                                        source, device):
+                    yield event
+                if run.nonfinite_count >= spec.max_nonfinite:
+                    report = "; ".join(f"step {e['step']} batch {e['batch']}" for e in run.nonfinite_events)
+                    message = (f"stopped after {run.nonfinite_count} non-finite steps ({report}). Try a lower "
+                               "learning rate, a longer warm-up or fp32.")
+                    yield run.emit(Log("error", message))
+                    yield run.emit(Finished("failed", step=run.step, message=message, result=_result(run)))
+                    return
+                continue
+
+            lr = lr_at(step, spec, run.lr_scale)
+            set_lr(optimizer, lr)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            run.step = step
+            session_steps += 1
+            run.tokens_seen += step_tokens
+            log_tokens += step_tokens
+
+            if step % spec.log_every == 0 or step == spec.steps:
+                now = time.perf_counter()
+                dt = max(now - log_t0, 1e-9)
+                tps = log_tokens / dt
+                elapsed_session = now - session_start - paused_s
+                elapsed = run.elapsed_before + elapsed_session
+                eta = elapsed_session / max(1, step - start_step) * (spec.steps - step)
+                metrics = {"loss": loss_value, "lr": lr, "grad_norm": norm_value, "tokens_per_s": tps,
+                           "mfu": flops_per_token * tps / peak if peak else 0.0, "tokens": run.tokens_seen,
+                           "epoch": getattr(source, "epoch_progress", 0.0), "progress": step / spec.steps}
+                for name, value in metric_sums.items():
+                    metrics[name] = float(value)
+                log_t0, log_tokens = time.perf_counter(), 0
+                yield run.emit(StepMetrics(step=step, total_steps=spec.steps, metrics=metrics,
+                                           elapsed_s=elapsed, eta_s=eta))
+
+            early_stop = False
+            if spec.eval_every and (step % spec.eval_every == 0 or step == spec.steps):
+                t_eval = time.perf_counter()
+                for event in _evaluate(run, model, objective, ctx):
+                    yield event
+                log_t0 += time.perf_counter() - t_eval  # ...but not in tokens/s
+                if spec.early_stopping_patience and run.evals_since_best >= spec.early_stopping_patience:
+                    early_stop = True
+
+            wants_save = (spec.save_every and step % spec.save_every == 0) or controls.save_now.is_set() \
+                or controls.stop.is_set() or early_stop or step == spec.steps
+            if wants_save:
+                controls.save_now.clear()
+                t_save = time.perf_counter()
+                yield from save("step")
+                log_t0 += time.perf_counter() - t_save
+            if early_stop:
+                message = (f"validation loss has not improved for {spec.early_stopping_patience} evaluations "
+                           f"(best {run.best_val:.4f})")
+                yield run.emit(Log("info", f"early stopping: {message}"))
+                yield run.emit(Finished("early_stopped", step=step, message=message, result=_result(run)))
+                return
+        # loop left: completed, or stopped between steps
+        if run.step != run.last_saved_step and run.step > 0:
+            yield from save("final")
+        if run.step >= spec.steps:
+            yield run.emit(Finished("completed", step=run.step, message=f"trained {run.step} steps",
+                                    result=_result(run)))
+        else:
+            yield run.emit(Finished("stopped", step=run.step, message=f"stopped at step {run.step}",
+                                    result=_result(run)))
+    except _SaveFailed as exc:
+        message = f"{exc}. Training stopped; free some space or choose another folder, then resume."
+        yield run.emit(Log("error", message))
+        yield run.emit(Finished("failed", step=run.step, message=message, result=_result(run)))
+
+
+class _SaveFailed(Exception):
+    pass
+
+
+def _accumulate(objective: Any, model: Any, batch: Any, micro: int, device: torch.device,
+                autocast: Callable[[], Any], scaler: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+    """Forward+backward of one step's batch in micro-batches; gradients sum to the full-batch gradient."""
+    pieces = objective.split(batch, micro)
+    total = sum(len(p) for p in pieces)
+    loss_sum: torch.Tensor | None = None
+    metric_sums: dict[str, torch.Tensor] = {}
+    tokens = 0
+    for piece in pieces:
+        weight = len(piece) / total  # mean of means = global mean when pieces are weighted by size
+        piece = objective.to_device(piece, device)
+        with autocast():
+            loss, metrics = objective.loss(model, piece)
+        scaled = loss * weight
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        detached = loss.detach() * weight
+        loss_sum = detached if loss_sum is None else loss_sum + detached
+        for name, value in metrics.items():
+            v = value.detach() * weight if isinstance(value, torch.Tensor) else value * weight
+            metric_sums[name] = metric_sums[name] + v if name in metric_sums else v
+        tokens += objective.tokens(piece)
+    assert loss_sum is not None
+    return loss_sum, metric_sums, tokens
+
+
+def _evaluate(run: _Run, model: Any, objective: Any, ctx: TrainContext) -> Iterator[Event]:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            metrics = objective.evaluate(model, ctx)
+        samples = objective.samples(model, ctx) if hasattr(objective, "samples") else []
+    finally:
+        model.train(was_training)
+    if not metrics:
+        return
+    val = metrics.get("val_loss")
+    if val is not None and math.isfinite(val):
+        run.last_val = val
+        if run.best_val is None or val < run.best_val:
+            run.best_val = val
+            run.evals_since_best = 0
+        else:
+            run.evals_since_best += 1
+    yield run.emit(EvalResult(step=run.step, metrics=metrics))
+    for prompt, text in samples:
+        yield run.emit(Sample(step=run.step, prompt=prompt, text=text))
+
+
+def _nonfinite(run: _Run, step: int, position: list[int], loss_value: float, norm_value: float, model: Any,
+               optimizer: torch.optim.Optimizer, scaler: Any, source: Any, device: torch.device) -> Iterator[Event]:
+    """A non-finite loss or gradient: never applied. Skip the batch, or roll back (policy)."""
+    run.nonfinite_count += 1
+    batch_desc = f"epoch {position[0]} position {position[1]}" if len(position) == 2 else str(position)
+    run.nonfinite_events.append({"step": step, "batch": batch_desc, "loss": repr(loss_value),
+                                 "grad_norm": repr(norm_value)})
+    what = f"step {step}: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} " \
+           f"(loss {loss_value}, grad norm {norm_value}) on the batch at {batch_desc}"
+    if run.spec.nonfinite_policy == "rollback":
+        path, _ = ckpt.find_resumable(run.run_dir)
+        if path is not None:
+            keep = (run.nonfinite_count, list(run.nonfinite_events), run.lr_scale * ROLLBACK_LR_FACTOR,
+                    set(getattr(source, "skipped", set())))
+            loaded = ckpt.load_checkpoint(path, verify=False)
+            ckpt.load_model_state(model, loaded.model_state)
+            _apply_loaded(run, loaded, optimizer, scaler, source, device, truncate_metrics=True)
+            run.nonfinite_count, run.nonfinite_events, run.lr_scale, skipped = keep
+            if hasattr(source, "skipped"):
+                source.skipped |= skipped
+            source.skip(position)
+            yield run.emit(Log("warning", f"{what}: rolled back to {path.name} (step {loaded.step}), learning "
+                               f"rate scaled to {run.lr_scale:g}x, that batch will be skipped"))
+            return
+        yield run.emit(Log("warning", f"{what}: no checkpoint to roll back to yet; the step is skipped"))
+        return
+    yield run.emit(Log("warning", f"{what}: the step is skipped (nothing was applied)"))
+
+
+def _apply_loaded(run: _Run, loaded: ckpt.LoadedCheckpoint, optimizer: torch.optim.Optimizer, scaler: Any,
+                  source: Any, device: torch.device, truncate_metrics: bool = False) -> None:
+    state = loaded.trainer_state
+    optimizer.load_state_dict(optimizer_state_from_flat(loaded.optimizer_tensors, loaded.optimizer_meta))
+    if scaler is not None and state.get("grad_scaler"):
+        scaler.load_state_dict(state["grad_scaler"])
+    source.load_state_dict(state["data"])
+    restore_rng(loaded.rng_tensors, state.get("rng", {}), device)
+    run.step = int(state["step"])
+    run.lr_scale = float(state.get("lr_scale", 1.0))
+    run.tokens_seen = int(state.get("tokens_seen", 0))
+    run.elapsed_before = float(state.get("elapsed_s", 0.0))
+    run.best_val = state.get("best_val_loss")
+    run.last_val = state.get("last_val_loss")
+    run.evals_since_best = int(state.get("evals_since_best", 0))
+    run.nonfinite_count = int(state.get("nonfinite_count", 0))
+    run.nonfinite_events = list(state.get("nonfinite_events", []))
+    run.micro = int(state.get("micro_batch", run.spec.micro_batch))
+    if run.micro > run.spec.batch_size or run.spec.batch_size % run.micro:
+        run.micro = run.spec.micro_batch  # batch size changed on resume (accepted config change)
+    run.last_saved_step = run.step
+    if truncate_metrics and run.metrics_fh is not None:
+        run.metrics_fh.flush()
+        offset = int(state.get("metrics_offset", 0))
+        run.metrics_fh.truncate(offset)
+        run.metrics_fh.seek(offset)
+    _remember_checkpoint_vals(run)
+
+
+def _remember_checkpoint_vals(run: _Run) -> None:
+    """Validation loss of each committed checkpoint (to keep the best one through retention)."""
+    run.ckpt_val = {}
+    for path in ckpt.list_committed(run.run_dir):
+        try:
+            state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        run.ckpt_val[ckpt.step_of(path)] = state.get("last_val_loss")
+
+
+def _best_step(run: _Run) -> int | None:
+    scored = [(v, s) for s, v in run.ckpt_val.items() if v is not None and math.isfinite(v)]
+    return min(scored)[1] if scored else None
+
+
+def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, source: Any,
+          device: torch.device, tokenizer: Any, store: TokenStore, model_spec: ModelSpec | None,
+          elapsed: float) -> Path:
+    if run.metrics_fh is not None:
+        with contextlib.suppress(OSError):
+            run.metrics_fh.flush()
+    metrics_offset = (run.run_dir / METRICS_FILE).stat().st_size if (run.run_dir / METRICS_FILE).exists() else 0
+    rng_tensors, rng_meta = capture_rng(device)
+    opt_tensors, opt_meta = optimizer_state_to_flat(optimizer)
+    state = {
+        "format_version": TRAINER_STATE_VERSION, "step": run.step, "total_steps": run.spec.steps,
+        "lr_scale": run.lr_scale, "schedule": {"name": run.spec.schedule, "step": run.step},
+        "tokens_seen": run.tokens_seen, "elapsed_s": elapsed, "data": source.state_dict(),
+        "metrics_offset": metrics_offset, "best_val_loss": run.best_val, "last_val_loss": run.last_val,
+        "evals_since_best": run.evals_since_best, "nonfinite_count": run.nonfinite_count,
+        "nonfinite_events": run.nonfinite_events, "micro_batch": run.micro,
+        "grad_scaler": scaler.state_dict() if scaler is not None else None, "rng": rng_meta,
+        "threads": torch.get_num_threads(), "device": device.type,
+    }
+
+    def write_tokenizer(folder: Path) -> None:
+        try:
+            from desktop_app.engine.tokenization import hf_tokenizer
+
+            hf_tokenizer(store.tokenizer_path, model_max_length=store.context_length).save_pretrained(str(folder))
+        except Exception:  # fall back to the plain file: still loadable by tokenizers / our loader
+            with open(store.tokenizer_path, "rb") as src, open(folder / "tokenizer.json", "wb") as dst:
+                dst.write(src.read())
+
+    payload = ckpt.CheckpointPayload(
+        step=run.step, model=model, optimizer_tensors=opt_tensors, optimizer_meta=opt_meta, trainer_state=state,
+        run_config=run.config.to_dict(), model_spec=model_spec.to_dict() if model_spec else None,
+        rng_tensors=rng_tensors, write_tokenizer=write_tokenizer)
+    path = ckpt.save_checkpoint(run.run_dir, payload)
+    run.last_saved_step = run.step
+    run.last_checkpoint = path
+    run.ckpt_val[run.step] = run.last_val
+    best = _best_step(run)
+    removed = ckpt.apply_retention(run.run_dir, run.spec.keep_last, {best} if best is not None else set())
+    for p in removed:
+        run.ckpt_val.pop(ckpt.step_of(p), None)
+    return path
+
+
+def _result(run: _Run) -> dict[str, Any]:
+    best = _best_step(run)
+    return {"run_dir": str(run.run_dir), "step": run.step, "tokens": run.tokens_seen,
+            "checkpoint": str(run.last_checkpoint) if run.last_checkpoint else "",
+            "best_val_loss": run.best_val, "best_checkpoint":
+                str(ckpt.checkpoints_dir(run.run_dir) / ckpt.checkpoint_name(best)) if best is not None else "",
+            "nonfinite_steps": run.nonfinite_count}
+
+
+# --- setup helpers --------------------------------------------------------------------------------------
+
+def _thread_warnings(requested: int, chosen: int, loaded: ckpt.LoadedCheckpoint | None) -> list[Event]:
+    out: list[Event] = []
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on Windows
+        load = 0.0
+    if requested == 0 and chosen > 1 and load > chosen:
+        # Measured on 2 cores: 2 threads next to another busy process ran at 0.2-1.0x the speed of 1.
+        out.append(Log("warning", f"the machine is busy (load {load:.1f} on {chosen} threads): if training is "
+                       "slow, set threads to 1"))
+    before = loaded.trainer_state.get("threads") if loaded is not None else None
+    if before and before != chosen:
+        out.append(Log("warning", f"this run was trained with {before} CPU thread(s) and continues with {chosen}: "
+                       "results stay valid but are no longer bit-identical to an uninterrupted run"))
+    return out
+
+
+def _load_dataset_tokenizer(store: TokenStore) -> Any:
+    if not store.tokenizer_path.exists():
+        return None
+    try:
+        from desktop_app.engine.tokenization import load_tokenizer
+
+        return load_tokenizer(store.tokenizer_path)
+    except ImportError:  # pragma: no cover - tokenization.py is part of the app
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(store.tokenizer_path))
+
+
+def _special_ids(tokenizer: Any) -> dict[str, int | None]:
+    if tokenizer is None:
+        return {}
+    try:
+        from desktop_app.engine.tokenization import special_tokens_of
+
+        names = special_tokens_of(tokenizer)
+    except Exception:
+        return {}
+    ids = {}
+    for role in ("pad", "bos", "eos"):
+        name = names.get(role)
+        ids[f"{role}_token_id"] = tokenizer.token_to_id(name) if name else None
+    return ids
+
+
+def _build_model(config: RunConfig, store: TokenStore, tokenizer: Any) -> tuple[Any, ModelSpec | None]:
+    if config.base_model:
+        return _load_base_model(config.base_model, store)
+    spec = config.model_spec()
+    if spec.vocab_size < store.vocab_size:
+        raise UserError(f"the model's vocab_size {spec.vocab_size} is smaller than the dataset tokenizer's "
+                        f"{store.vocab_size} tokens: set vocab_size to {store.vocab_size}")
+    if spec.context_length < store.context_length:
+        raise UserError(f"the model's context_length {spec.context_length} is shorter than the dataset's windows "
+                        f"of {store.context_length} tokens: set context_length to {store.context_length} or "
+                        "prepare the dataset with a shorter context")
+    from desktop_app.engine.architecture import build_model
+
+    return build_model(spec, seed=config.seed, **_special_ids(tokenizer)), spec
+
+
+def _load_base_model(base: str, store: TokenStore) -> tuple[Any, ModelSpec | None]:
+    path = Path(base)
+    if (path / ckpt.CHECKPOINTS_DIR).is_dir():  # a run folder: its newest good checkpoint
+        found = ckpt.latest_checkpoint(path)
+        if found is None:
+            raise UserError(f"{path} has no complete checkpoint to start from")
+        path = found
+    if not (path / "config.json").is_file():
+        raise UserError(f"base model {path} is not a model folder (no config.json)")
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    vocab = int(getattr(model.config, "vocab_size", 0))
+    if vocab < store.vocab_size:
+        raise UserError(f"base model {path} knows {vocab} tokens but the dataset's tokenizer has "
+                        f"{store.vocab_size}: prepare the dataset with the base model's tokenizer")
+    spec = None
+    with contextlib.suppress(Exception):
+        from desktop_app.engine.architecture import spec_from_hf_config
+
+        spec = spec_from_hf_config(model.config)
+    return model, spec
+
+
+def _flops_per_token(model: Any, spec: ModelSpec | None) -> float:
+    if spec is not None:
+        from desktop_app.engine.sizing import flops_per_token
+
+        return float(flops_per_token(spec))
+    return 6.0 * sum(p.numel() for p in model.parameters())

@@ -1,0 +1,364 @@
+"""The training loop: learning, exact resume, accumulation, controls, failure handling."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import final_weights, make_dataset, metrics_losses, step_losses, tiny_config
+
+from desktop_app.engine import checkpoints as ckpt
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls
+from desktop_app.engine.objectives.causal_lm import CausalLMObjective
+from desktop_app.engine.optim import lr_at
+from desktop_app.engine.training import read_metrics, train
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("data") / "ds")
+
+
+def _weights_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_tiny_model_overfits_tiny_corpus(dataset, tmp_path):
+    # 8 template sentences: a 1-layer model must get well below the ~5.7 nats of a uniform guess.
+    config = tiny_config(dataset, steps=120, lr=1e-2, warmup_steps=5, eval_every=60, sample_tokens=12)
+    events = list(train(config, tmp_path / "run"))
+    losses = step_losses(events)
+    assert events[-1].type == "finished" and events[-1].reason == "completed"
+    assert losses[1] > 5.0
+    assert min(losses[s] for s in range(110, 121)) < 1.5, losses[120]
+    evals = [e for e in events if e.type == "eval"]
+    assert evals[-1].metrics["val_loss"] < 1.8
+    assert evals[-1].metrics["val_bpb"] > 0 and math.isclose(evals[-1].metrics["val_ppl"],
+                                                              math.exp(evals[-1].metrics["val_loss"]))
+    samples = [e for e in events if e.type == "sample"]
+    assert samples and isinstance(samples[-1].text, str)
+    recorded = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in recorded if r["type"] == "step"] == list(range(1, 121))
+    assert recorded[-1]["type"] == "finished"
+    step = next(r for r in recorded if r["type"] == "step")
+    assert {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "elapsed_s", "eta_s", "progress"} <= set(step)
+
+
+@pytest.mark.parametrize("precision, extra", [
+    ("fp32", {}),
+    ("bf16", {}),
+    # evaluation + sampling between steps, accumulation, sparse logging: none may disturb the RNG or data order
+    ("fp32", {"eval_every": 4, "sample_tokens": 4, "micro_batch_size": 4, "log_every": 2}),
+])
+def test_exact_resume_in_process_after_abandoned_steps(dataset, tmp_path, precision, extra):
+    # dropout > 0: resume must also restore the dropout RNG to be bit-identical. bf16: CPU autocast.
+    config = tiny_config(dataset, steps=12, save_every=6, model={"dropout": 0.1}, precision=precision, **extra)
+    ref = list(train(config, tmp_path / "ref"))
+    assert ref[-1].reason == "completed"
+
+    run_dir = tmp_path / "run"
+    gen = train(config, run_dir)
+    for event in gen:  # run past the step-6 checkpoint, then vanish like a crash
+        if event.type == "step" and event.step >= 9:
+            break
+    gen.close()
+    assert [ckpt.step_of(p) for p in ckpt.list_committed(run_dir)] == [6]
+    assert max(metrics_losses(run_dir)) > 6  # steps after the checkpoint were recorded before the "crash"
+
+    resumed = list(train(config, run_dir, resume=True))
+    assert resumed[-1].reason == "completed"
+    assert min(step_losses(resumed)) in (7, 8)
+    assert metrics_losses(run_dir) == metrics_losses(tmp_path / "ref")  # bit-identical, history consistent
+    assert _weights_equal(final_weights(run_dir), final_weights(tmp_path / "ref"))
+
+
+def test_accumulation_4x4_equals_batch_16(dataset, tmp_path):
+    # The gradient of 4 micro-batches x 4 accumulated must equal the gradient of one batch of 16.
+    import contextlib
+
+    from desktop_app.engine.architecture import build_model
+    from desktop_app.engine.batches import WindowBatchSource
+    from desktop_app.engine.token_store import TokenStore
+    from desktop_app.engine.training import _accumulate
+
+    config = tiny_config(dataset)
+    batch, _ = WindowBatchSource(TokenStore(dataset), seed=0).take(16)
+    grads, losses = [], []
+    for micro in (16, 4):
+        model = build_model(config.model_spec(), seed=0)
+        model.train()
+        loss, _, tokens = _accumulate(CausalLMObjective(), model, batch, micro, torch.device("cpu"),
+                                      contextlib.nullcontext, None)
+        losses.append(loss.item())
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        assert tokens == 16 * 32
+    assert abs(losses[0] - losses[1]) < 1e-5
+    assert max((grads[0][n] - grads[1][n]).abs().max().item() for n in grads[0]) < 1e-5
+
+    # ...and the loop gives the same losses. (Only the first steps: Adam divides by sqrt(v), which turns
+    # 1e-9 rounding differences in near-zero gradient entries into visible ones after a few updates.)
+    a = tiny_config(dataset, steps=2, batch_size=16, micro_batch_size=0)
+    b = tiny_config(dataset, steps=2, batch_size=16, micro_batch_size=4)
+    la = step_losses(list(train(a, tmp_path / "a")))
+    lb = step_losses(list(train(b, tmp_path / "b")))
+    assert all(abs(la[s] - lb[s]) < 1e-5 for s in la)
+
+
+class PoisonedObjective(CausalLMObjective):
+    """Returns NaN for the listed loss() calls (counted across micro-batches)."""
+
+    def __init__(self, bad_calls: set[int] | None = None, always: bool = False):
+        super().__init__()
+        self.calls = 0
+        self.bad_calls = bad_calls or set()
+        self.always = always
+
+    def loss(self, model, micro):
+        loss, metrics = super().loss(model, micro)
+        self.calls += 1
+        if self.always or self.calls in self.bad_calls:
+            loss = loss * float("nan")
+        return loss, metrics
+
+
+def test_nonfinite_loss_is_skipped_and_never_applied(dataset, tmp_path):
+    config = tiny_config(dataset, steps=6, nonfinite_policy="skip")
+    events = list(train(config, tmp_path / "run", objective=PoisonedObjective({3})))
+    warnings = [e.message for e in events if e.type == "log" and "non-finite" in e.message]
+    assert len(warnings) == 1 and "step 3" in warnings[0] and "epoch 0 position 16" in warnings[0]
+    assert events[-1].reason == "completed" and events[-1].result["nonfinite_steps"] == 1
+    assert all(math.isfinite(v.float().sum().item()) for v in final_weights(tmp_path / "run").values())
+    assert sorted(step_losses(events)) == list(range(1, 7))
+
+
+def test_nonfinite_rollback_reloads_lowers_lr_and_skips_batch(dataset, tmp_path):
+    config = tiny_config(dataset, steps=8, save_every=3, nonfinite_policy="rollback", schedule="constant",
+                         warmup_steps=0)
+    # call 5 = step 5 (batch 8, no accumulation): after the step-3 checkpoint.
+    events = list(train(config, tmp_path / "run", objective=PoisonedObjective({5})))
+    msg = next(e.message for e in events if e.type == "log" and "rolled back" in e.message)
+    assert "step 5" in msg and "step-00000003" in msg and "0.5x" in msg
+    assert events[-1].reason == "completed"
+    recorded = [r for r in read_metrics(tmp_path / "run") if r["type"] == "step"]
+    assert [r["step"] for r in recorded] == list(range(1, 9))  # history rewound: no duplicate steps
+    assert recorded[2]["lr"] == pytest.approx(3e-3) and recorded[-1]["lr"] == pytest.approx(1.5e-3)
+    state = json.loads((ckpt.list_committed(tmp_path / "run")[-1] / "trainer_state.json").read_text())
+    assert state["lr_scale"] == 0.5 and state["data"]["skipped"] == [[0, 32]]
+
+
+def test_too_many_nonfinite_steps_stop_the_run_with_a_report(dataset, tmp_path):
+    config = tiny_config(dataset, steps=10, max_nonfinite=3)
+    events = list(train(config, tmp_path / "run", objective=PoisonedObjective(always=True)))
+    final = events[-1]
+    assert final.reason == "failed" and "3 non-finite steps" in final.message and "step 1 batch" in final.message
+
+
+def test_out_of_memory_halves_micro_batch_keeping_the_batch(dataset, tmp_path):
+    class OOMOnce(CausalLMObjective):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def loss(self, model, micro):
+            self.sizes.append(len(micro))
+            if len(micro) > 2:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB (simulated)")
+            return super().loss(model, micro)
+
+    obj = OOMOnce()
+    config = tiny_config(dataset, steps=2, batch_size=8)
+    events = list(train(config, tmp_path / "run", objective=obj))
+    logs = [e.message for e in events if e.type == "log" and "out of memory" in e.message]
+    assert len(logs) == 2 and "retrying with 4 x 2" in logs[0] and "retrying with 2 x 4" in logs[1]
+    assert events[-1].reason == "completed"
+    ref = list(train(tiny_config(dataset, steps=2, batch_size=8, micro_batch_size=2), tmp_path / "ref"))
+    assert step_losses(events) == pytest.approx(step_losses(ref), abs=1e-6)
+
+
+def test_stop_ends_within_one_step_and_saves(dataset, tmp_path):
+    controls = Controls()
+    events = []
+    for event in train(tiny_config(dataset, steps=50), tmp_path / "run", controls):
+        events.append(event)
+        if event.type == "step" and event.step == 4:
+            controls.stop.set()
+    steps = [e.step for e in events if e.type == "step"]
+    assert max(steps) == 4
+    assert [e.type for e in events[-2:]] == ["checkpoint", "finished"]
+    assert events[-1].reason == "stopped" and events[-1].step == 4
+    ckpt.verify_checkpoint(ckpt.latest_checkpoint(tmp_path / "run"))
+
+
+def test_save_now_and_pause(dataset, tmp_path):
+    controls = Controls()
+    events = []
+    for event in train(tiny_config(dataset, steps=6), tmp_path / "run", controls):
+        events.append(event)
+        if event.type == "step" and event.step == 2:
+            controls.save_now.set()
+        if event.type == "step" and event.step == 4:
+            controls.pause.set()
+            threading.Timer(0.3, controls.pause.clear).start()
+    saved = [e.step for e in events if e.type == "checkpoint"]
+    assert saved == [2, 6]
+    messages = [e.message for e in events if e.type == "log"]
+    assert "paused at step 4" in messages and "resumed" in messages
+    assert events[-1].reason == "completed"
+
+
+def test_early_stopping(dataset, tmp_path):
+    # lr 0: validation loss never improves after the first evaluation.
+    config = tiny_config(dataset, steps=50, lr=0.0, eval_every=2, early_stopping_patience=2)
+    events = list(train(config, tmp_path / "run"))
+    assert events[-1].reason == "early_stopped" and events[-1].step == 6
+    assert events[-2].type == "log" and "early stopping" in events[-2].message
+
+
+def test_retention_keeps_last_k_plus_best_in_a_run(dataset, tmp_path):
+    config = tiny_config(dataset, steps=12, save_every=2, eval_every=2, keep_last=2, lr=3e-2)
+    events = list(train(config, tmp_path / "run"))
+    evals = {e.step: e.metrics["val_loss"] for e in events if e.type == "eval"}
+    best = min(evals, key=evals.get)
+    kept = [ckpt.step_of(p) for p in ckpt.list_committed(tmp_path / "run")]
+    assert kept[-2:] == [10, 12] and best in kept and len(kept) <= 3
+    assert events[-1].result["best_checkpoint"].endswith(ckpt.checkpoint_name(best))
+
+
+def test_resume_with_changed_config_is_refused_with_a_diff(dataset, tmp_path):
+    config = tiny_config(dataset, steps=4)
+    list(train(config, tmp_path / "run"))
+    changed = config.replace(train={**config.train, "steps": 6, "lr": 1e-3})
+    with pytest.raises(UserError) as info:
+        list(train(changed, tmp_path / "run", resume=True))
+    assert "train.lr: 0.003 -> 0.001" in str(info.value) and "train.steps: 4 -> 6" in str(info.value)
+    events = list(train(changed, tmp_path / "run", resume=True, accept_config_change=True))
+    assert events[-1].reason == "completed" and sorted(step_losses(events)) == [5, 6]
+    other_model = changed.replace(model={**changed.model, "d_model": 64})
+    with pytest.raises(UserError, match="model differs"):
+        list(train(other_model, tmp_path / "run", resume=True, accept_config_change=True))
+
+
+def test_new_run_refuses_a_folder_with_checkpoints(dataset, tmp_path):
+    config = tiny_config(dataset, steps=2)
+    list(train(config, tmp_path / "run"))
+    with pytest.raises(UserError, match="already holds checkpoints"):
+        list(train(config, tmp_path / "run"))
+
+
+def test_corrupt_newest_checkpoint_falls_back_on_resume(dataset, tmp_path):
+    config = tiny_config(dataset, steps=8, save_every=3)
+    gen = train(config, tmp_path / "run")
+    for event in gen:
+        if event.type == "checkpoint" and event.step == 6:
+            break
+    gen.close()
+    bad = tmp_path / "run" / "checkpoints" / "step-00000006" / "model.safetensors"
+    data = bytearray(bad.read_bytes())
+    data[-5] ^= 0x01
+    bad.write_bytes(bytes(data))
+    events = list(train(config, tmp_path / "run", resume=True))
+    warning = next(e.message for e in events if e.type == "log" and e.level == "warning")
+    assert str(bad) in warning and "falling back" in warning
+    assert min(step_losses(events)) == 4 and events[-1].reason == "completed"
+    ref = list(train(config, tmp_path / "ref"))
+    assert metrics_losses(tmp_path / "run") == step_losses(ref)
+
+
+def test_disk_full_during_training_fails_cleanly(dataset, tmp_path, monkeypatch):
+    import errno
+
+    calls = {"n": 0}
+    real = ckpt._write_tensors
+
+    def flaky(path, tensors, metadata=None):
+        calls["n"] += 1
+        if calls["n"] > 3:  # first checkpoint (model, optimizer, rng) fine, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, tensors, metadata)
+
+    monkeypatch.setattr(ckpt, "_write_tensors", flaky)
+    events = list(train(tiny_config(dataset, steps=6, save_every=2), tmp_path / "run"))
+    final = events[-1]
+    assert final.reason == "failed" and final.step == 4
+    assert "disk is full" in final.message and "needs about" in final.message
+    assert "step-00000002" in final.message  # the previous checkpoint is named as intact
+    assert [ckpt.step_of(p) for p in ckpt.list_committed(tmp_path / "run")] == [2]
+    ckpt.verify_checkpoint(ckpt.list_committed(tmp_path / "run")[0])
+
+
+def test_model_too_small_for_dataset_is_refused(dataset, tmp_path):
+    config = tiny_config(dataset, model={"vocab_size": 100})
+    with pytest.raises(UserError, match="vocab_size 100 is smaller"):
+        list(train(config, tmp_path / "run"))
+    config = tiny_config(dataset, model={"context_length": 16})
+    with pytest.raises(UserError, match="context_length 16 is shorter"):
+        list(train(config, tmp_path / "run"))
+
+
+def test_preset_is_adapted_to_the_dataset(dataset):
+    from desktop_app.engine.token_store import TokenStore
+    from desktop_app.engine.training import config_from_preset
+
+    config, notes = config_from_preset(dataset, "tiny", steps=3)
+    store = TokenStore(dataset)
+    assert config.model_spec().vocab_size == store.vocab_size
+    assert config.model_spec().context_length == store.context_length
+    assert any("vocab_size" in n for n in notes) and any("context_length" in n for n in notes)
+
+
+def test_setup_logs_say_why_precision_and_threads(dataset, tmp_path):
+    events = list(train(tiny_config(dataset, steps=1, threads=0, precision="auto"), tmp_path / "run",
+                        interactive=True))
+    logs = [e.message for e in events if e.type == "log"]
+    assert any("precision fp32" in m and "bf16" in m for m in logs) or any("precision bf16" in m for m in logs)
+    assert any("CPU thread" in m and ("window" in m or "configured" in m) for m in logs)
+
+
+def test_schedule_reaches_the_loop(dataset, tmp_path):
+    config = tiny_config(dataset, steps=6, warmup_steps=2, schedule="linear")
+    events = list(train(config, tmp_path / "run"))
+    spec = config.train_spec()
+    for e in events:
+        if e.type == "step":
+            assert e.metrics["lr"] == pytest.approx(lr_at(e.step, spec))
+
+
+def test_gradient_checkpointing_and_compile_options(dataset, tmp_path, monkeypatch):
+    plain = step_losses(list(train(tiny_config(dataset, steps=3), tmp_path / "a")))
+    events = list(train(tiny_config(dataset, steps=3, gradient_checkpointing=True), tmp_path / "b"))
+    assert any("gradient checkpointing on" in e.message for e in events if e.type == "log")
+    assert step_losses(events) == pytest.approx(plain, abs=1e-5)  # recomputation, same maths
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)  # compiling costs ~1 min
+    events = list(train(tiny_config(dataset, steps=2, compile=True), tmp_path / "c"))
+    assert compiled and events[-1].reason == "completed"
+
+
+def test_denormal_flush_and_threads_are_restored_after_training(dataset, tmp_path):
+    before = torch.get_num_threads()
+    gen = train(tiny_config(dataset, steps=3, threads=1), tmp_path / "run")
+    next(event for event in gen if event.type == "step")
+    assert (torch.tensor([1e-40]) * 1.0).item() == 0.0  # flushed while training on CPU
+    assert torch.get_num_threads() == 1
+    list(gen)
+    assert (torch.tensor([1e-40]) * 1.0).item() != 0.0  # process default again
+    assert torch.get_num_threads() == before
+
+
+def test_read_metrics_ignores_a_torn_last_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"type": "step", "step": 1, "loss": 2.0}\n{"type": "st', encoding="utf-8")
+    assert read_metrics(tmp_path) == [{"type": "step", "step": 1, "loss": 2.0}]
+    assert read_metrics(tmp_path / "missing") == []
+
+
+def test_training_module_does_not_import_qt():
+    code = ("import sys; import desktop_app.engine.training, desktop_app.engine.checkpoints; "
+            "assert not any(m.startswith(('PySide6', 'pyqtgraph')) for m in sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
