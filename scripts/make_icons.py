@@ -5,36 +5,22 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "installer"))
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication, QImage, QPainter
-from PySide6.QtSvg import QSvgRenderer
+from icons import render_pngs  # noqa: E402  (installer/ is a folder of scripts, not a package)
 
-ICONS = Path(__file__).resolve().parents[1] / "resources" / "icons"
+ICONS = ROOT / "resources" / "icons"
 SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
 
 
 def main() -> int:
-    _app = QGuiApplication(sys.argv[:1])
-    renderer = QSvgRenderer(str(ICONS / "azr-trainer.svg"))
-    if not renderer.isValid():
-        print("invalid SVG", file=sys.stderr)
-        return 1
-    for size in SIZES:
-        image = QImage(size, size, QImage.Format.Format_ARGB32_Premultiplied)
-        image.fill(Qt.GlobalColor.transparent)
-        painter = QPainter(image)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
-        renderer.render(painter)
-        painter.end()
+    for size, data in render_pngs(ICONS / "azr-trainer.svg", SIZES).items():
         out = ICONS / f"azr-trainer-{size}.png"
-        image.save(str(out))
+        out.write_bytes(data)
         print(out)
     return 0
 

@@ -270,6 +270,16 @@ class _LeanRunner(_Runner):
         self.v_cache = self.v_cache.repeat_interleave(repeats, dim=1)
         self._layer_views()
 
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        pos = self._start(ids, mask)
+        return self._forward(ids, pos, _attention_mask(self.valid, 0, ids.shape[1], self.device))
+
+    def step(self, next_ids: torch.Tensor) -> torch.Tensor:
+        mask = _attention_mask(self.valid, self.length, 1, self.device)
+        logits = self._forward(next_ids.view(-1, 1), self.positions.view(-1, 1), mask)
+        self.positions += 1
+        return logits
+
 
 class _LeanLlama(_LeanRunner):
     """LlamaForCausalLM's math as a flat op sequence over a preallocated KV cache."""
@@ -373,16 +383,6 @@ class _LeanLlama(_LeanRunner):
         x = _rms_norm(x[:, -1], self.norm_w, self.eps)
         return F.linear(x, self.lm_head_w, self.lm_head_b)
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        pos = self._start(ids, mask)
-        return self._forward(ids, pos, _attention_mask(self.valid, 0, ids.shape[1], self.device))
-
-    def step(self, next_ids: torch.Tensor) -> torch.Tensor:
-        mask = _attention_mask(self.valid, self.length, 1, self.device)
-        logits = self._forward(next_ids.view(-1, 1), self.positions.view(-1, 1), mask)
-        self.positions += 1
-        return logits
-
 
 class _LeanGPT2(_LeanRunner):
     """GPT2LMHeadModel's math as a flat op sequence over a preallocated KV cache."""
@@ -451,16 +451,6 @@ class _LeanGPT2(_LeanRunner):
         self.length = end
         x = F.layer_norm(x[:, -1], shape_d, *self.ln_f, self.eps)
         return F.linear(x, self.lm_head_w)
-
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        pos = self._start(ids, mask)
-        return self._forward(ids, pos, _attention_mask(self.valid, 0, ids.shape[1], self.device))
-
-    def step(self, next_ids: torch.Tensor) -> torch.Tensor:
-        mask = _attention_mask(self.valid, self.length, 1, self.device)
-        logits = self._forward(next_ids.view(-1, 1), self.positions.view(-1, 1), mask)
-        self.positions += 1
-        return logits
 
 
 def lean_supported(model: Any) -> bool:
