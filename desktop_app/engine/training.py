@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from desktop_app.engine import checkpoints as ckpt
+from desktop_app.engine.cpu_alloc import restore_allocator, tune_allocator
 from desktop_app.engine.devices import (
     apply_threads,
     choose_precision,
@@ -207,6 +208,7 @@ class _Run:
         self.last_checkpoint: Path | None = None
         self.micro = self.spec.micro_batch
         self.flushed_denormals = False
+        self.tuned_allocator = False
 
     # events go to metrics.jsonl (flushed) before they reach the caller, so history survives a crash
     def emit(self, event: Event) -> Event:
@@ -245,6 +247,8 @@ def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = No
         apply_threads(previous_threads)
         if run.flushed_denormals:
             torch.set_flush_denormal(False)  # the process default (torch has no getter to save it)
+        if run.tuned_allocator:
+            restore_allocator()
 
 
 def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Event]:
@@ -309,6 +313,11 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
         # slowed down ~6x until denormals were flushed). Flushing them to zero costs nothing in accuracy.
         # Reset in train()'s finally.
         run.flushed_denormals = bool(torch.set_flush_denormal(True))
+        # Reuse warm heap memory for each step's large tensors instead of fresh mmaps (see cpu_alloc);
+        # undone in train()'s finally.
+        run.tuned_allocator = tune_allocator()
+        if run.tuned_allocator:
+            pending.append(Log("info", "CPU allocator tuned for training: large buffers are reused between steps"))
     pending.append(Log("warning" if precision.warning else "info", f"precision {precision.name}: {precision.reason}"))
 
     # 4. Data, tokenizer, model.
