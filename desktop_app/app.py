@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = app_settings()
     if args.reset_settings:
         settings.clear()
-    workspace = Workspace.open(args.workspace) if args.workspace else None
+    try:
+        workspace = Workspace.open(args.workspace) if args.workspace else None
+    except OSError as exc:
+        print(f"error: cannot use {args.workspace} as the workspace: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     window = MainWindow(workspace, settings=settings, preload=not (args.no_preload or args.smoke_test))
     if not args.smoke_test:
         _install_sigint(app, window)  # before anything announces the window, so Ctrl+C is always graceful

@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=d.samples, help=help_text(GenerateSpec, "samples"))
     parser.add_argument("--seed", type=int, default=d.seed, help=help_text(GenerateSpec, "seed"))
     parser.add_argument("--chat", action="store_true", help=help_text(GenerateSpec, "chat"))
-    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mps")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"),
+                        help="auto (default), cpu, cuda or mps")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads while decoding (0 = automatic: 1 thread for small models on CPU)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per sample at the end")

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--config", metavar="RUN_JSON", help="run config (run.json) to train")
     src.add_argument("--dataset", metavar="DATASET_DIR", help="prepared dataset folder (with --preset)")
     src.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest committed checkpoint")
-    parser.add_argument("--preset", default="tiny", help="model preset for --dataset (default: tiny); its vocab "
+    parser.add_argument("--preset", help="model preset for --dataset (default: tiny); its vocab "
                         "size and context length are adapted to the dataset")
     parser.add_argument("--steps", type=int, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, help="sequences per optimizer step")
@@ -54,9 +54,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
     """(RunConfig, run_dir, resume?, notes) from the parsed flags; raises UserError on bad input."""
     from desktop_app.engine.errors import UserError
-    from desktop_app.engine.specs import RunConfig, SpecError
+    from desktop_app.engine.specs import RunConfig
     from desktop_app.engine.training import config_from_preset
 
+    if args.preset and not args.dataset:
+        raise UserError("--preset goes with --dataset; a run config or a resumed run already has its model")
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "run.json").is_file():
@@ -77,18 +79,15 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
         if config.dataset and not Path(config.dataset).is_absolute() and not Path(config.dataset).exists():
             candidate = config_path.parent / config.dataset
             if candidate.exists():
-                config.dataset = str(candidate)
+                config.dataset = str(candidate.resolve())  # run.json must work from any directory
         overrides = _overrides(args)
         if overrides or args.seed is not None:
-            try:
-                train = {**config.train, **overrides}
-                config = config.replace(train=train, seed=args.seed if args.seed is not None else config.seed)
-            except SpecError:
-                raise
+            train = {**config.train, **overrides}
+            config = config.replace(train=train, seed=args.seed if args.seed is not None else config.seed)
         config.check()
         return config, run_dir, False, []
-    config, notes = config_from_preset(args.dataset, args.preset, seed=1337 if args.seed is None else args.seed,
-                                       **_overrides(args))
+    seed = 1337 if args.seed is None else args.seed
+    config, notes = config_from_preset(args.dataset, args.preset or "tiny", seed=seed, **_overrides(args))
     return config, run_dir, False, notes
 
 

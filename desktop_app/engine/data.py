@@ -487,6 +487,10 @@ def _warnings(manifest: dict[str, Any]) -> list[str]:
     if manifest["split"]["val_fraction"] > 0 and manifest["splits"]["val"]["documents"] == 0 \
             and manifest["splits"]["train"]["documents"]:
         out.append("the validation split is empty (too few documents for the validation fraction)")
+    records = sum(info["count"] for info in manifest.get("records", {}).values())
+    if records and not manifest["splits"]["train"]["tokens"]:
+        out.append(f"only chat/instruction/preference records ({records}) and no plain text: they are kept in "
+                   "records/ for fine-tuning methods, but pretraining needs plain text documents")
     return out
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -228,8 +227,3 @@ def free_device_memory(device: torch.device) -> None:
     elif device.type == "mps":
         torch.mps.empty_cache()
 
-
-def device_summary(device: torch.device) -> dict[str, Any]:
-    if device.type == "cuda":
-        return {"device": "cuda", "name": torch.cuda.get_device_name(device)}
-    return {"device": device.type, "cores": cpu_cores(), "threads": torch.get_num_threads()}

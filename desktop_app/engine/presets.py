@@ -34,6 +34,3 @@ def preset(name: str) -> ModelSpec:
         raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     return PRESETS[name][1].replace()
 
-
-def preset_names() -> list[str]:
-    return list(PRESETS)

@@ -676,13 +676,11 @@ def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, 
     }
 
     def write_tokenizer(folder: Path) -> None:
-        try:
-            from desktop_app.engine.tokenization import hf_tokenizer
+        # tokenizer.json + tokenizer_config.json (special tokens, chat template): the checkpoint is a
+        # complete HF folder. A failure here fails the save loudly, like any other file of it.
+        from desktop_app.engine.tokenization import hf_tokenizer
 
-            hf_tokenizer(store.tokenizer_path, model_max_length=store.context_length).save_pretrained(str(folder))
-        except Exception:  # fall back to the plain file: still loadable by tokenizers / our loader
-            with open(store.tokenizer_path, "rb") as src, open(folder / "tokenizer.json", "wb") as dst:
-                dst.write(src.read())
+        hf_tokenizer(store.tokenizer_path, model_max_length=store.context_length).save_pretrained(str(folder))
 
     payload = ckpt.CheckpointPayload(
         step=run.step, model=model, optimizer_tensors=opt_tensors, optimizer_meta=opt_meta, trainer_state=state,

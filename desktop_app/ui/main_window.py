@@ -33,7 +33,7 @@ from desktop_app.ui.tabs.data_tab import DataTab
 from desktop_app.ui.tabs.generate_tab import GenerateTab
 from desktop_app.ui.tabs.library_tab import LibraryTab
 from desktop_app.ui.tabs.model_tab import ModelTab
-from desktop_app.ui.tabs.train_tab import TrainTab
+from desktop_app.ui.tabs.train_tab import SAMPLE_DATASET, TrainTab
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 
 log = logging.getLogger(__name__)
@@ -304,7 +304,9 @@ class MainWindow(QMainWindow):
 
     def quick_start(self, _checked: bool = False) -> None:
         """First-launch path: tiny preset + sample corpus, short evals; curves within a minute."""
+        self.model_tab.set_base_model("")
         self.model_tab.preset_box.setCurrentText("tiny")
+        self.train_tab.select_dataset(SAMPLE_DATASET)
         self.train_tab.use_quickstart_settings()
         self._start_training()
 

@@ -421,3 +421,20 @@ def test_token_writer_single_and_batch_writes_then_rollback(tmp_path: Path) -> N
     w2.rollback()
     assert np.fromfile(tmp_path / "train.bin", dtype=np.uint16).tolist()[-1] == 2
     assert (tmp_path / "train.bin").stat().st_size == 20
+
+
+def test_records_only_dataset_warns_that_pretraining_needs_text(tmp_path: Path) -> None:
+    import json
+
+    from desktop_app.engine.data import prepare_dataset
+    from desktop_app.engine.events import Finished, Log
+    from desktop_app.engine.specs import DataSpec
+
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
+                                                       {"role": "assistant", "content": f"hello {i}"}]})
+                              for i in range(40)) + "\n", encoding="utf-8")
+    events = list(prepare_dataset([chat], tmp_path / "ds", DataSpec(vocab_size=300, context_length=16)))
+    warnings = [e.message for e in events if isinstance(e, Log) and e.level == "warning"]
+    assert any("no plain text" in w and "records/" in w for w in warnings), warnings
+    assert isinstance(events[-1], Finished)

@@ -11,40 +11,24 @@ import torch.nn.functional as F
 from desktop_app.engine.batches import WindowBatchSource, eval_windows
 from desktop_app.engine.objectives.base import TrainContext
 
-EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
-
 
 def bytes_per_token(manifest: dict[str, Any], split: str) -> float | None:
-    """UTF-8 bytes per token of a split, from the dataset manifest (None when it does not say)."""
-    candidates = []
-    splits = manifest.get("splits")
-    if isinstance(splits, dict) and isinstance(splits.get(split), dict):
-        candidates.append(splits[split])
-    if isinstance(manifest.get(split), dict):
-        candidates.append(manifest[split])
-    stats = manifest.get("stats")
-    if isinstance(stats, dict) and isinstance(stats.get(split), dict):
-        candidates.append(stats[split])
-    for c in candidates:
-        nbytes = c.get("bytes", c.get("text_bytes", c.get("utf8_bytes")))
-        ntok = c.get("tokens")
-        if nbytes and ntok:
-            return float(nbytes) / float(ntok)
-    return None
+    """UTF-8 bytes per token of a split, from the dataset manifest (None when the split is empty)."""
+    info = manifest.get("splits", {}).get(split, {})
+    nbytes, ntok = info.get("bytes"), info.get("tokens")
+    return float(nbytes) / float(ntok) if nbytes and ntok else None
 
 
 def eos_id(tokenizer: Any, manifest: dict[str, Any]) -> int | None:
-    tok_info = manifest.get("tokenizer", {}) if isinstance(manifest.get("tokenizer"), dict) else {}
-    for key in ("eos_id", "eos_token_id"):
-        for where in (manifest, tok_info):
-            if isinstance(where.get(key), int):
-                return int(where[key])
-    if tokenizer is not None:
-        for name in EOS_CANDIDATES:
-            i = tokenizer.token_to_id(name)
-            if i is not None:
-                return int(i)
-    return None
+    """The id that ends each document: the manifest records it; else ask the tokenizer module."""
+    recorded = manifest.get("tokenizer", {}).get("eos_id")
+    if isinstance(recorded, int):
+        return recorded
+    if tokenizer is None:
+        return None
+    from desktop_app.engine.tokenization import eos_id as tokenizer_eos_id
+
+    return tokenizer_eos_id(tokenizer)
 
 
 class CausalLMObjective:

@@ -42,13 +42,15 @@ class ModelCache:
         self.loaded: Any = None
 
     def get(self, path: str) -> Any:
-        with self._lock:
-            if self.path != path or self.loaded is None:
-                from desktop_app.engine.loading import load_model
+        from desktop_app.engine.loading import load_model, resolve_model_folder
 
+        # Keyed on the folder a path resolves to: a run's "newest checkpoint" moves on while it trains.
+        folder = str(resolve_model_folder(path)[0])
+        with self._lock:
+            if self.path != folder or self.loaded is None:
                 self.loaded = None  # free the old one first
-                self.loaded = load_model(path)
-                self.path = path
+                self.loaded = load_model(folder)
+                self.path = folder
             return self.loaded
 
     def clear(self) -> None:
@@ -237,6 +239,9 @@ class GenerateTab(QWidget):
         return self.task is not None and self.task.running
 
     def generate(self, prompt: str | None = None) -> bool:
+        if self.running:  # Ctrl+G or the Library can ask while a generation streams
+            self.ctx.info("A generation is running: stop it first.")
+            return False
         spec = self.form.spec()
         problems = spec.validate()
         self.form.show_problems(problems)

@@ -530,7 +530,8 @@ class TrainTab(QWidget):
     # --- CLI, exports ---
     def cli_command(self) -> str:
         run = self.run_dir
-        exe = "azr-trainer" if not sys.argv[0].endswith("pytest") else "python -m desktop_app"
+        # A frozen app is its own CLI; from source, the module form works without the entry point on PATH.
+        exe = shlex.quote(sys.executable) if getattr(sys, "frozen", False) else "python -m desktop_app"
         if run is not None and (run / "run.json").exists():
             again = shlex.quote(str(run.with_name(run.name + "-cli")))
             return (f"{exe} train --config {shlex.quote(str(run / 'run.json'))} --out {again}\n"

@@ -16,6 +16,9 @@ from PySide6.QtWidgets import QGridLayout, QWidget
 
 from desktop_app.ui import theme
 
+# Panels the "Log scale" toggle applies to (quantities spanning orders of magnitude).
+LOG_SCALE_PANELS = ("loss", "lr", "grad_norm")
+
 
 def pg() -> Any:
     """pyqtgraph (and numpy), imported on first use: ~0.4 s the window does not wait for at start-up."""
@@ -136,7 +139,7 @@ class LivePlots(QWidget):
             panel.setLabel("bottom", "step")
             if key == "loss":  # several curves share this panel; others have one and a title
                 panel.addLegend(offset=(-8, 8), labelTextSize="8pt")
-            panel.setLogMode(y=self.log_y and key == "loss")
+            panel.setLogMode(y=self.log_y and key in LOG_SCALE_PANELS)
             panel.setMinimumHeight(150)
             if key == "loss":  # the curve people watch: full width on top
                 self._grid.addWidget(panel, 0, 0, 1, self.columns)
@@ -202,7 +205,7 @@ class LivePlots(QWidget):
     def set_log_y(self, on: bool) -> None:
         self.log_y = on
         for key, panel in self.panels.items():
-            if key in ("loss", "lr", "grad_norm"):
+            if key in LOG_SCALE_PANELS:
                 panel.setLogMode(y=on)
         self._dirty.update(self.series)
         self._redraw()
