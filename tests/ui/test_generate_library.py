@@ -159,3 +159,25 @@ def test_error_dialog_has_copy_details_button(window, qtbot):
     assert box.isVisible()  # copying keeps the box open
     box.button(QMessageBox.StandardButton.Ok).click()
     qtbot.waitUntil(lambda: not window.ctx._open_boxes, timeout=3000)
+
+
+def test_library_refuses_delete_while_a_job_runs(window, populated_workspace, qtbot):
+    from desktop_app.engine.events import Controls
+
+    run = _ready(window, populated_workspace)
+    lib = window.library_tab
+    lib.select(str(run))
+    window.ctx.confirm = lambda *a, **k: True
+    controls = Controls()
+
+    def busy_export():
+        while not controls.stop.is_set():
+            controls.stop.wait(0.01)
+            yield None
+
+    task = window.ctx.runner.start("export", busy_export, controls)
+    qtbot.waitUntil(lambda: window.ctx.runner.is_running("export"), timeout=2000)
+    assert not lib.delete_selected()
+    assert run.exists() and any("Busy (export)" in str(e) for e in window.ctx.errors)
+    task.stop()
+    qtbot.waitUntil(lambda: not window.ctx.runner.is_running("export"), timeout=5000)

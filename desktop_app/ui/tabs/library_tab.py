@@ -240,10 +240,12 @@ class LibraryTab(QWidget):
         QDesktopServices.openUrl(QUrl.fromLocalFile(path))
 
     def _busy_with(self, path: str) -> bool:
-        train = self.ctx.runner.task("train")
-        if train is not None and train.running:
-            self.ctx.report_error("Training is running: stop it before renaming or deleting workspace items.",
-                                  title="Busy")
+        """Refuse while any job that may read or write workspace folders runs (training, prepare,
+        export, generation): renaming or deleting under it would lose work or crash it."""
+        busy = [k for k in self.ctx.runner.running_kinds() if k in ("train", "prepare", "export", "generate")]
+        if busy:
+            self.ctx.report_error(f"Busy ({', '.join(sorted(busy))}): stop it before renaming or deleting "
+                                  "workspace items.", title="Busy")
             return True
         return False
 
