@@ -316,6 +316,8 @@ class MainWindow(QMainWindow):
             self.generate_tab.stop()
         elif current is self.data_tab and self.ctx.runner.is_running("prepare"):
             self.data_tab.cancel()
+        elif current is self.library_tab and self.library_tab.exporting():
+            self.library_tab.cancel_export()
         else:
             self.train_tab.stop()
 

@@ -181,3 +181,30 @@ def test_library_refuses_delete_while_a_job_runs(window, populated_workspace, qt
     assert run.exists() and any("Busy (export)" in str(e) for e in window.ctx.errors)
     task.stop()
     qtbot.waitUntil(lambda: not window.ctx.runner.is_running("export"), timeout=5000)
+
+
+def test_library_export_cancel_and_stop_action_route_to_the_export(window, populated_workspace, qtbot,
+                                                                    monkeypatch):
+    from desktop_app.engine.events import Finished, Progress
+    from desktop_app.ui.tabs import library_tab as library_module
+
+    def slow_export(source, fmt, out, controls):
+        for i in range(10_000):
+            if controls.stop.is_set():
+                yield Finished("cancelled")
+                return
+            yield Progress("weights", i, 10_000)
+            controls.stop.wait(0.005)
+
+    monkeypatch.setattr(library_module, "_export_job", slow_export)
+    run = _ready(window, populated_workspace)
+    lib = window.library_tab
+    window.tabs.setCurrentWidget(lib)
+    lib.select(str(run))
+    assert lib.export_selected("hf")
+    qtbot.waitUntil(lib.exporting, timeout=3000)
+    assert lib.cancel_export_btn.isEnabled()
+    window.act_stop.trigger()  # Stop on the Library tab stops the export, not training
+    qtbot.waitUntil(lambda: not lib.exporting(), timeout=5000)
+    assert lib.progress.format() == "cancelled"
+    assert not lib.cancel_export_btn.isEnabled()

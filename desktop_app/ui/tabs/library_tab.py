@@ -91,6 +91,8 @@ class LibraryTab(QWidget):
         self.format_box.addItem("GGUF (llama.cpp)", "gguf")
         self.export_btn = QPushButton("Export")
         self.export_btn.setProperty("primary", True)
+        self.cancel_export_btn = QPushButton("Cancel")
+        self.cancel_export_btn.setEnabled(False)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setFormat("exports go to the workspace's exports folder")
@@ -105,6 +107,7 @@ class LibraryTab(QWidget):
         exp.addWidget(QLabel("Export as"))
         exp.addWidget(self.format_box)
         exp.addWidget(self.export_btn)
+        exp.addWidget(self.cancel_export_btn)
         exp.addWidget(self.progress, 1)
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -127,6 +130,7 @@ class LibraryTab(QWidget):
         self.generate_btn.clicked.connect(lambda _=False: self._emit_selected(self.generate_requested, None))
         self.use_btn.clicked.connect(lambda _=False: self._emit_selected(self.dataset_requested, "datasets"))
         self.export_btn.clicked.connect(lambda _=False: self.export_selected())
+        self.cancel_export_btn.clicked.connect(lambda _=False: self.cancel_export())
         self.tree.currentItemChanged.connect(lambda cur, _prev: self._show_details(cur))
         self.tree.itemDoubleClicked.connect(lambda item, _c: self._double_clicked(item))
         self.refresh()
@@ -307,7 +311,16 @@ class LibraryTab(QWidget):
         self.progress.setValue(0)
         self.progress.setFormat(f"exporting to {out.name}…")
         self.export_btn.setEnabled(False)
+        self.cancel_export_btn.setEnabled(True)
         return True
+
+    def exporting(self) -> bool:
+        return self.task is not None and self.ctx.runner.is_running("export")
+
+    def cancel_export(self) -> None:
+        """Ask the export to stop: the engine removes its partial output (nothing half-written stays)."""
+        if self.exporting():
+            self.task.stop()
 
     def _on_export_item(self, item: object) -> None:
         if isinstance(item, Progress) and item.total:
@@ -326,6 +339,7 @@ class LibraryTab(QWidget):
                     self.ctx.report_error(item.message or "Export failed.", title="Export failed")
 
     def _on_export_finished(self) -> None:
+        self.cancel_export_btn.setEnabled(False)
         self._update_buttons()
         self.ctx.workspace_items_changed.emit()
 
