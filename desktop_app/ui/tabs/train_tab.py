@@ -573,18 +573,16 @@ class TrainTab(QWidget):
                 self.ctx.report_exception(exc)
 
     def _export_png(self, _checked: bool = False) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export plots", "training.png", "PNG image (*.png)")
-        if path:
-            try:
-                self.plots.export_png(path)
-            except Exception as exc:
-                self.ctx.report_exception(exc, title="Export failed")
+        self._export_to("Export plots", "training.png", "PNG image (*.png)", self.plots.export_png)
 
     def _export_csv(self, _checked: bool = False) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export metrics", "metrics.csv", "CSV (*.csv)")
+        self._export_to("Export metrics", "metrics.csv", "CSV (*.csv)", self.plots.export_csv)
+
+    def _export_to(self, title: str, default_name: str, file_filter: str, write) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, title, default_name, file_filter)
         if path:
             try:
-                self.plots.export_csv(path)
+                write(path)
             except Exception as exc:
                 self.ctx.report_exception(exc, title="Export failed")
 
