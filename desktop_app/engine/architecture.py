@@ -158,6 +158,27 @@ def _init_weights(model: PreTrainedModel, spec: ModelSpec) -> None:
                 param.normal_(0.0, std)
 
 
+def is_plain_llama(model: Any) -> bool:
+    """True for a transformers llama causal LM with standard layers: silu MLP, plain nn.Linear projections
+    (not LoRA or quantised wrappers), no tensor-parallel split. The lean decoder (generation.py) and the
+    fused training forward (fused_llama.py) cover exactly these."""
+    import torch
+
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) != "llama" or getattr(cfg, "hidden_act", "silu") != "silu":
+        return False
+    if (getattr(cfg, "pretraining_tp", 1) or 1) > 1:
+        return False
+    core = getattr(model, "model", None)
+    layers = getattr(core, "layers", None)
+    if not layers or not hasattr(core, "rotary_emb") or not hasattr(model, "lm_head"):
+        return False
+    linear = torch.nn.Linear
+    attn, mlp = layers[0].self_attn, layers[0].mlp
+    return all(type(m) is linear for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj,
+                                           mlp.up_proj, mlp.down_proj, model.lm_head))
+
+
 def build_model(spec: ModelSpec, *, seed: int | None = None, pad_token_id: int | None = PAD_TOKEN_ID,
                 bos_token_id: int | None = BOS_TOKEN_ID, eos_token_id: int | None = EOS_TOKEN_ID) -> PreTrainedModel:
     """A freshly initialised LlamaForCausalLM / GPT2LMHeadModel (fp32, SDPA attention, training mode off).

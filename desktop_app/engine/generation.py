@@ -21,8 +21,10 @@ batch 1 (profiled here: ~60-70% of a token of the 12M `mini` preset is `aten::mm
   from each row's first real token, so each row computes what it would compute alone (greedy batch ==
   greedy single, tested).
 - Thread policy: with small work a second torch thread mostly adds synchronisation, and when another
-  thread (the GUI, a training run) keeps a core busy it makes decoding several times slower.
-  `decode_threads()` picks 1 torch thread for small work on CPU; callers may override it. In this torch
+  thread (the GUI, a training run) keeps a core busy it makes decoding several times slower; on an
+  idle machine it makes a memory-bound 12M-28M model ~1.6x faster. So "auto" starts on the safe
+  choice (`decode_threads()`: 1 thread for small work on CPU) and a ThreadTuner times it against all
+  cores while decoding, keeps the faster and re-checks (thread_tuner.py). In this torch
   build (OpenMP) `torch.set_num_threads` applies to the calling thread only (checked: other threads keep
   their count); we restore it anyway. While generating, the GIL switch interval is lowered to 1 ms
   (`short_gil_switch`) so a busy Python thread delays each GIL hand-back by at most that.
@@ -42,11 +44,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from desktop_app.engine.architecture import is_plain_llama
+from desktop_app.engine.devices import cpu_cores
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
 from desktop_app.engine.sampling import Sampler
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.engine.text_stream import TextStream
+from desktop_app.engine.thread_tuner import ThreadTuner
 
 if TYPE_CHECKING:
     from desktop_app.engine.loading import LoadedModel
@@ -67,13 +72,15 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def decode_threads(model: torch.nn.Module, batch: int) -> int | None:
-    """Torch threads for decoding `batch` rows with `model`: 1 on CPU unless parameters x batch exceed
-    ~1e9 (then None: leave the setting as is); None on GPUs.
+    """The torch threads decoding `batch` rows with `model` starts with: 1 on CPU unless parameters x
+    batch exceed ~1e9 (then None: all cores); None on GPUs. With threads="auto", stream_text then lets a
+    ThreadTuner (thread_tuner.py) time 1 thread against all cores and keep the faster.
 
-    Measured with tests/bench/bench_generate.py on the shared 2-core machine: 2 threads decoded the
-    0.9M and 12M presets 7-20x SLOWER than 1 thread (e.g. 12M, batch 1: 4 vs 59 tokens/s), because
-    each of the hundreds of small ops per token waits for the second thread, which is often descheduled
-    when anything else runs. Only matmuls far larger than these amortise that wait.
+    Why start on 1: with small work a second thread mostly adds synchronisation, and when another thread
+    keeps a core busy, 2 threads decoded the 0.9M and 12M presets 7-20x SLOWER than 1 (measured with
+    tests/bench/bench_generate.py on the shared 2-core machine). On an idle machine, 2 threads decode a
+    12M-28M model ~1.6x faster (the weight matmuls are memory-bound and 2 cores stream faster): the
+    tuner finds that within a few tokens.
     """
     device = next(model.parameters()).device
     if device.type != "cpu":
@@ -210,7 +217,7 @@ def _attention_mask(valid: torch.Tensor | None, start: int, t: int, device: torc
     return mask | eye
 
 
-# model -> (weights signature, fused layer weights): fusing copies ~2/3 of the weights, which would add
+# model -> (weights signature, prepared layer weights): preparing copies the weights, which would add
 # to every call's time to first token; the signature (storage + in-place version of every parameter)
 # notices training steps, .to() and load_state_dict, so stale copies are never used.
 _LAYER_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -230,22 +237,20 @@ def _cached_layers(model: Any, fuse: bool, build: Any) -> list[tuple]:
     return layers
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # transformers' LlamaRMSNorm, op for op (F.rms_norm costs ~4x more per call here on CPU for one row).
-    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-
-
 def _decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                      scale: float) -> torch.Tensor:
+                      scale: float | None) -> torch.Tensor:
     """Attention of one new query per row over the cache: q [b, h, 1, d], k/v [b, kv, L, d] -> [b, h, 1, d].
 
     For a single query, plain matmul + softmax beats the SDPA kernel's fixed cost on CPU. Grouped-query
     heads are handled by viewing the h query heads as [kv, h / kv] (head i uses kv head i // group).
+    scale=None: q is already scaled.
     """
     b, h, _, d = q.shape
     kv = k.shape[1]
     qg = q.view(b, kv, h // kv, d)
-    scores = torch.matmul(qg, k.transpose(-1, -2)) * scale  # [b, kv, group, L]
+    scores = torch.matmul(qg, k.transpose(-1, -2))  # [b, kv, group, L]
+    if scale is not None:
+        scores = scores * scale
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # mask [b, 1, 1, L]
     return torch.matmul(scores.softmax(dim=-1), v).view(b, h, 1, d)
@@ -282,7 +287,14 @@ class _LeanRunner(_Runner):
 
 
 class _LeanLlama(_LeanRunner):
-    """LlamaForCausalLM's math as a flat op sequence over a preallocated KV cache."""
+    """LlamaForCausalLM's math as a flat op sequence over a preallocated KV cache.
+
+    With `fuse` (models up to _FUSE_MAX_PARAMS), every matrix is a prepared copy: q/k/v and gate/up
+    concatenated, stored transposed ([in, out]: at batch 1 this layout streams ~20% faster through
+    MKL than nn.Linear's [out, in]), each RMSNorm weight folded into the matrix that reads its output,
+    and the attention scale folded into the q columns. Residual adds ride on addmm. Without it (huge
+    models) the original weights are used as they are.
+    """
 
     def __init__(self, model: Any, batch: int, max_len: int, fuse: bool):
         p = next(model.parameters())
@@ -293,15 +305,16 @@ class _LeanLlama(_LeanRunner):
         self.n_kv = cfg.num_key_value_heads or self.n_heads
         self.hidden = cfg.hidden_size
         self.eps = float(cfg.rms_norm_eps)
+        self.scale = float(getattr(first, "scaling", self.head_dim ** -0.5))
+        self.fused = fuse
         self.embed = core.embed_tokens.weight
-        self.norm_w = core.norm.weight
-        self.lm_head_w, self.lm_head_b = model.lm_head.weight, model.lm_head.bias
-        self.layers = _cached_layers(model, fuse, self._layer_weights)
+        self.layers, self.head = _cached_layers(model, fuse, self._prepare)
         # cos/sin for every position from the model's own rotary module (honours any rope scaling).
         positions = torch.arange(max_len, device=self.device)[None]
         cos, sin = core.rotary_emb(torch.zeros(1, dtype=p.dtype, device=self.device), positions)
         self.cos, self.sin = cos[0].to(p.dtype), sin[0].to(p.dtype)  # [max_len, head_dim]
-        # rotate_half(x) = cat(-x2, x1) as one small matmul x @ R: fewer ops per layer than slicing.
+        # rotate_half(x) = cat(-x2, x1) = x @ rot. For one new token per row, RoPE is x @ R(pos) with
+        # R = diag(cos) + rot * sin: one small batched matmul per layer, R built once per token.
         half = self.head_dim // 2
         eye = torch.eye(half, dtype=p.dtype, device=self.device)
         self.rot = torch.zeros(self.head_dim, self.head_dim, dtype=p.dtype, device=self.device)
@@ -309,79 +322,109 @@ class _LeanLlama(_LeanRunner):
         self.rot[:half, half:] = eye
         self._alloc_cache(len(self.layers), self.n_kv, self.head_dim, p.dtype)
         self.gqa = self.n_kv != self.n_heads
-        self.scale = float(getattr(first, "scaling", self.head_dim ** -0.5))
 
     @staticmethod
-    def _layer_weights(model: Any, fuse: bool) -> list[tuple]:
+    def _prepare(model: Any, fuse: bool) -> tuple[list[tuple], tuple]:
+        """Per layer (norm1, qkv, o, norm2, gate_up, down) as (weight, bias) pairs, and the output head.
+        Fused: norms are None (folded), matrices [in, out]; else nn.Linear's own [out, in] weights."""
+        core = model.model
+        if not fuse:
+            layers = []
+            for layer in core.layers:
+                a, mlp = layer.self_attn, layer.mlp
+                qkv = [(m.weight, m.bias) for m in (a.q_proj, a.k_proj, a.v_proj)]
+                layers.append((layer.input_layernorm.weight, qkv, (a.o_proj.weight, a.o_proj.bias),
+                               layer.post_attention_layernorm.weight,
+                               [(m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj)],
+                               (mlp.down_proj.weight, mlp.down_proj.bias)))
+            return layers, (core.norm.weight, model.lm_head.weight, model.lm_head.bias)
+
+        def prepared(mods: list[Any], norm: torch.Tensor | None, col_scale: list[float] | None = None) -> tuple:
+            scales = col_scale or [1.0] * len(mods)
+            weight = torch.cat([m.weight * s for m, s in zip(mods, scales, strict=True)])  # [out, in]
+            if norm is not None:
+                weight = weight * norm  # w * (x * r) @ W^T == (x * r) @ (W * w)^T
+            bias = None if mods[0].bias is None else torch.cat([m.bias * s for m, s in zip(mods, scales, strict=True)])
+            return weight.t().contiguous(), bias
+
+        scale = float(getattr(core.layers[0].self_attn, "scaling", 1.0))
         layers = []
-        for layer in model.model.layers:
+        for layer in core.layers:
             a, mlp = layer.self_attn, layer.mlp
-            if fuse:
-                qkv = ((torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                        None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])),)
-                gate_up = ((torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                            None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])),)
-            else:
-                qkv = tuple((m.weight, m.bias) for m in (a.q_proj, a.k_proj, a.v_proj))
-                gate_up = tuple((m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj))
-            layers.append((layer.input_layernorm.weight, qkv, (a.o_proj.weight, a.o_proj.bias),
-                           layer.post_attention_layernorm.weight, gate_up, (mlp.down_proj.weight, mlp.down_proj.bias)))
-        return layers
+            layers.append((None, prepared([a.q_proj, a.k_proj, a.v_proj], layer.input_layernorm.weight,
+                                          [scale, 1.0, 1.0]),
+                           prepared([a.o_proj], None), None,
+                           prepared([mlp.gate_proj, mlp.up_proj], layer.post_attention_layernorm.weight),
+                           prepared([mlp.down_proj], None)))
+        head_w, head_b = prepared([model.lm_head], core.norm.weight)
+        return layers, (None, head_w, head_b)
 
     @staticmethod
     def supports(model: Any) -> bool:
-        cfg = model.config
-        if getattr(cfg, "model_type", None) != "llama" or getattr(cfg, "hidden_act", "silu") != "silu":
-            return False
-        if (getattr(cfg, "pretraining_tp", 1) or 1) > 1:
-            return False
-        core = getattr(model, "model", None)
-        layers = getattr(core, "layers", None)
-        if not layers or not hasattr(core, "rotary_emb"):
-            return False
-        lin = torch.nn.Linear
-        a, mlp = layers[0].self_attn, layers[0].mlp
-        return all(type(m) is lin for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj,
-                                              mlp.down_proj, model.lm_head))
+        return is_plain_llama(model)
+
+    def _linear(self, x: torch.Tensor, wb: tuple, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ W (+ bias) (+ residual) on 2-D rows; W prepared [in, out] when fused, else [out, in]."""
+        w, bias = wb
+        if not self.fused:
+            y = F.linear(x, w, bias)
+            return y if residual is None else residual + y
+        if residual is not None:
+            y = torch.addmm(residual, x, w)
+            return y if bias is None else y.add_(bias)
+        return torch.mm(x, w) if bias is None else torch.addmm(bias, x, w)
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        # transformers' LlamaRMSNorm (F.rms_norm costs ~4x more per call here on CPU for one row).
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return h if weight is None else weight * h
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, t = ids.shape
         start = self.length
         end = start + t
-        x = F.embedding(ids, self.embed)
-        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [b, t, 1, hd]
-        causal = mask is None and t > 1
         nh, nkv, hd = self.n_heads, self.n_kv, self.head_dim
+        x = F.embedding(ids, self.embed).view(b * t, self.hidden)  # rows = tokens
+        if t == 1:
+            rope = torch.diag_embed(self.cos[pos[:, 0]]).addcmul_(self.rot, self.sin[pos[:, 0]].unsqueeze(1))
+        else:
+            cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [b, t, 1, hd]
+        causal = mask is None and t > 1
+        scale = 1.0 if self.fused else self.scale  # the fused q columns are pre-scaled
         for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
-            h = _rms_norm(x, ln1, self.eps)
-            if len(qkv) == 1:
-                heads = F.linear(h, *qkv[0]).view(b, t, nh + 2 * nkv, hd)
+            h = self._norm(x, ln1)
+            if self.fused:
+                heads = self._linear(h, qkv).view(b, t, nh + 2 * nkv, hd)
             else:
-                heads = torch.cat([F.linear(h, w, bias) for w, bias in qkv], dim=-1).view(b, t, nh + 2 * nkv, hd)
-            # RoPE on q and k heads at once: x * cos + rotate_half(x) * sin. (narrow() instead of
-            # slice indexing: same views, a fraction of the per-call cost.)
+                heads = torch.cat([self._linear(h, wb) for wb in qkv], dim=-1).view(b, t, nh + 2 * nkv, hd)
+            # RoPE on q and k heads at once. (narrow() instead of slice indexing: same views, a fraction
+            # of the per-call cost.)
             qk = heads.narrow(2, 0, nh + nkv)
-            qk = torch.addcmul(qk * cos, qk @ self.rot, sin)
+            if t == 1:
+                qk = torch.bmm(qk.view(b, nh + nkv, hd), rope).view(b, 1, nh + nkv, hd)
+            else:
+                qk = torch.addcmul(qk * cos, qk @ self.rot, sin)
             q = qk.narrow(2, 0, nh).transpose(1, 2)
             kc, vc = self.k_layers[i], self.v_layers[i]
             kc.narrow(2, start, t).copy_(qk.narrow(2, nh, nkv).transpose(1, 2))
             vc.narrow(2, start, t).copy_(heads.narrow(2, nh + nkv, nkv).transpose(1, 2))
             keys, values = kc.narrow(2, 0, end), vc.narrow(2, 0, end)
             if t == 1:
-                att = _decode_attention(q, keys, values, mask, self.scale)
+                att = _decode_attention(q, keys, values, mask, None if self.fused else self.scale)
             else:
                 att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
-                                                     enable_gqa=self.gqa)
-            x = x + F.linear(att.transpose(1, 2).reshape(b, t, -1), *o)
-            h = _rms_norm(x, ln2, self.eps)
-            if len(gate_up) == 1:
-                g, u = F.linear(h, *gate_up[0]).chunk(2, dim=-1)
+                                                     enable_gqa=self.gqa, scale=scale)
+            x = self._linear(att.transpose(1, 2).reshape(b * t, nh * hd), o, x)
+            h = self._norm(x, ln2)
+            if self.fused:
+                g, u = self._linear(h, gate_up).chunk(2, dim=-1)
             else:
-                g, u = (F.linear(h, w, bias) for w, bias in gate_up)
-            x = x + F.linear(F.silu(g) * u, *down)
+                g, u = (self._linear(h, wb) for wb in gate_up)
+            x = self._linear(F.silu(g) * u, down, x)
         self.length = end
-        x = _rms_norm(x[:, -1], self.norm_w, self.eps)
-        return F.linear(x, self.lm_head_w, self.lm_head_b)
+        norm_w, head_w, head_b = self.head
+        last = self._norm(x.view(b, t, self.hidden)[:, -1], norm_w)
+        return self._linear(last, (head_w, head_b))
 
 
 class _LeanGPT2(_LeanRunner):
@@ -567,13 +610,38 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
         encoded = [r[-(ctx - 1):] if len(r) > ctx - 1 else r for r in encoded]
     longest = max(len(r) for r in encoded)
     budget = spec.max_new_tokens if not ctx else max(1, min(spec.max_new_tokens, ctx - longest))
-    n_threads = decode_threads(model, len(encoded) * spec.samples) if threads == "auto" else threads
-    with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
-        yield from _decode(model, tokenizer, encoded, budget, spec, stop_event, backend, t0)
+    tuner, n_threads = _thread_tuner(model, len(encoded) * spec.samples) if threads == "auto" else (None, threads)
+    try:
+        with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
+            yield from _decode(model, tokenizer, encoded, budget, spec, stop_event, backend, t0, tuner)
+    finally:
+        if tuner is not None:
+            _TUNING[(count_parameters(model), len(encoded) * spec.samples)] = tuner.state()
+
+
+# (parameters, rows) -> the last ThreadTuner state for that work: later calls continue from it.
+_TUNING: dict[tuple[int, int], dict[str, int]] = {}
+
+
+def _thread_tuner(model: Any, rows: int) -> tuple[ThreadTuner | None, int | None]:
+    """The tuner for decoding `rows` rows with `model` on CPU (None on GPUs or one core), and the
+    thread count to start with."""
+    start = decode_threads(model, rows)
+    cores = cpu_cores()
+    if next(model.parameters()).device.type != "cpu" or cores < 2:
+        return None, start
+    saved = _TUNING.get((count_parameters(model), rows))
+    if saved is not None and {saved["current"], saved["other"]} == {1, cores}:
+        tuner = ThreadTuner.resume(saved)
+    else:
+        first = start or cores
+        tuner = ThreadTuner(first, 1 if first > 1 else cores)
+    return tuner, tuner.threads
 
 
 def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, spec: GenerateSpec,
-            stop_event: Any, backend: str, t0: float) -> Iterator[TextDelta | GenerationStats]:
+            stop_event: Any, backend: str, t0: float,
+            tuner: ThreadTuner | None = None) -> Iterator[TextDelta | GenerationStats]:
     rows = [ids for ids in prompts for _ in range(spec.samples)]  # prompt-major sample numbering
     n = len(rows)
     device = next(model.parameters()).device
@@ -648,7 +716,13 @@ def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, s
             if not active or step == budget - 1:
                 break
             with torch.inference_mode():
-                logits = runner.step(next_ids)
+                if tuner is None:
+                    logits = runner.step(next_ids)
+                else:
+                    tuner.apply()
+                    t_step = time.perf_counter()
+                    logits = runner.step(next_ids)
+                    tuner.record(time.perf_counter() - t_step)
         reason = "cancelled" if cancelled else "length"
         for b in active:
             piece = streams[b].finish()

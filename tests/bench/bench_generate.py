@@ -58,7 +58,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from desktop_app.engine.architecture import build_model
-from desktop_app.engine.generation import decode_threads, stream_text, torch_threads
+from desktop_app.engine.devices import cpu_cores
+from desktop_app.engine.generation import stream_text, torch_threads
 from desktop_app.engine.loading import LoadedModel
 from desktop_app.engine.presets import preset
 from desktop_app.engine.specs import GenerateSpec
@@ -99,7 +100,7 @@ class Busy:
             self.thread.join()
 
 
-def ours(loaded: LoadedModel, batch: int, tokens: int, threads: int | None) -> tuple[float, float, int]:
+def ours(loaded: LoadedModel, batch: int, tokens: int, threads: int | str | None) -> tuple[float, float, int]:
     spec = GenerateSpec(max_new_tokens=tokens, temperature=0.0, samples=batch)
     t0 = time.perf_counter()
     stats = [e for e in stream_text(loaded, PROMPT, spec, threads=threads) if e.type == "generation"]
@@ -129,16 +130,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--conditions", default="idle,busy-python,busy-native")
-    parser.add_argument("--two-threads", action="store_true", help="also measure both sides with 2 threads")
     args = parser.parse_args()
 
     corpus = [f"{PROMPT} {i} " * 3 for i in range(400)]
     tok = hf_tokenizer(train_tokenizer(corpus, "byte-bpe", 4096, min_frequency=1))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads by default; prompt "
-          f"{len(tok(PROMPT)['input_ids'])} tokens, {args.tokens} new tokens, medians of {args.repeats}")
-    print("machine is shared with other engineers' test runs: figures are noisy")
-    header = (f"{'model':>6} {'params':>6} {'cond':>11} {'thr':>3} {'batch':>5} | {'ours tok/s':>10} "
-              f"{'gen tok/s':>10} {'ratio':>5} | {'ours TTFT':>9} {'gen TTFT':>9}")
+    cores = cpu_cores()
+    print(f"torch {torch.__version__}, {cores} cores; prompt {len(tok(PROMPT)['input_ids'])} tokens, "
+          f"{args.tokens} new tokens, greedy, medians of {args.repeats}")
+    print(f"ours: threads='auto' (ThreadTuner: 1 vs {cores}); generate(): 1 thread and {cores} threads")
+    header = (f"{'model':>6} {'params':>6} {'cond':>11} {'batch':>5} | {'ours':>6} {'ours@1':>6} {'gen@1':>6} "
+              f"{'gen@' + str(cores):>6} {'vs@1':>5} {'vs@' + str(cores):>5} | {'ours TTFT':>9} {'gen@1 TTFT':>10}")
     print(header)
     print("-" * len(header))
     for name in args.models.split(","):
@@ -147,25 +148,24 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters())
         loaded = LoadedModel(model=model, tokenizer=tok, spec=spec, kind="hf", path=Path("."), name=name)
         for batch in (int(b) for b in args.batches.split(",")):
-            auto = decode_threads(model, batch)
-            settings = [auto] + ([2] if args.two_threads and auto != 2 else [])
             for condition in args.conditions.split(","):
-                for threads in settings:
-                    with Busy(condition):
-                        ours(loaded, batch, 4, threads)  # warm-up both paths
-                        hf(loaded, batch, 4, threads)
-                        a, b = [], []
-                        for _ in range(args.repeats):
-                            a.append(ours(loaded, batch, args.tokens, threads))
-                            b.append(hf(loaded, batch, args.tokens, threads))
-                    o_rate = statistics.median(x[0] for x in a)
-                    h_rate = statistics.median(x[0] for x in b)
-                    o_ttft = statistics.median(x[1] for x in a)
-                    h_ttft = statistics.median(x[1] for x in b)
-                    assert all(x[2] == batch * args.tokens for x in a + b), "a run stopped early"
-                    print(f"{name:>6} {params / 1e6:5.1f}M {condition:>11} {threads or '-':>3} {batch:>5} | "
-                          f"{o_rate:10.0f} {h_rate:10.0f} {o_rate / h_rate:5.2f} | {o_ttft:7.1f}ms "
-                          f"{h_ttft:7.1f}ms", flush=True)
+                with Busy(condition):
+                    ours(loaded, batch, 4, "auto")  # warm-up every path
+                    hf(loaded, batch, 4, 1)
+                    hf(loaded, batch, 4, cores)
+                    runs: dict[str, list[tuple[float, float, int]]] = {"ours": [], "ours1": [], "gen1": [], "genN": []}
+                    for _ in range(args.repeats):  # interleaved, so load changes hit all alike
+                        runs["ours"].append(ours(loaded, batch, args.tokens, "auto"))
+                        runs["ours1"].append(ours(loaded, batch, args.tokens, 1))
+                        runs["gen1"].append(hf(loaded, batch, args.tokens, 1))
+                        runs["genN"].append(hf(loaded, batch, args.tokens, cores))
+                rate = {k: statistics.median(x[0] for x in v) for k, v in runs.items()}
+                ttft = {k: statistics.median(x[1] for x in v) for k, v in runs.items()}
+                assert all(x[2] == batch * args.tokens for v in runs.values() for x in v), "a run stopped early"
+                print(f"{name:>6} {params / 1e6:5.1f}M {condition:>11} {batch:>5} | {rate['ours']:6.0f} "
+                      f"{rate['ours1']:6.0f} {rate['gen1']:6.0f} {rate['genN']:6.0f} "
+                      f"{rate['ours'] / rate['gen1']:5.2f} {rate['ours'] / rate['genN']:5.2f} | "
+                      f"{ttft['ours']:7.1f}ms {ttft['gen1']:8.1f}ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from desktop_app.engine.architecture import build_model
 from desktop_app.engine.devices import measure_matmul_peak
+from desktop_app.engine.objectives.causal_lm import _mean_loss as mean_loss
 from desktop_app.engine.presets import preset
 from desktop_app.engine.sizing import count_parameters, flops_per_token
 from desktop_app.engine.specs import RunConfig, TrainSpec
@@ -51,7 +52,7 @@ def make_random_dataset(folder: Path, vocab: int, context: int, n_tokens: int) -
         rng.integers(0, vocab, size=n, dtype=np.uint16).tofile(folder / f"{split}.bin")
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
     tok.save(str(folder / "tokenizer.json"))
-    manifest = {"format_version": 1, "dtype": "uint16", "tokenizer": {"vocab_size": vocab},
+    manifest = {"format_version": 1, "dtype": "uint16", "tokenizer": {"vocab_size": vocab, "eos_id": 2},
                 "chunking": {"context_length": context, "overlap": 0},
                 "splits": {"train": {"tokens": n_tokens}, "val": {"tokens": context * 8 + 1}}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -96,6 +97,66 @@ class PlainGPT(nn.Module):
         return self.head(self.ln(x))
 
 
+class LlamaBlock(nn.Module):
+    """The llama block as one would write it by hand: torch's RMSNorm, rotate_half RoPE, SDPA, SwiGLU."""
+
+    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int, eps: float):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.n1, self.n2 = nn.RMSNorm(d, eps=eps), nn.RMSNorm(d, eps=eps)
+        self.q = nn.Linear(d, d, bias=False)
+        self.k, self.v = (nn.Linear(d, kv_heads * self.hd, bias=False) for _ in range(2))
+        self.o = nn.Linear(d, d, bias=False)
+        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    @staticmethod
+    def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.n1(x)
+        q = self.rope(self.q(h).view(b, t, self.heads, self.hd).transpose(1, 2), cos, sin)
+        k = self.rope(self.k(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2), cos, sin)
+        v = self.v(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        x = x + self.o(y.transpose(1, 2).reshape(b, t, -1))
+        h = self.n2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class PlainLlama(nn.Module):
+    """A hand-written llama of the same shape as a llama ModelSpec (the same-architecture reference)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        d, hd = spec.d_model, spec.d_model // spec.n_heads
+        self.wte = nn.Embedding(spec.vocab_size, d)
+        self.blocks = nn.ModuleList(LlamaBlock(d, spec.n_heads, spec.n_kv_heads, spec.ffn_dim, spec.norm_eps)
+                                    for _ in range(spec.n_layers))
+        self.norm = nn.RMSNorm(d, eps=spec.norm_eps)
+        self.head = nn.Linear(d, spec.vocab_size, bias=False)
+        self.head.weight = self.wte.weight
+        inv = 1.0 / spec.rope_theta ** (torch.arange(0, hd, 2).float() / hd)
+        freqs = torch.outer(torch.arange(spec.context_length).float(), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        x = self.wte(idx)
+        cos, sin = self.cos[:t], self.sin[:t]
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.head(self.norm(x))
+
+
 def gpt_like(spec):
     # SwiGLU has 3 ffn matrices, a GELU MLP 2: a hidden of 1.5 x ffn_dim gives the same parameter count.
     hidden = round(1.5 * spec.ffn_dim)
@@ -106,18 +167,23 @@ def gpt_like(spec):
 
 
 class BareStep:
-    """The 10-line loop, one step per call: forward, loss, backward, clip, AdamW step."""
+    """The 10-line loop, one step per call: forward, loss, backward, clip, AdamW step. `loss` is "hf"
+    (transformers' forward + F.cross_entropy), "ours" (the loss function our loop uses on the same
+    model), or "plain" (model(x) -> logits + F.cross_entropy)."""
 
-    def __init__(self, model: nn.Module, batch: torch.Tensor, hf: bool):
-        self.model, self.hf = model, hf
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    def __init__(self, model: nn.Module, batch: torch.Tensor, loss: str):
+        self.model, self.kind = model, loss
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as our loop's optimizer
         self.x, self.y = batch[:, :-1], batch[:, 1:]
         model.train()
 
     def __call__(self) -> float:
         t0 = time.perf_counter()
-        logits = self.model(input_ids=self.x, use_cache=False).logits if self.hf else self.model(self.x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), self.y.reshape(-1))
+        if self.kind == "ours":
+            loss = mean_loss(self.model, self.x, self.y)
+        else:
+            logits = self.model(input_ids=self.x, use_cache=False).logits if self.kind == "hf" else self.model(self.x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), self.y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
@@ -191,8 +257,10 @@ def main() -> int:
             gpt, gpt_fpt = gpt_like(spec)
             contenders: dict[str, object] = {
                 "loop": LoopStep(config, Path(tmp) / f"run-{name}"),
-                "bare": BareStep(build_model(spec, seed=0), batch, hf=True),
-                "gpt": BareStep(gpt, batch, hf=False),
+                "bare": BareStep(build_model(spec, seed=0), batch, "ours"),
+                "hf": BareStep(build_model(spec, seed=0), batch, "hf"),
+                "gpt": BareStep(gpt, batch, "plain"),
+                "llama": BareStep(PlainLlama(spec), batch, "plain"),
             }
             if args.bf16:
                 bf16_cfg = config.replace(train={**config.train, "precision": "bf16"})
@@ -213,19 +281,23 @@ def main() -> int:
                  "peak_gflops": peak / 1e9, "loop_tok_s": tps["loop"], "loop_mfu": fpt * tps["loop"] / peak,
                  "bare_tok_s": tps["bare"], "overhead_pct": 100 * (med["loop"] / med["bare"] - 1),
                  "gpt_params": gpt_params, "gpt_tok_s": tps["gpt"], "gpt_mfu": gpt_fpt * tps["gpt"] / peak,
-                 "loop_vs_gpt": tps["loop"] / tps["gpt"], "loop_bf16_tok_s": tps.get("loop_bf16")}
+                 "loop_vs_gpt": tps["loop"] / tps["gpt"], "llama_tok_s": tps["llama"],
+                 "loop_vs_llama": tps["loop"] / tps["llama"], "hf_tok_s": tps["hf"],
+                 "loop_vs_hf": tps["loop"] / tps["hf"], "loop_bf16_tok_s": tps.get("loop_bf16")}
             rows.append(r)
             print(f"{name:6s} {params / 1e6:5.1f}M  batch {r['batch']:7s} peak {peak / 1e9:5.1f} GFLOP/s | loop "
                   f"{r['loop_tok_s']:7.0f} tok/s MFU {100 * r['loop_mfu']:5.1f}% | bare loop {r['bare_tok_s']:7.0f} "
                   f"tok/s -> loop overhead {r['overhead_pct']:+.1f}% | plain GPT {gpt_params / 1e6:.1f}M "
-                  f"{r['gpt_tok_s']:7.0f} tok/s MFU {100 * r['gpt_mfu']:5.1f}% -> ours/GPT {r['loop_vs_gpt']:.2f}x"
+                  f"{r['gpt_tok_s']:7.0f} tok/s MFU {100 * r['gpt_mfu']:5.1f}% -> ours/GPT {r['loop_vs_gpt']:.2f}x | "
+                  f"plain llama {r['llama_tok_s']:7.0f} tok/s -> ours/llama {r['loop_vs_llama']:.2f}x | "
+                  f"transformers fwd {r['hf_tok_s']:7.0f} tok/s -> ours/hf {r['loop_vs_hf']:.2f}x"
                   + (f" | loop bf16 {tps['loop_bf16']:7.0f} tok/s ({tps['loop_bf16'] / tps['loop']:.2f}x fp32)"
                      if "loop_bf16" in tps else ""), flush=True)
             del contenders, gpt
         if args.thread_compare:
             spec = preset(args.thread_compare)
             batch = torch.randint(0, spec.vocab_size, (BATCH.get(args.thread_compare, 8), spec.context_length + 1))
-            step = BareStep(build_model(spec, seed=0), batch, hf=True)
+            step = BareStep(build_model(spec, seed=0), batch, "ours")
 
             # Blocks, not step-by-step alternation: changing the thread count re-sizes the thread pool,
             # which costs more than a step. Two rounds of [1 thread, 2 threads] blocks; first step of a block

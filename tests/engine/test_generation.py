@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from desktop_app.engine import generation
 from desktop_app.engine.architecture import build_model
+from desktop_app.engine.devices import cpu_cores
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generation import decode_threads, encode_prompt, make_runner, stream_text
 from desktop_app.engine.loading import LoadedModel
@@ -71,7 +73,10 @@ def test_greedy_with_repetition_penalty_equals_transformers(loaded):
     assert ours.token_ids == ref[0, ids["input_ids"].shape[1]:].tolist()
 
 
-def test_lean_logits_match_transformers_forward(loaded):
+@pytest.mark.parametrize("prepared", [True, False])
+def test_lean_logits_match_transformers_forward(loaded, prepared, monkeypatch):
+    # prepared: the transposed, norm-folded weight copies; else the model's own weights (huge models).
+    monkeypatch.setattr(generation, "_FUSE_MAX_PARAMS", 10**12 if prepared else 0)
     ids = loaded.tokenizer(["Привет мир! Hello world 🙂 The cat sat on the mat"], return_tensors="pt")["input_ids"]
     assert ids.shape[1] > 8
     with torch.inference_mode():
@@ -81,6 +86,13 @@ def test_lean_logits_match_transformers_forward(loaded):
         torch.testing.assert_close(first, ref[:, 2], rtol=1e-4, atol=1e-4)
         for t in range(3, ids.shape[1]):
             torch.testing.assert_close(runner.step(ids[:, t]), ref[:, t], rtol=1e-4, atol=1e-4)
+
+
+def test_unprepared_lean_path_equals_prepared_in_a_padded_batch(loaded, monkeypatch):
+    prepared, _ = _run(loaded, PROMPTS, max_new_tokens=10, temperature=0.0, backend="lean")
+    monkeypatch.setattr(generation, "_FUSE_MAX_PARAMS", 0)
+    plain, _ = _run(loaded, PROMPTS, max_new_tokens=10, temperature=0.0, backend="lean")
+    assert [s.token_ids for s in plain] == [s.token_ids for s in prepared]
 
 
 @pytest.mark.parametrize("backend", ["lean", "hf"])
@@ -220,6 +232,16 @@ def test_thread_policy_and_restore(loaded):
     assert set(seen) == {1}
     assert torch.get_num_threads() == before
     assert sys.getswitchinterval() == switch  # the shorter GIL switch interval is restored too
+
+
+def test_auto_threads_only_use_one_or_all_cores_and_restore(loaded):
+    before = torch.get_num_threads()
+    seen = set()
+    for _ in range(2):  # the second call resumes the first call's tuner state
+        for _event in stream_text(loaded, "Hi", GenerateSpec(max_new_tokens=12, temperature=0.0), threads="auto"):
+            seen.add(torch.get_num_threads())
+    assert seen <= {1, cpu_cores()}
+    assert torch.get_num_threads() == before
 
 
 def test_weight_changes_are_seen_between_calls(loaded):

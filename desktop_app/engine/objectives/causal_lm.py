@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from desktop_app.engine import fused_llama
 from desktop_app.engine.batches import WindowBatchSource, eval_windows
 from desktop_app.engine.objectives.base import TrainContext
 
@@ -29,6 +30,16 @@ def eos_id(tokenizer: Any, manifest: dict[str, Any]) -> int | None:
     from desktop_app.engine.tokenization import eos_id as tokenizer_eos_id
 
     return tokenizer_eos_id(tokenizer)
+
+
+def _mean_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy. A plain llama in fp32 on CPU takes the fused forward (same numbers,
+    ~10% faster steps, no full logits tensor); anything else transformers' forward + our CE (HF's labels
+    path would copy and shift again; the float() keeps the softmax in fp32 under autocast)."""
+    if fused_llama.usable(model, x.device):
+        return fused_llama.causal_lm_loss(model, x, y)
+    logits = model(input_ids=x, use_cache=False).logits
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
 
 
 class CausalLMObjective:
@@ -57,12 +68,9 @@ class CausalLMObjective:
         return micro.to(device, non_blocking=True) if device.type != "cpu" else micro
 
     def loss(self, model: torch.nn.Module, micro: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        # micro: (B, T+1) int64 -> inputs (B, T), targets (B, T). Our own CE: HF's labels path would
-        # copy and shift again; the float() keeps the softmax in fp32 under autocast.
+        # micro: (B, T+1) int64 -> inputs (B, T), targets (B, T).
         x, y = micro[:, :-1], micro[:, 1:]
-        logits = model(input_ids=x, use_cache=False).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
-        return loss, {}
+        return _mean_loss(model, x, y), {}
 
     def tokens(self, micro: torch.Tensor) -> int:
         return micro.shape[0] * (micro.shape[1] - 1)
@@ -76,9 +84,7 @@ class CausalLMObjective:
             micro = self.to_device(micro, ctx.device)
             x, y = micro[:, :-1], micro[:, 1:]
             with ctx.autocast():
-                logits = model(input_ids=x, use_cache=False).logits
-            total += F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
-                                     reduction="sum").item()
+                total += _mean_loss(model, x, y).item() * y.numel()
             count += y.numel()
         val_loss = total / count
         out = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 80.0))}
