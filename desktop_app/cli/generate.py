@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"),
                         help="auto (default), cpu, cuda or mps")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads while decoding (0 = automatic: 1 thread for small models on CPU)")
+                        help="torch threads while decoding (0 = automatic: the faster of 1 thread and all cores, "
+                             "timed while decoding)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per sample at the end")
 
 

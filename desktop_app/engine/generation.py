@@ -26,7 +26,7 @@ batch 1 (profiled here: ~60-70% of a token of the 12M `mini` preset is `aten::mm
   choice (`decode_threads()`: 1 thread for small work on CPU) and a ThreadTuner times it against all
   cores while decoding, keeps the faster and re-checks (thread_tuner.py). In this torch
   build (OpenMP) `torch.set_num_threads` applies to the calling thread only (checked: other threads keep
-  their count); we restore it anyway. While generating, the GIL switch interval is lowered to 1 ms
+  their count); we restore it anyway. While generating, the GIL switch interval is lowered to 50 us
   (`short_gil_switch`) so a busy Python thread delays each GIL hand-back by at most that.
 """
 
@@ -59,8 +59,11 @@ if TYPE_CHECKING:
 BACKENDS = ("auto", "lean", "hf")
 # Models up to this many parameters get fused q/k/v and gate/up copies (extra memory = those weights).
 _FUSE_MAX_PARAMS = 400_000_000
-# parameters x batch rows up to which decoding runs on one thread on CPU (see decode_threads).
+# parameters x batch rows up to which decoding starts on one thread on CPU (see decode_threads).
 _ONE_THREAD_WORK = 1_000_000_000
+# Below this much work (parameters x rows) one thread is as fast as two even when idle (the 0.9M preset:
+# 2,164 vs 2,048 tokens/s), so "auto" stays on one thread without timing anything.
+_TUNE_MIN_WORK = 10_000_000
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -104,8 +107,9 @@ def torch_threads(n: int | None) -> Iterator[None]:
 
 # While decoding, the loop hands the GIL back and forth with any other busy Python thread (the GUI):
 # each torch op releases it, and getting it back can take a whole switch interval (5 ms by default).
-# A shorter interval while generating cut per-token time ~1.3-1.6x with a busy Python thread here.
-_GIL_SWITCH_S = 0.001
+# Measured here with a Python thread spinning beside decoding of the 12M preset: 5 tokens/s at 1 ms,
+# 23 at 0.2 ms, 42 at 50 us (the spinner kept 84% of its own speed), 52 at 20 us (79%). 50 us.
+_GIL_SWITCH_S = 0.00005
 _gil_lock = threading.Lock()
 _gil_users = 0
 _gil_saved = 0.0
@@ -292,8 +296,9 @@ class _LeanLlama(_LeanRunner):
     With `fuse` (models up to _FUSE_MAX_PARAMS), every matrix is a prepared copy: q/k/v and gate/up
     concatenated, stored transposed ([in, out]: at batch 1 this layout streams ~20% faster through
     MKL than nn.Linear's [out, in]), each RMSNorm weight folded into the matrix that reads its output,
-    and the attention scale folded into the q columns. Residual adds ride on addmm. Without it (huge
-    models) the original weights are used as they are.
+    and the attention scale folded into the q columns. Residual adds ride on addmm. The prompt's
+    prefill (many rows) runs on the original weights: there nn.Linear's layout is the faster one
+    (88M preset, 34-token prompt: 75 vs 84 ms). Without `fuse` (huge models) every step does.
     """
 
     def __init__(self, model: Any, batch: int, max_len: int, fuse: bool):
@@ -306,9 +311,10 @@ class _LeanLlama(_LeanRunner):
         self.hidden = cfg.hidden_size
         self.eps = float(cfg.rms_norm_eps)
         self.scale = float(getattr(first, "scaling", self.head_dim ** -0.5))
-        self.fused = fuse
+        self.fused = False  # which weights the current forward uses (set per call)
         self.embed = core.embed_tokens.weight
-        self.layers, self.head = _cached_layers(model, fuse, self._prepare)
+        self.plain = self._prepare(model, False)  # references, no copies
+        self.prepared = _cached_layers(model, True, self._prepare) if fuse else None
         # cos/sin for every position from the model's own rotary module (honours any rope scaling).
         positions = torch.arange(max_len, device=self.device)[None]
         cos, sin = core.rotary_emb(torch.zeros(1, dtype=p.dtype, device=self.device), positions)
@@ -320,7 +326,7 @@ class _LeanLlama(_LeanRunner):
         self.rot = torch.zeros(self.head_dim, self.head_dim, dtype=p.dtype, device=self.device)
         self.rot[half:, :half] = -eye
         self.rot[:half, half:] = eye
-        self._alloc_cache(len(self.layers), self.n_kv, self.head_dim, p.dtype)
+        self._alloc_cache(len(core.layers), self.n_kv, self.head_dim, p.dtype)
         self.gqa = self.n_kv != self.n_heads
 
     @staticmethod
@@ -385,13 +391,15 @@ class _LeanLlama(_LeanRunner):
         end = start + t
         nh, nkv, hd = self.n_heads, self.n_kv, self.head_dim
         x = F.embedding(ids, self.embed).view(b * t, self.hidden)  # rows = tokens
+        self.fused = t == 1 and self.prepared is not None
+        layers, (norm_w, head_w, head_b) = self.prepared if self.fused else self.plain  # type: ignore[misc]
         if t == 1:
             rope = torch.diag_embed(self.cos[pos[:, 0]]).addcmul_(self.rot, self.sin[pos[:, 0]].unsqueeze(1))
         else:
             cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [b, t, 1, hd]
         causal = mask is None and t > 1
         scale = 1.0 if self.fused else self.scale  # the fused q columns are pre-scaled
-        for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
+        for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(layers):
             h = self._norm(x, ln1)
             if self.fused:
                 heads = self._linear(h, qkv).view(b, t, nh + 2 * nkv, hd)
@@ -422,7 +430,6 @@ class _LeanLlama(_LeanRunner):
                 g, u = (self._linear(h, wb) for wb in gate_up)
             x = self._linear(F.silu(g) * u, down, x)
         self.length = end
-        norm_w, head_w, head_b = self.head
         last = self._norm(x.view(b, t, self.hidden)[:, -1], norm_w)
         return self._linear(last, (head_w, head_b))
 
@@ -628,15 +635,32 @@ def _thread_tuner(model: Any, rows: int) -> tuple[ThreadTuner | None, int | None
     thread count to start with."""
     start = decode_threads(model, rows)
     cores = cpu_cores()
-    if next(model.parameters()).device.type != "cpu" or cores < 2:
+    if next(model.parameters()).device.type != "cpu" or cores < 2 or count_parameters(model) * rows < _TUNE_MIN_WORK:
         return None, start
+    check = _quick_check(model)
     saved = _TUNING.get((count_parameters(model), rows))
     if saved is not None and {saved["current"], saved["other"]} == {1, cores}:
-        tuner = ThreadTuner.resume(saved)
+        tuner = ThreadTuner.resume(saved, quick_check=check)
     else:
         first = start or cores
-        tuner = ThreadTuner(first, 1 if first > 1 else cores)
+        tuner = ThreadTuner(first, 1 if first > 1 else cores, quick_check=check)
     return tuner, tuner.threads
+
+
+def _quick_check(model: Any) -> Any:
+    """A small parallel op shaped like decoding (one row times the output matrix, memory-bound) for the
+    tuner to time at 1 and at all threads before it risks real steps on more threads."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        return None
+    row = torch.zeros(1, weight.shape[1], dtype=weight.dtype, device=weight.device)
+
+    def check() -> None:
+        with torch.no_grad():
+            F.linear(row, weight)
+
+    return check
 
 
 def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, spec: GenerateSpec,

@@ -7,13 +7,18 @@ training run, a busy GUI), each of the ~70 parallel regions per token waits for 
 worker and decoding runs 5-20x SLOWER than on one thread. Which case holds changes while the app
 runs, so the tuner starts on the safe choice, tries the other one, keeps the faster, and checks again
 now and then (less often each time the other choice loses, so a busy machine rarely pays for a probe),
-and at once when the step time jumps (another thread just got busy).
+and at once when the step time jumps (another thread just got busy). Before trying more threads with
+real steps it times one small parallel op at both counts (`quick_check`): a collapsed real step of a
+~30M model costs as much as ~40 normal ones, a collapsed quick check a few milliseconds.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -23,8 +28,10 @@ class ThreadTuner:
     `record(seconds)` after it. Thread counts are per calling thread in torch's OpenMP build."""
 
     def __init__(self, start: int, other: int, *, warm: int = 2, probe: int = 3, interval: int = 64,
-                 max_interval: int = 256, jump: float = 2.0, margin: float = 0.05):
+                 max_interval: int = 256, jump: float = 2.0, margin: float = 0.05,
+                 quick_check: Callable[[], object] | None = None):
         self.current, self.other = start, other
+        self.quick_check = quick_check
         self.warm, self.probe, self.base_interval, self.max_interval = warm, probe, interval, max_interval
         self.jump, self.margin = jump, margin
         self.interval = 2  # the first probe comes right after two timed steps
@@ -40,14 +47,14 @@ class ThreadTuner:
                 "since_probe": self.since_probe}
 
     @classmethod
-    def resume(cls, state: dict[str, int], **kwargs: float) -> ThreadTuner:
+    def resume(cls, state: dict[str, int], **kwargs: Any) -> ThreadTuner:
         """A tuner that continues from an earlier loop's state, so repeated short generations do not
         each pay for a probe. It always starts on the fewer threads (never the slow case): when more
         won last time they are probed right after the warm-up (a few slower steps if they still win,
         one collapsed step if the machine got busy meanwhile); when fewer won, the probe back-off
         carries on where it was."""
         few, many = sorted((state["current"], state["other"]))
-        tuner = cls(few, many, **kwargs)  # type: ignore[arg-type]
+        tuner = cls(few, many, **kwargs)
         if state["current"] == few:
             tuner.interval, tuner.since_probe = state["interval"], state["since_probe"]
         return tuner
@@ -78,7 +85,45 @@ class ThreadTuner:
             self.history = deque(recent[-2:], maxlen=8)
             self.trial = []
         elif self.since_probe >= self.interval:
-            self.trial = []
+            if self.other > self.current and not self._quick_check_favours_more():
+                self._lost_probe()
+            else:
+                self.trial = []
+
+    def _quick_check_favours_more(self) -> bool:
+        """Before probing more threads with real steps: time a small parallel op (a few ms) at both
+        counts. On a busy machine more threads lose this too, and a real probe step would cost as much
+        as dozens of normal steps, so it is skipped."""
+        if self.quick_check is None:
+            return True
+        def timed(n: int) -> float:
+            torch.set_num_threads(n)
+            t0 = time.perf_counter()
+            self.quick_check()  # type: ignore[misc]
+            return time.perf_counter() - t0
+
+        try:
+            reference = timed(self.current)
+            # The first run on more threads wakes them (they sleep after a while unused): a little slower
+            # when idle, far slower when a core is busy -> stop there, having paid for one run.
+            if timed(self.other) > 3.0 * reference:
+                return False
+            times: dict[int, list[float]] = {self.current: [reference], self.other: []}
+            for _ in range(5):
+                few, many = timed(self.current), timed(self.other)
+                times[self.current].append(few)
+                times[self.other].append(many)
+                if many > 1.5 * few:  # one collapsed run is evidence enough of a busy core
+                    return False
+        finally:
+            torch.set_num_threads(self.current)
+            self._applied = self.current
+        # Medians: one lucky run on a busy machine, or one hiccup on an idle one, must not decide.
+        return statistics.median(times[self.other]) < 0.75 * statistics.median(times[self.current])
+
+    def _lost_probe(self) -> None:
+        self.interval = min(self.max_interval, max(self.base_interval, 2 * self.interval))
+        self.since_probe = 0
 
     def _record_trial(self, seconds: float) -> None:
         assert self.trial is not None
@@ -91,7 +136,7 @@ class ThreadTuner:
             self.history = deque(self.trial, maxlen=8)
             self.interval = self.base_interval
             self.switches += 1
+            self.since_probe = 0
         else:
-            self.interval = min(self.max_interval, max(self.base_interval, 2 * self.interval))
+            self._lost_probe()
         self.trial = None
-        self.since_probe = 0

@@ -7,6 +7,9 @@ For each preset (~1M, ~12M, ~28M parameters) on this machine, in one run:
   * tokens/s and MFU of our training loop (`train()`: data loading, accumulation, clipping, metrics);
   * tokens/s and MFU of a bare 10-line PyTorch loop on the same model and batch -> the loop's overhead;
   * tokens/s and MFU of a plain hand-written nanoGPT-style GPT of the same parameter count;
+  * tokens/s of a plain hand-written llama of the same shape (the same-architecture reference) and of a
+    bare loop over transformers' own forward (what our fused forward replaces);
+  * a profile of one step: matmul and attention time, and the MFU ceiling if all other work were free;
   * (with --thread-compare) our loop with 1 vs 2 threads.
 MFU = FLOPs per token (6 x matmul params + attention, sizing.flops_per_token) x tokens/s / peak.
 Figures are medians over the timed steps (the first steps are warm-up). On a shared machine, treat
@@ -209,6 +212,23 @@ class LoopStep:
         self.gen.close()
 
 
+def matmul_ceiling(step: BareStep, flops: float, peak: float) -> dict[str, float]:
+    """Profile one step: the time of its matmuls and attention kernels, and the MFU the step would reach
+    if everything else (norms, activations, RoPE, softmax, optimizer, Python) took no time at all."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    events = prof.key_averages()
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::addmm_",
+                                                                      "aten::bmm")) / 1e6
+    attention = sum(e.self_cpu_time_total for e in events if "scaled_dot_product" in e.key) / 1e6
+    total = sum(e.self_cpu_time_total for e in events) / 1e6
+    return {"matmul_s": matmul, "attention_s": attention, "other_s": total - matmul - attention,
+            "ceiling_mfu": flops / (matmul + attention) / peak}
+
+
 def interleaved(contenders: dict[str, object], steps: int, warmup: int) -> dict[str, float]:
     """Median seconds per step of each contender, run in turn step by step (A B C A B C ...), so a
     shared machine's load changes hit all of them alike."""
@@ -284,6 +304,8 @@ def main() -> int:
                  "loop_vs_gpt": tps["loop"] / tps["gpt"], "llama_tok_s": tps["llama"],
                  "loop_vs_llama": tps["loop"] / tps["llama"], "hf_tok_s": tps["hf"],
                  "loop_vs_hf": tps["loop"] / tps["hf"], "loop_bf16_tok_s": tps.get("loop_bf16")}
+            ceiling = matmul_ceiling(contenders["bare"], fpt * tokens_per_step, peak)  # type: ignore[arg-type]
+            r.update({k: v for k, v in ceiling.items()})
             rows.append(r)
             print(f"{name:6s} {params / 1e6:5.1f}M  batch {r['batch']:7s} peak {peak / 1e9:5.1f} GFLOP/s | loop "
                   f"{r['loop_tok_s']:7.0f} tok/s MFU {100 * r['loop_mfu']:5.1f}% | bare loop {r['bare_tok_s']:7.0f} "
@@ -293,6 +315,9 @@ def main() -> int:
                   f"transformers fwd {r['hf_tok_s']:7.0f} tok/s -> ours/hf {r['loop_vs_hf']:.2f}x"
                   + (f" | loop bf16 {tps['loop_bf16']:7.0f} tok/s ({tps['loop_bf16'] / tps['loop']:.2f}x fp32)"
                      if "loop_bf16" in tps else ""), flush=True)
+            print(f"       profile of one step: matmuls {1e3 * ceiling['matmul_s']:.0f} ms, attention kernels "
+                  f"{1e3 * ceiling['attention_s']:.0f} ms, everything else {1e3 * ceiling['other_s']:.0f} ms -> "
+                  f"MFU ceiling with everything else free: {100 * ceiling['ceiling_mfu']:.0f}%", flush=True)
             del contenders, gpt
         if args.thread_compare:
             spec = preset(args.thread_compare)

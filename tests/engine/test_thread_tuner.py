@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import torch
 
@@ -75,3 +76,28 @@ def test_apply_sets_torch_threads_only_on_change():
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def _sleepy_check(seconds_for: dict[int, float]):
+    return lambda: time.sleep(seconds_for[torch.get_num_threads()])
+
+
+def test_a_quick_check_that_favours_fewer_threads_skips_the_real_probe():
+    tuner = ThreadTuner(1, 2, warm=0, probe=3, interval=8, quick_check=_sleepy_check({1: 0.001, 2: 0.003}))
+    before = torch.get_num_threads()
+    try:
+        used = _drive(tuner, {1: 0.010, 2: 0.001}, 40)
+    finally:
+        torch.set_num_threads(before)
+    assert set(used) == {1}  # the real steps never ran on 2 threads, although they would have been faster
+    assert tuner.interval > 8  # counted as a lost probe: the back-off grows
+
+
+def test_a_quick_check_that_favours_more_threads_lets_the_probe_run():
+    tuner = ThreadTuner(1, 2, warm=0, probe=3, interval=8, quick_check=_sleepy_check({1: 0.003, 2: 0.001}))
+    before = torch.get_num_threads()
+    try:
+        _drive(tuner, {1: 0.010, 2: 0.005}, 12)
+    finally:
+        torch.set_num_threads(before)
+    assert tuner.current == 2
