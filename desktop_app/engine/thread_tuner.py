@@ -86,7 +86,9 @@ class ThreadTuner:
             self.trial = []
         elif self.since_probe >= self.interval:
             if self.other > self.current and not self._quick_check_favours_more():
-                self._lost_probe()
+                # A lost check costs a few ms, so check again after the base interval (no back-off): a
+                # hiccup on an idle machine must not keep decoding on one thread for hundreds of tokens.
+                self.interval, self.since_probe = self.base_interval, 0
             else:
                 self.trial = []
 

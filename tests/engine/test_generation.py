@@ -234,14 +234,21 @@ def test_thread_policy_and_restore(loaded):
     assert sys.getswitchinterval() == switch  # the shorter GIL switch interval is restored too
 
 
-def test_auto_threads_only_use_one_or_all_cores_and_restore(loaded):
+def test_auto_threads_only_use_one_or_all_cores_restore_and_change_no_token(loaded, monkeypatch):
+    monkeypatch.setattr(generation, "_TUNE_MIN_WORK", 0)  # tune even this tiny model
+    spec = GenerateSpec(max_new_tokens=24, temperature=0.0)
+    pinned = [e for e in stream_text(loaded, "The cat", spec, threads=1) if e.type == "generation"]
     before = torch.get_num_threads()
     seen = set()
     for _ in range(2):  # the second call resumes the first call's tuner state
-        for _event in stream_text(loaded, "Hi", GenerateSpec(max_new_tokens=12, temperature=0.0), threads="auto"):
+        events = []
+        for event in stream_text(loaded, "The cat", spec, threads="auto"):
             seen.add(torch.get_num_threads())
+            events.append(event)
+        assert [e.token_ids for e in events if e.type == "generation"] == [e.token_ids for e in pinned]
     assert seen <= {1, cpu_cores()}
     assert torch.get_num_threads() == before
+    assert generation._TUNING  # the tuner ran and left its state for the next call
 
 
 def test_weight_changes_are_seen_between_calls(loaded):
