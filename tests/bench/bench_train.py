@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from desktop_app.engine.architecture import build_model
 from desktop_app.engine.devices import measure_matmul_peak
-from desktop_app.engine.objectives.causal_lm import _mean_loss as mean_loss
+from desktop_app.engine.objectives.causal_lm import mean_loss
 from desktop_app.engine.presets import preset
 from desktop_app.engine.sizing import count_parameters, flops_per_token
 from desktop_app.engine.specs import RunConfig, TrainSpec

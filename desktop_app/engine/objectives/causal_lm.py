@@ -32,9 +32,9 @@ def eos_id(tokenizer: Any, manifest: dict[str, Any]) -> int | None:
     return tokenizer_eos_id(tokenizer)
 
 
-def _mean_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def mean_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy. A plain llama in fp32 on CPU takes the fused forward (same numbers,
-    ~10% faster steps, no full logits tensor); anything else transformers' forward + our CE (HF's labels
+    3-8% faster steps here, no full logits tensor); anything else transformers' forward + our CE (HF's labels
     path would copy and shift again; the float() keeps the softmax in fp32 under autocast)."""
     if fused_llama.usable(model, x.device):
         return fused_llama.causal_lm_loss(model, x, y)
@@ -70,7 +70,7 @@ class CausalLMObjective:
     def loss(self, model: torch.nn.Module, micro: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # micro: (B, T+1) int64 -> inputs (B, T), targets (B, T).
         x, y = micro[:, :-1], micro[:, 1:]
-        return _mean_loss(model, x, y), {}
+        return mean_loss(model, x, y), {}
 
     def tokens(self, micro: torch.Tensor) -> int:
         return micro.shape[0] * (micro.shape[1] - 1)
@@ -84,7 +84,7 @@ class CausalLMObjective:
             micro = self.to_device(micro, ctx.device)
             x, y = micro[:, :-1], micro[:, 1:]
             with ctx.autocast():
-                total += _mean_loss(model, x, y).item() * y.numel()
+                total += mean_loss(model, x, y).item() * y.numel()
             count += y.numel()
         val_loss = total / count
         out = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 80.0))}
