@@ -19,20 +19,35 @@ VERBS: dict[str, tuple[str, str]] = {
     "train": ("desktop_app.cli.train", "train a model (or resume a run) headless"),
     "generate": ("desktop_app.cli.generate", "stream text from a run, checkpoint, export or HF folder"),
     "export": ("desktop_app.cli.export", "export a model as a Hugging Face folder, zip or GGUF"),
+    "sandbox": ("desktop_app.cli.sandbox", "run untrusted Python files in the sandboxed executor"),
+    "tasks": ("desktop_app.cli.tasks", "generate verifiable tasks (seed corpora, held-out sets)"),
+    "serve": ("desktop_app.cli.serve", "serve a model over an OpenAI-compatible local HTTP API"),
 }
 
 
 def is_cli_invocation(args: list[str]) -> bool:
-    return bool(args) and (args[0] in VERBS or args[0] in ("-h", "--help", "--version"))
+    """The window takes only flags, so any first word is a verb (a mistyped one gets a CLI error, not a window)."""
+    return bool(args) and (not args[0].startswith("-") or args[0] in ("-h", "--help", "--version"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def unknown_verb_message(word: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(VERBS), n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; the verbs are: {', '.join(VERBS)}"
+    return f"error: unknown command '{word}'{hint}"
+
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The CLI parser; only `verb`'s module is imported (all of them when verb is None)."""
     parser = argparse.ArgumentParser(prog="azr-trainer", description="AZR Model Trainer (headless CLI). "
                                      "Run without arguments to open the desktop app.")
     parser.add_argument("--version", action="version", version=f"AZR Model Trainer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    for verb, (module_name, help_line) in VERBS.items():
-        sub_parser = sub.add_parser(verb, help=help_line, description=help_line)
+    for name, (module_name, help_line) in VERBS.items():
+        sub_parser = sub.add_parser(name, help=help_line, description=help_line)
+        if verb is not None and name != verb:
+            continue
         module = importlib.import_module(module_name)
         module.add_arguments(sub_parser)
         sub_parser.set_defaults(_module=module)
@@ -42,8 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from desktop_app.engine.errors import UserError
 
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
+        print(unknown_verb_message(argv[0]), file=sys.stderr)
+        return 2
+    parser = build_parser(argv[0] if argv and argv[0] in VERBS else "")
+    args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2

@@ -1,0 +1,1 @@
+__builtins__['__import__']('os').system('touch MARKER_PATH')

@@ -1,0 +1,3 @@
+import os
+os.chdir('/')
+os.listdir('.')

@@ -1,0 +1,2 @@
+import codecs
+codecs.open('/etc/passwd').read()

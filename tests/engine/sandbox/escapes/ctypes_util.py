@@ -1,0 +1,2 @@
+import ctypes.util
+print(ctypes.util.find_library('c'))

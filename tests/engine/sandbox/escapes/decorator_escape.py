@@ -1,0 +1,5 @@
+def deco(fn):
+    return fn.__globals__
+@deco
+def g():
+    pass

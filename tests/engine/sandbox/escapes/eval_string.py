@@ -1,0 +1,1 @@
+eval("print(open('/etc/passwd').read())")

@@ -1,0 +1,1 @@
+print('{0.__class__.__base__}'.format(()))

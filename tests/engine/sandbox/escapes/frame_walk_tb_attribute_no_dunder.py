@@ -1,0 +1,2 @@
+import sys
+print(sys._getframe(1).f_globals)

@@ -1,0 +1,3 @@
+def g():
+    pass
+print(g.__globals__)

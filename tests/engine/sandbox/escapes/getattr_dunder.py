@@ -1,0 +1,1 @@
+print(getattr((), '_' + '_class_' + '_'))

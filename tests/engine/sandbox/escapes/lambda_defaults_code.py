@@ -1,0 +1,2 @@
+f = lambda: 1
+print(f.__code__.co_consts)

@@ -1,0 +1,2 @@
+import marshal
+marshal.loads(b'')

@@ -1,0 +1,2 @@
+import mmap
+mmap.mmap(-1, 1 << 30)

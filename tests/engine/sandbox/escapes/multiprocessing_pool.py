@@ -1,0 +1,2 @@
+import multiprocessing
+multiprocessing.Pool(4).map(abs, range(10))

@@ -1,0 +1,1 @@
+print(object.__getattribute__((), '_' '_class_' '_'))

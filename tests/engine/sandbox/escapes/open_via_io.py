@@ -1,0 +1,2 @@
+import io
+print(io.open('/etc/passwd').read())

@@ -1,0 +1,2 @@
+import pathlib
+print(pathlib.Path('/etc/passwd').read_text())

@@ -1,0 +1,2 @@
+import pathlib
+pathlib.Path('MARKER_PATH').write_text('x')

@@ -1,0 +1,2 @@
+import posix
+posix.system('touch MARKER_PATH')

@@ -1,0 +1,2 @@
+import os
+fd = os.open('/proc/self/mem', os.O_RDWR)

@@ -1,0 +1,2 @@
+import re
+print(re.sre_compile)

@@ -1,0 +1,2 @@
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (-1, -1))

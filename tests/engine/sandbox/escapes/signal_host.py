@@ -1,0 +1,2 @@
+import os
+os.kill(HOST_PID, 9)

@@ -1,0 +1,2 @@
+import sqlite3
+sqlite3.connect('MARKER_PATH')

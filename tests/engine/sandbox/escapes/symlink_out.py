@@ -1,0 +1,3 @@
+import os
+os.symlink('/etc/passwd', 'link')
+print(open('link').read())

@@ -1,0 +1,2 @@
+import sys
+sys.modules['os'].system('touch MARKER_PATH')

@@ -1,0 +1,2 @@
+import _thread
+_thread.start_new_thread(print, ('x',))

@@ -1,0 +1,2 @@
+print(vars())
+print(globals())

@@ -1,0 +1,2 @@
+with open('MARKER_PATH', 'w') as fh:
+    fh.write('x')
