@@ -171,6 +171,8 @@ class MainWindow(QMainWindow):
         self.act_open_ws_folder = action("Open workspace folder", self.open_workspace_folder)
         self.act_logs = action("Open log folder", lambda: _open_folder(self.ctx.workspace.log_dir))
         self.act_about = action("About", self._about)
+        self.act_sandbox = action("Sandbox status…", self.show_sandbox_status,
+                                  tip="Which isolation layers protect this computer from model-written programs")
 
         menu = self.menuBar()
         m = menu.addMenu("&File")
@@ -186,6 +188,7 @@ class MainWindow(QMainWindow):
             m.addAction(act)
         m = menu.addMenu("&Help")
         m.addAction(self.act_logs)
+        m.addAction(self.act_sandbox)
         m.addAction(self.act_about)
 
         tb = self.addToolBar("Main")
@@ -357,6 +360,17 @@ class MainWindow(QMainWindow):
 
     def open_workspace_folder(self) -> None:
         _open_folder(self.ctx.workspace.root)
+
+    def show_sandbox_status(self) -> None:
+        from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
+
+        task = self.ctx.runner.start("sandbox-probe", probe_sandbox)
+
+        def show(state: dict) -> None:
+            self.sandbox_dialog = SandboxStatusDialog(state, self)
+            self.sandbox_dialog.show()
+
+        task.produced.connect(show)
 
     def _about(self) -> None:
         QMessageBox.about(self, "About AZR Model Trainer",

@@ -93,7 +93,8 @@ class Executor:
                  allowed_modules: Sequence[str] | None = None, value_limits: LiteralLimits | None = None,
                  screen: bool = True):
         self.limits = limits or Limits()
-        self.parallel = parallel or max(1, min(8, os.cpu_count() or 1))
+        # Children spend part of their life in the kernel (fork, exit), so two per core keep cores busy.
+        self.parallel = parallel or max(2, min(16, 2 * (os.cpu_count() or 1)))
         self.strict = strict
         self.value_limits = value_limits or LiteralLimits()
         self.screen = screen  # False only in tests that check the runtime layers on their own

@@ -361,8 +361,12 @@ def _run_batch(message: dict, emit) -> None:
                             "deadline": start + wall, "tmp": tmpdir, "limits": job.get("limits", {}),
                             "timed_out": False}
         fds = {info["fd"]: pid for pid, info in running.items() if info["fd"] >= 0}
+        # Sleep until a report pipe has data or closes (the child ended) or the nearest deadline;
+        # poll briefly only for children that closed their pipe but are not reaped yet.
+        wait = min([info["deadline"] for info in running.values()], default=0.0) - time.monotonic()
+        wait = 0.0005 if len(fds) < len(running) else min(max(wait, 0.0), 0.05)
         if fds:
-            ready, _, _ = select.select(list(fds), [], [], 0.002)
+            ready, _, _ = select.select(list(fds), [], [], wait)
             for fd in ready:
                 info = running[fds[fd]]
                 try:
@@ -375,7 +379,7 @@ def _run_batch(message: dict, emit) -> None:
                     os.close(fd)
                     info["fd"] = -1
         else:
-            time.sleep(0.001)
+            time.sleep(wait)
         now = time.monotonic()
         for pid, info in list(running.items()):
             if now > info["deadline"] and not info["timed_out"]:
@@ -431,6 +435,10 @@ def main() -> int:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
+    import gc
+
+    gc.collect()
+    gc.freeze()  # children never traverse the zygote's objects, so fewer pages are copied after fork
     emit({"hello": {"layers": active, "missing": missing, "pid": os.getpid()}})
     for line in sys.stdin:
         try:
