@@ -58,11 +58,12 @@ def main() -> None:
         results = executor.run(jobs)
         rate = len(jobs) / (time.perf_counter() - start)
     ok = sum(r.status == "ok" for r in results)
-    print(f"executor, batched            : {rate:8.1f} programs/s ({ok}/{len(jobs)} ok), {rate / naive_rate:.1f}x naive")
+    print(f"executor, batched            : {rate:8.1f} programs/s ({ok}/{len(jobs)} ok), "
+          f"{rate / naive_rate:.1f}x naive")
 
     try:
         mini = get_world("mini")
-    except Exception as exc:  # noqa: BLE001 - report, do not fail the bench
+    except Exception as exc:
         print(f"mini world unavailable: {exc}")
         return
     mini_tasks = mini.generate("deduction", 2000, seed=1)
