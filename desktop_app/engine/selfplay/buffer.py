@@ -1,0 +1,53 @@
+"""Task buffers of self-play: per task type, deduplicated, sampled as references, saved with checkpoints."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from desktop_app.engine.tasks.base import Task
+
+
+class TaskBuffer:
+    """Valid tasks of one type in the order they were found; sampling uses the caller's RNG (resumable)."""
+
+    def __init__(self, capacity: int = 4096):
+        self.capacity = capacity
+        self.tasks: list[Task] = []
+        self._keys: set[tuple[str, tuple[str, ...]]] = set()
+        self.history: list[dict[str, Any]] = []  # newest last: proposals with verdicts (the UI browser)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def add(self, task: Task) -> bool:
+        key = (task.program, task.inputs)
+        if key in self._keys:
+            return False
+        self._keys.add(key)
+        self.tasks.append(task)
+        if len(self.tasks) > self.capacity:  # the oldest go first; seeds stay useful as references anyway
+            old = self.tasks.pop(0)
+            self._keys.discard((old.program, old.inputs))
+        return True
+
+    def sample(self, k: int, rng: random.Random) -> list[Task]:
+        if not self.tasks:
+            return []
+        return [self.tasks[rng.randrange(len(self.tasks))] for _ in range(k)]
+
+    def record(self, entry: dict[str, Any], keep: int = 200) -> None:
+        self.history.append(entry)
+        del self.history[:-keep]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"capacity": self.capacity, "tasks": [t.to_json() for t in self.tasks], "history": self.history}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.capacity = int(state.get("capacity", self.capacity))
+        self.tasks, self._keys = [], set()
+        for data in state.get("tasks", []):
+            task = Task.from_json(data)
+            self.tasks.append(task)
+            self._keys.add((task.program, task.inputs))
+        self.history = list(state.get("history", []))

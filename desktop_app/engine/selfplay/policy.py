@@ -1,0 +1,105 @@
+"""The policy-gradient part shared by self-play and GRPO: episodes, completion log-probs, the loss.
+
+loss = token-mean of -min(r * A, clip(r, 1 - e, 1 + e) * A) + kl_coef * k3(ref || policy), over completion
+tokens only, where A is the episode's normalised advantage and r = exp(logp - logp_old). Each round is
+used for one update, so r = 1 and the loss reduces to REINFORCE with normalised advantages; the clipped
+form stays so more updates per round remain PPO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Episode:
+    prompt: list[int]
+    completion: list[int]
+    advantage: float
+    role: str
+    task_type: str
+    ref_logps: list[float] | None = None
+
+
+class EpisodeBatch(list):
+    """One round's episodes; `stats` are the round's figures (the same for every micro-batch of it)."""
+
+    stats: dict[str, float]
+
+    def __init__(self, episodes: Any = (), stats: dict[str, float] | None = None):
+        super().__init__(episodes)
+        self.stats = dict(stats or {})
+
+
+
+@torch.no_grad()
+def reference_logps(reference: torch.nn.Module, episodes: list[Episode], chunk: int = 16) -> None:
+    """Fill each episode's `ref_logps` from the frozen reference model (for the KL term)."""
+    for i in range(0, len(episodes), chunk):
+        part = episodes[i:i + chunk]
+        logps, _ = completion_logps(reference, part)
+        for row, e in enumerate(part):
+            e.ref_logps = logps[row, : len(e.completion)].tolist()
+
+
+def policy_loss(model: torch.nn.Module, micro: EpisodeBatch, *, clip: float = 0.2,
+                kl_coef: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The clipped policy loss (+ KL) of one micro-batch and its metrics (the round's stats, kl, entropy)."""
+    device = next(model.parameters()).device
+    stats = {k: torch.tensor(v) for k, v in micro.stats.items()}
+    if not micro:
+        zero = sum(p.sum() * 0.0 for p in model.parameters() if p.requires_grad)
+        return zero, stats
+    (logps, entropy), mask = completion_logps(model, micro, with_entropy=True)
+    adv = torch.tensor([e.advantage for e in micro], device=device).unsqueeze(1)
+    ratio = torch.exp(logps - logps.detach())
+    per_token = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+    kl_value = torch.zeros((), device=device)
+    if kl_coef > 0 and any(e.ref_logps for e in micro):
+        ref = logps.detach().clone()
+        for i, e in enumerate(micro):
+            if e.ref_logps:
+                ref[i, : len(e.ref_logps)] = torch.tensor(e.ref_logps, device=device)
+        log_ratio = ref - logps
+        kl = torch.exp(log_ratio) - log_ratio - 1  # k3 estimator: unbiased, always >= 0
+        per_token = per_token + kl_coef * kl
+        kl_value = (kl * mask).sum() / mask.sum().clamp(min=1)
+    loss = (per_token * mask).sum() / mask.sum().clamp(min=1)
+    stats["kl"] = kl_value.detach()
+    stats["entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).detach()
+    return loss, stats
+
+
+def completion_logps(model: torch.nn.Module, episodes: list[Episode], with_entropy: bool = False) -> Any:
+    """Per-token log-probs of each completion given its prompt ([B, Tc]) and the completion mask."""
+    device = next(model.parameters()).device
+    rows = [e.prompt + e.completion for e in episodes]
+    longest = max(len(r) for r in rows)
+    width = max(len(e.completion) for e in episodes)
+    ids = torch.zeros(len(rows), longest, dtype=torch.long, device=device)
+    attention = torch.zeros(len(rows), longest, dtype=torch.long, device=device)
+    for i, r in enumerate(rows):  # right padding: positions start at 0 for every row
+        ids[i, : len(r)] = torch.tensor(r, device=device)
+        attention[i, : len(r)] = 1
+    logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits.float()
+    logps = torch.zeros(len(rows), width, device=device)
+    entropy = torch.zeros(len(rows), width, device=device)
+    mask = torch.zeros(len(rows), width, device=device)
+    for i, e in enumerate(episodes):
+        p, c = len(e.prompt), len(e.completion)
+        if c == 0:
+            continue
+        step_logits = logits[i, p - 1: p - 1 + c]
+        log_probs = F.log_softmax(step_logits, dim=-1)
+        target = torch.tensor(e.completion, device=device)
+        logps[i, :c] = log_probs.gather(1, target.unsqueeze(1)).squeeze(1)
+        if with_entropy:
+            entropy[i, :c] = -(log_probs.exp() * log_probs).sum(-1).detach()
+        mask[i, :c] = 1.0
+    if with_entropy:
+        return (logps, entropy), mask
+    return logps, mask

@@ -1,0 +1,71 @@
+"""Batched rollouts through the app's own decode engine (KV cache, lean runners, seeded sampler).
+
+Rollouts never move the training RNG: the sampler draws from its own generator seeded per step, so a
+resumed run samples the same completions. The model is put in eval mode (no dropout) for the duration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from desktop_app.engine.generation import make_runner
+from desktop_app.engine.sampling import Sampler
+
+
+@torch.no_grad()
+def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, samples: int = 1,
+                       max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                       stop_ids: set[int] | frozenset[int] = frozenset(), pad_id: int = 0,
+                       max_len: int | None = None, newline_ids: set[int] | frozenset[int] = frozenset(),
+                       max_lines: int = 0) -> list[list[int]]:
+    """`samples` completions per prompt (prompt-major order), each cut after its first stop id (kept), or
+    after its `max_lines`-th token that holds a line break (when max_lines > 0).
+
+    Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample.
+    """
+    if not prompts:
+        return []
+    if max_len is not None:  # keep the end of an over-long prompt, leaving room to answer
+        keep = max(1, max_len - max_new_tokens)
+        prompts = [list(p)[-keep:] for p in prompts]
+    longest = max(len(p) for p in prompts)
+    budget = max_new_tokens if max_len is None else max(1, min(max_new_tokens, max_len - longest))
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            ids = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompts], dtype=torch.long,
+                               device=device)
+            mask = None
+            if any(len(p) != longest for p in prompts):
+                mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long,
+                                    device=device)
+            n = len(prompts) * samples
+            sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, batch=n,
+                              vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
+            runner = make_runner(model, len(prompts), longest + budget)
+            logits = runner.prefill(ids, mask)
+            if samples > 1:
+                runner.expand(samples)
+                logits = logits.repeat_interleave(samples, dim=0)
+            out: list[list[int]] = [[] for _ in range(n)]
+            done = [False] * n
+            lines = [0] * n
+            for step in range(budget):
+                next_ids = sampler(logits)
+                for b, token in enumerate(next_ids.tolist()):
+                    if not done[b]:
+                        out[b].append(token)
+                        if token in newline_ids:
+                            lines[b] += 1
+                        done[b] = token in stop_ids or (max_lines > 0 and lines[b] >= max_lines)
+                if all(done) or step == budget - 1:
+                    break
+                logits = runner.step(next_ids)
+            del runner
+    finally:
+        model.train(was_training)
+    return out
