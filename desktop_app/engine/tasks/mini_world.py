@@ -154,8 +154,10 @@ class MiniWorld(TaskWorld):
         k = int(self.options.get("references", 3))
         refs = list(references)
         refs = rng.sample(refs, k) if len(refs) > k else rng.sample(refs, len(refs))
-        shown = "".join(self.proposal_text(t) + "\n\n" for t in refs)
-        return f"# mini {task_type} tasks\n{shown}# a new {task_type} task\n"
+        # single line breaks only: a blank line ends a document in a pretraining corpus
+        shown = "".join(self.proposal_text(t) + "\n" for t in refs)
+        # The prompt ends where the answer's first word starts after a space (see example_text).
+        return f"# mini {task_type} tasks\n{shown}# a new {task_type} task:"
 
     # -- validation --------------------------------------------------------------------------------
     def validate(self, task_type: str, proposals: list[str]) -> list[Validation]:
@@ -261,7 +263,9 @@ class MiniWorld(TaskWorld):
     # -- corpora -----------------------------------------------------------------------------------
     def example_text(self, task: Task) -> str:
         """A task with its answer, as the seed corpus holds it."""
-        return f"{self.solve_prompt(task)}{self.reference_answer(task)}\n"
+        # A space between prompt and answer: tokenizers split words at spaces, so a prompt that ends just
+        # before it is tokenized exactly as in the corpus (no merge across the boundary, e.g. "=lambda").
+        return f"{self.solve_prompt(task)} {self.reference_answer(task)}\n"
 
     def write_seed_corpus(self, path: str | Path, count: int, seed: int, types: Iterable[str] = TASK_TYPES,
                           proposals: bool = False) -> list[Task]:
@@ -283,7 +287,7 @@ class MiniWorld(TaskWorld):
             if proposals and len(made) > 1:
                 for _ in range(max(1, share // 4)):
                     new, *refs = rng.sample(made, min(len(made), 1 + int(self.options.get("references", 3))))
-                    examples.append(self.propose_prompt(kind, refs, rng) + self.proposal_text(new) + "\n")
+                    examples.append(self.propose_prompt(kind, refs, rng) + " " + self.proposal_text(new) + "\n")
         rng.shuffle(examples)
         atomic_write_text(Path(path), "\n".join(examples))
         return tasks

@@ -124,7 +124,7 @@ def test_solve_prompts_and_reference_answers(world: MiniWorld) -> None:
 def test_propose_prompt_shows_k_references_in_the_proposal_format(world: MiniWorld) -> None:
     refs = world.generate("deduction", 5, seed=1)
     prompt = world.propose_prompt("deduction", refs, random.Random(0))
-    assert prompt.startswith("# mini deduction tasks\n") and prompt.endswith("# a new deduction task\n")
+    assert prompt.startswith("# mini deduction tasks\n") and prompt.endswith("# a new deduction task:")
     assert prompt.count("\ninput: ") == 3 and prompt.count("f = lambda") == 3
     assert prompt == world.propose_prompt("deduction", refs, random.Random(0))
     two = MiniWorld(options={"references": 2}).propose_prompt("induction", world.generate("induction", 4, 1),
@@ -188,7 +188,7 @@ def test_seed_corpus_and_heldout_sets(world: MiniWorld, tmp_path: Path) -> None:
     assert {t.type for t in tasks} == {"deduction", "abduction", "induction"}
     assert tasks[:100] == world.generate("deduction", 100, 3)
     assert world.example_text(tasks[0]) in text and text.endswith("\n")
-    assert any(e.startswith("f(") and "\nf=lambda " in e for e in examples)  # induction examples
+    assert any(e.startswith("f(") and "\nf= lambda " in e for e in examples)  # induction examples
     world.write_seed_corpus(tmp_path / "again.txt", 300, seed=3)
     assert (tmp_path / "again.txt").read_text() == text  # the same seed writes the same corpus
     corpus_programs = {t.program for t in tasks}
@@ -199,7 +199,7 @@ def test_seed_corpus_and_heldout_sets(world: MiniWorld, tmp_path: Path) -> None:
 
     with_proposals = world.write_seed_corpus(tmp_path / "p.txt", 120, seed=3, types=["induction"], proposals=True)
     ptext = (tmp_path / "p.txt").read_text()
-    assert len(with_proposals) == 120 and ptext.count("# a new induction task\n") == 30
+    assert len(with_proposals) == 120 and ptext.count("# a new induction task: f = ") == 30
 
 
 def test_broken_tasks_get_an_error_not_a_reward(world: MiniWorld) -> None:
