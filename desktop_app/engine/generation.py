@@ -231,6 +231,12 @@ def _weights_signature(model: Any) -> tuple:
     return tuple((p.data_ptr(), p._version, p.dtype) for p in model.parameters())
 
 
+def forget_prepared_weights(model: Any) -> None:
+    """Drop the decode copies of `model`'s weights. Call it after updating weights in a way that does not
+    bump tensor versions (fused optimizers write in place without it), e.g. before each RL rollout."""
+    _LAYER_CACHE.pop(model, None)
+
+
 def _cached_layers(model: Any, fuse: bool, build: Any) -> list[tuple]:
     signature = (fuse, _weights_signature(model))
     hit = _LAYER_CACHE.get(model)

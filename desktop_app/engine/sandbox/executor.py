@@ -12,12 +12,14 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -105,6 +107,8 @@ class Executor:
         self._lock = threading.Lock()
         self._batch = 0
         self._workdir = tempfile.mkdtemp(prefix="azr-sandbox-")
+        # the folder and the fork server go away with the executor even if close() is never called
+        weakref.finalize(self, shutil.rmtree, self._workdir, True)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> Executor:
@@ -127,6 +131,7 @@ class Executor:
     def close(self) -> None:
         with self._lock:
             self._kill()
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
@@ -145,6 +150,7 @@ class Executor:
         if self._proc is not None and self._proc.poll() is None:
             return
         self._kill()
+        os.makedirs(self._workdir, exist_ok=True)
         if not hasattr(os, "fork"):
             raise UserError("the sandboxed executor needs a POSIX system (Linux or macOS); "
                             "on Windows use the mini task world, which runs without it")

@@ -1,0 +1,191 @@
+"""GRPO with reward functions, as an objective of the one training loop.
+
+Each step samples `prompts_per_step` prompts from a JSONL file (`prompt`, optional `answer`), draws a
+group of G completions per prompt with the app's decode engine, scores each with the weighted reward
+mix (built-in functions and the user's own reward file), normalises rewards within each prompt's group
+and applies the shared clipped policy loss (+ optional KL to a frozen reference).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.generation import forget_prepared_weights
+from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.selfplay import _Text
+from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, policy_loss, reference_logps
+from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
+from desktop_app.engine.selfplay.rollout import sample_completions
+
+DEFAULTS: dict[str, Any] = {
+    "prompts": [], "group_size": 4, "prompts_per_step": 4, "temperature": 1.0, "top_p": 1.0,
+    "max_new_tokens": 48, "max_lines": 0, "kl_coef": 0.0, "clip": 0.2, "weights": {"answer": 1.0},
+    "length_target": 32, "format_pattern": r".+", "reward_file": "", "eval_prompts": 16,
+}
+
+
+def load_prompts(paths: list[str] | str) -> list[dict[str, str]]:
+    """Records {prompt, answer} from JSONL files; every bad line is an error naming file and line."""
+    records: list[dict[str, str]] = []
+    for name in [paths] if isinstance(paths, str) else list(paths):
+        path = Path(name)
+        if not path.is_file():
+            raise UserError(f"prompt file {path} does not exist")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path.name} line {number}: not valid JSON ({exc.msg})") from None
+            if not isinstance(data, dict) or not isinstance(data.get("prompt"), str) or not data["prompt"].strip():
+                raise UserError(f"{path.name} line {number}: needs a non-empty string field \"prompt\"")
+            answer = data.get("answer", "")
+            records.append({"prompt": data["prompt"], "answer": "" if answer is None else str(answer)})
+    if not records:
+        raise UserError("no prompts found: give a JSONL file with one {\"prompt\": ...} object per line")
+    return records
+
+
+class PromptSource:
+    def __init__(self, objective: GRPOObjective):
+        self.o = objective
+        self.round = 0
+        self.epoch_progress = 0.0
+
+    def take(self, count: int) -> tuple[EpisodeBatch, list[int]]:
+        self.round += 1
+        return self.o.play_round(self.round), [self.round]
+
+    def skip(self, position: list[int]) -> None:
+        self.round = max(self.round, int(position[0]) if position else self.round)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"round": self.round}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.round = int(state.get("round", 0))
+
+
+class GRPOObjective:
+    name = "grpo"
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        merged = {**DEFAULTS, **(options or {})}
+        unknown = sorted(set(merged) - set(DEFAULTS))
+        if unknown:
+            raise UserError(f"unknown GRPO option(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+        if int(merged["group_size"]) < 2:
+            raise UserError("group_size must be at least 2 (advantages compare completions of one prompt)")
+        self.options = merged
+        user = load_user_reward(merged["reward_file"]) if merged["reward_file"] else None
+        weights = dict(merged["weights"])
+        if user is not None:
+            weights.setdefault("user", 1.0)
+        self.mix = RewardMix(weights=weights, length_target=int(merged["length_target"]),
+                             format_pattern=str(merged["format_pattern"]), user=user).check()
+        self.records: list[dict[str, str]] = []
+        self.model: torch.nn.Module | None = None
+        self.reference: torch.nn.Module | None = None
+        self.text: _Text | None = None
+        self.seed, self.max_len = 0, 512
+        self.eos: set[int] = set()
+        self.last_rollouts: list[dict[str, Any]] = []
+
+    def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
+        if ctx.tokenizer is None:
+            raise UserError("GRPO needs the model's tokenizer")
+        self.records = load_prompts(self.options["prompts"])
+        self.model, self.seed, self.text = model, ctx.seed, _Text(ctx.tokenizer)
+        self.max_len = int(getattr(ctx.store, "context_length", 0) or getattr(model.config,
+                                                                               "max_position_embeddings", 512))
+        eos = getattr(model.config, "eos_token_id", None)
+        self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
+        if float(self.options["kl_coef"]) > 0 or "likelihood" in self.mix.weights:
+            self.reference = copy.deepcopy(model).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+
+    def batch_source(self, ctx: TrainContext) -> PromptSource:
+        return PromptSource(self)
+
+    def split(self, batch: EpisodeBatch, micro_batch: int) -> list[EpisodeBatch]:
+        return [EpisodeBatch(batch[i:i + micro_batch], batch.stats) for i in range(0, len(batch), micro_batch)] \
+            or [EpisodeBatch([], batch.stats)]
+
+    def to_device(self, micro: EpisodeBatch, device: torch.device) -> EpisodeBatch:
+        return micro
+
+    def tokens(self, micro: EpisodeBatch) -> int:
+        return sum(len(e.prompt) + len(e.completion) for e in micro)
+
+    def _generate(self, prompts: list[str], samples: int, seed: int, temperature: float) -> tuple[list, list, list]:
+        assert self.model is not None and self.text is not None
+        encoded = [self.text.encode(p) for p in prompts]
+        ids = sample_completions(self.model, encoded, samples=samples,
+                                 max_new_tokens=int(self.options["max_new_tokens"]),
+                                 temperature=temperature, top_p=float(self.options["top_p"]), seed=seed,
+                                 stop_ids=self.eos, max_len=self.max_len, newline_ids=self.text.newline_ids(),
+                                 max_lines=int(self.options["max_lines"]))
+        return encoded, ids, [self.text.decode(c) for c in ids]
+
+    def play_round(self, round_index: int) -> EpisodeBatch:
+        rng = random.Random(f"{self.seed}-grpo-{round_index}")
+        forget_prepared_weights(self.model)  # the optimizer changed the weights in place since the last round
+        chosen = [self.records[rng.randrange(len(self.records))] for _ in range(int(self.options["prompts_per_step"]))]
+        g = int(self.options["group_size"])
+        t0 = time.perf_counter()
+        encoded, ids, texts = self._generate([r["prompt"] for r in chosen], g, rng.randrange(2**31),
+                                             float(self.options["temperature"]))
+        t_gen = time.perf_counter() - t0
+        episodes = [Episode(encoded[i // g], ids[i], 0.0, "policy", "grpo") for i in range(len(ids))]
+        likelihoods = [0.0] * len(episodes)
+        if "likelihood" in self.mix.weights and self.reference is not None:
+            reference_logps(self.reference, episodes)
+            likelihoods = [sum(e.ref_logps or [0.0]) / max(1, len(e.ref_logps or [])) for e in episodes]
+        rewards, sums, t1 = [], {}, time.perf_counter()
+        for i, text in enumerate(texts):
+            record = chosen[i // g]
+            parts = self.mix.parts(record["prompt"], text, record["answer"], likelihoods[i])
+            for name, value in parts.items():
+                sums[name] = sums.get(name, 0.0) + value
+            rewards.append(self.mix.total(parts))
+        t_reward = time.perf_counter() - t1
+        for e, a in zip(episodes, grouped_advantages(rewards, [i // g for i in range(len(rewards))]), strict=True):
+            e.advantage = a
+        kept = [e for e in episodes if e.advantage != 0.0 and e.completion] or episodes[:1]
+        if float(self.options["kl_coef"]) > 0 and self.reference is not None:
+            reference_logps(self.reference, [e for e in kept if e.ref_logps is None])
+        n = max(1, len(rewards))
+        stats = {"reward": sum(rewards) / n, **{f"reward/{k}": v / n for k, v in sums.items()},
+                 "response_length": sum(len(c) for c in ids) / n,
+                 "rollout_tokens_per_s": sum(len(c) for c in ids) / max(t_gen, 1e-9),
+                 "check_share": t_reward / max(t_gen + t_reward, 1e-9), "episodes": float(len(kept))}
+        self.last_rollouts = [{"prompt": chosen[i // g]["prompt"], "answer": texts[i], "reward": rewards[i]}
+                              for i in range(len(texts))]
+        return EpisodeBatch(kept, stats)
+
+    def loss(self, model: torch.nn.Module, micro: EpisodeBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return policy_loss(model, micro, clip=float(self.options["clip"]), kl_coef=float(self.options["kl_coef"]))
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
+        """Greedy mean reward on the first `eval_prompts` prompts (val_loss = -reward for best/early stop)."""
+        records = self.records[: int(self.options["eval_prompts"])]
+        _, _, texts = self._generate([r["prompt"] for r in records], 1, 0, 0.0)
+        scores = [self.mix.total(self.mix.parts(r["prompt"], t, r["answer"])) for r, t in zip(records, texts,
+                                                                                                strict=True)]
+        mean = sum(scores) / max(1, len(scores))
+        return {"eval_reward": mean, "val_loss": -mean}
+
+    def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
+        return [(r["prompt"][-200:], f"{r['answer'].strip()}  [reward {r['reward']:+.2f}]")
+                for r in self.last_rollouts[:3]]

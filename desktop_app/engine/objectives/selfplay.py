@@ -1,0 +1,374 @@
+"""Absolute Zero self-play as an objective of the one training loop.
+
+Each optimizer step, the batch source plays one round with the current model:
+  propose  for every task type, P proposer prompts (K reference tasks from that type's buffer) are
+           sampled; the task world validates them (in the sandbox for the python world);
+  solve    S tasks per type (the new valid proposals first, then buffer tasks) get N solver samples
+           each; the world checks every answer by value;
+  reward   solver: 1 / 0 / -0.5 (format) / -1 (unparseable); proposer: learnability 1 - solve rate
+           (0 at 0 or 1), -0.5 for an invalid proposal; advantages normalised per (role, type) (TRR++).
+The loss is the REINFORCE++ / PPO-clip policy loss over completion tokens (one update per round, so the
+ratio is 1 and clipping only matters when the options ask for more), plus an optional KL to a frozen
+reference. Buffers and the round counter are the source's state, saved in every checkpoint; sampling
+is seeded by (run seed, round), so a resumed run plays the same rounds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.generation import forget_prepared_weights
+from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.selfplay.buffer import TaskBuffer
+from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, policy_loss, reference_logps
+from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
+from desktop_app.engine.selfplay.rollout import sample_completions
+from desktop_app.engine.tasks.base import PENALTY_FORMAT, TASK_TYPES, Task, TaskWorld, get_world
+
+LOG_NAME = "selfplay.jsonl"
+DEFAULTS: dict[str, Any] = {
+    "world": "mini", "task_types": list(TASK_TYPES), "proposals_per_type": 2, "solver_tasks_per_type": 4,
+    "solver_samples": 4, "references": 3, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 48,
+    "kl_coef": 0.0, "clip": 0.2, "heldout_per_type": 32, "heldout_seed": 9001, "seed_tasks_per_type": 16,
+    "seeds": [], "strict_sandbox": False, "world_options": {},
+}
+
+
+def selfplay_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The method options with defaults filled in and checked (clear errors for bad values)."""
+    merged = {**DEFAULTS, **(options or {})}
+    unknown = sorted(set(merged) - set(DEFAULTS))
+    if unknown:
+        raise UserError(f"unknown self-play option(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+    types = merged["task_types"]
+    if isinstance(types, str):
+        types = [t.strip() for t in types.split(",") if t.strip()]
+    bad = [t for t in types if t not in TASK_TYPES]
+    if not types or bad:
+        raise UserError(f"task_types must be some of {', '.join(TASK_TYPES)} (got {types})")
+    merged["task_types"] = list(types)
+    for key in ("proposals_per_type", "solver_tasks_per_type", "solver_samples", "max_new_tokens",
+                "heldout_per_type"):
+        if int(merged[key]) < 1:
+            raise UserError(f"{key} must be at least 1")
+        merged[key] = int(merged[key])
+    if int(merged["solver_samples"]) < 2:
+        raise UserError("solver_samples must be at least 2 (learnability needs a solve rate)")
+    if float(merged["temperature"]) <= 0:
+        raise UserError("temperature must be above 0 for self-play (greedy rollouts cannot explore)")
+    return merged
+
+
+@dataclass
+class _Text:
+    """Tokenizer adapter: tokenizers.Tokenizer or a transformers tokenizer behind one interface."""
+
+    tokenizer: Any
+    _newlines: set[int] = field(default_factory=set)
+
+    def encode(self, text: str) -> list[int]:
+        if hasattr(self.tokenizer, "encode") and not hasattr(self.tokenizer, "apply_chat_template"):
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.get_vocab_size()) if hasattr(self.tokenizer, "get_vocab_size") \
+            else len(self.tokenizer)
+
+    def newline_ids(self) -> set[int]:
+        if not self._newlines:
+            self._newlines = {i for i in range(self.vocab_size()) if "\n" in self.decode([i])}
+        return self._newlines
+
+
+class SelfPlaySource:
+    """The resumable batch source: every `take` plays one self-play round with the current model."""
+
+    def __init__(self, objective: SelfPlayObjective):
+        self.o = objective
+        self.round = 0
+        self.epoch_progress = 0.0
+
+    def take(self, count: int) -> tuple[EpisodeBatch, list[int]]:
+        self.round += 1
+        return self.o.play_round(self.round), [self.round]
+
+    def skip(self, position: list[int]) -> None:
+        self.round = max(self.round, int(position[0]) if position else self.round)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"round": self.round, "buffers": {t: b.state_dict() for t, b in self.o.buffers.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.round = int(state.get("round", 0))
+        for task_type, buffer_state in state.get("buffers", {}).items():
+            if task_type in self.o.buffers:
+                self.o.buffers[task_type].load_state_dict(buffer_state)
+        self.o.truncate_log(self.round)
+
+
+class SelfPlayObjective:
+    name = "selfplay"
+
+    def __init__(self, options: dict[str, Any] | None = None, world: TaskWorld | None = None):
+        self.options = selfplay_options(options)
+        self.world = world
+        self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options["task_types"]}
+        self.heldout: dict[str, list[Task]] = {}
+        self.model: torch.nn.Module | None = None
+        self.reference: torch.nn.Module | None = None
+        self.text: _Text | None = None
+        self.seed = 0
+        self.max_len = 512
+        self.eos: set[int] = set()
+        self.last_rollouts: list[dict[str, Any]] = []
+        self.log_path: Path | None = None
+
+    # -- seam ----------------------------------------------------------------------------------------
+    def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
+        if ctx.tokenizer is None:
+            raise UserError("self-play needs the model's tokenizer")
+        self.model, self.seed = model, ctx.seed
+        self.text = _Text(ctx.tokenizer)
+        self.log_path = Path(ctx.run_dir) / LOG_NAME
+        self.max_len = int(getattr(ctx.store, "context_length", 0) or getattr(model.config,
+                                                                               "max_position_embeddings", 512))
+        eos = getattr(model.config, "eos_token_id", None)
+        self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
+        if self.world is None:
+            self.world = get_world(self.options["world"], strict=bool(self.options["strict_sandbox"]),
+                                   **dict(self.options["world_options"]))
+        for task_type in self.options["task_types"]:
+            seeds = [Task.from_json(s) for s in self.options["seeds"] if s.get("type") == task_type]
+            seeds += self.world.generate(task_type, int(self.options["seed_tasks_per_type"]), ctx.seed)
+            for task in seeds:
+                self.buffers[task_type].add(task)
+            self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options["heldout_per_type"],
+                                                    int(self.options["heldout_seed"]))
+        if float(self.options["kl_coef"]) > 0:
+            self.reference = copy.deepcopy(model).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+
+    def batch_source(self, ctx: TrainContext) -> SelfPlaySource:
+        return SelfPlaySource(self)
+
+    def split(self, batch: EpisodeBatch, micro_batch: int) -> list[EpisodeBatch]:
+        return [EpisodeBatch(batch[i:i + micro_batch], batch.stats) for i in range(0, len(batch), micro_batch)] \
+            or [EpisodeBatch([], batch.stats)]
+
+    def to_device(self, micro: EpisodeBatch, device: torch.device) -> EpisodeBatch:
+        return micro
+
+    def tokens(self, micro: EpisodeBatch) -> int:
+        return sum(len(e.prompt) + len(e.completion) for e in micro)
+
+    # -- rollouts ------------------------------------------------------------------------------------
+    def _sample(self, prompts: list[str], samples: int, seed: int, max_lines: int,
+                temperature: float | None = None) -> list[str]:
+        assert self.model is not None and self.text is not None
+        encoded = [self.text.encode(p) for p in prompts]
+        ids = sample_completions(self.model, encoded, samples=samples,
+                                 max_new_tokens=int(self.options["max_new_tokens"]),
+                                 temperature=float(self.options["temperature"] if temperature is None else temperature),
+                                 top_p=float(self.options["top_p"]), seed=seed, stop_ids=self.eos,
+                                 max_len=self.max_len, newline_ids=self.text.newline_ids(), max_lines=max_lines)
+        self._last_ids = (encoded, ids)
+        return [self.text.decode(c) for c in ids]
+
+    def play_round(self, round_index: int) -> EpisodeBatch:
+        assert self.world is not None and self.text is not None
+        o, rng = self.options, random.Random(f"{self.seed}-selfplay-{round_index}")
+        forget_prepared_weights(self.model)  # the optimizer changed the weights in place since the last round
+        seed = rng.randrange(2**31)
+        t_gen = t_check = 0.0
+        episodes: list[Episode] = []
+        rewards: list[float] = []
+        groups: list[tuple[str, str]] = []
+        stats: dict[str, float] = {}
+        rollouts: list[dict[str, Any]] = []
+        valid_count = proposals = 0
+        format_errors = answers = 0
+        lengths: list[int] = []
+        gen_tokens = 0
+        for k, task_type in enumerate(o["task_types"]):
+            buffer = self.buffers[task_type]
+            # propose
+            prompts = [self.world.propose_prompt(task_type, buffer.sample(int(o["references"]), rng), rng)
+                       for _ in range(o["proposals_per_type"])]
+            t0 = time.perf_counter()
+            texts = self._sample(prompts, 1, seed + 7919 * k, max_lines=self._proposal_lines(task_type))
+            prompt_ids, completion_ids = self._last_ids
+            t1 = time.perf_counter()
+            verdicts = self.world.validate(task_type, texts)
+            t_check += time.perf_counter() - t1
+            t_gen += t1 - t0
+            proposals += len(verdicts)
+            new_tasks = [v.task for v in verdicts if v.valid and v.task is not None]
+            valid_count += len(new_tasks)
+            # solve: new valid proposals first (their learnability needs a solve rate), then buffer tasks
+            solver_tasks = (new_tasks + buffer.sample(o["solver_tasks_per_type"], rng))[: max(
+                o["solver_tasks_per_type"], len(new_tasks))]
+            n = o["solver_samples"]
+            t0 = time.perf_counter()
+            answers_text = self._sample([self.world.solve_prompt(t) for t in solver_tasks], n,
+                                        seed + 104729 * (k + 1), max_lines=self._answer_lines(task_type))
+            s_prompt_ids, s_completion_ids = self._last_ids
+            t1 = time.perf_counter()
+            checks = self.world.check([t for t in solver_tasks for _ in range(n)], answers_text)
+            t_check += time.perf_counter() - t1
+            t_gen += t1 - t0
+            rates = []
+            type_rewards = []
+            for j, task in enumerate(solver_tasks):
+                group = checks[j * n:(j + 1) * n]
+                rates.append(sum(c.correct for c in group) / n)
+                for m, check in enumerate(group):
+                    idx = j * n + m
+                    episodes.append(Episode(s_prompt_ids[j], s_completion_ids[idx], 0.0, "solver", task_type))
+                    rewards.append(check.reward)
+                    type_rewards.append(check.reward)
+                    groups.append(("solver", task_type))
+                    format_errors += check.status in ("format", "unparseable")
+                    answers += 1
+                    lengths.append(len(s_completion_ids[idx]))
+                    gen_tokens += len(s_completion_ids[idx])
+                    if m == 0:
+                        rollouts.append({"role": "solver", "type": task_type, "prompt": self.world.solve_prompt(task),
+                                         "answer": answers_text[idx], "verdict": check.status,
+                                         "reward": check.reward, "reason": check.reason})
+            rate_of = {id(t): r for t, r in zip(solver_tasks, rates, strict=True)}
+            proposer_rewards = []
+            for i, verdict in enumerate(verdicts):
+                if verdict.valid and verdict.task is not None:
+                    rate = rate_of.get(id(verdict.task), 0.0)
+                    reward = learnability(rate)
+                    added = buffer.add(verdict.task)
+                    buffer.record({"round": round_index, "type": task_type, "program": verdict.task.program,
+                                   "inputs": list(verdict.task.inputs), "outputs": list(verdict.task.outputs),
+                                   "verdict": "valid" if added else "duplicate", "solve_rate": rate,
+                                   "reward": reward})
+                else:
+                    reward = PENALTY_FORMAT
+                    buffer.record({"round": round_index, "type": task_type, "program": texts[i][:300],
+                                   "verdict": "invalid", "reason": verdict.reason, "reward": reward})
+                episodes.append(Episode(prompt_ids[i], completion_ids[i], 0.0, "proposer", task_type))
+                rewards.append(reward)
+                proposer_rewards.append(reward)
+                groups.append(("proposer", task_type))
+                lengths.append(len(completion_ids[i]))
+                gen_tokens += len(completion_ids[i])
+                rollouts.append({"role": "proposer", "type": task_type, "prompt": prompts[i], "answer": texts[i],
+                                 "verdict": "valid" if verdict.valid else "invalid", "reward": reward,
+                                 "reason": verdict.reason})
+            stats[f"reward/solver/{task_type}"] = sum(type_rewards) / max(1, len(type_rewards))
+            stats[f"reward/proposer/{task_type}"] = sum(proposer_rewards) / max(1, len(proposer_rewards))
+            stats[f"solve_rate/{task_type}"] = sum(rates) / max(1, len(rates))
+            learn = [learnability(r) for r in rates]
+            stats[f"learnability/{task_type}"] = sum(learn) / max(1, len(learn))
+            stats[f"buffer/{task_type}"] = float(len(buffer))
+        advantages = grouped_advantages(rewards, groups)
+        for episode, advantage in zip(episodes, advantages, strict=True):
+            episode.advantage = advantage
+        kept = [e for e in episodes if e.advantage != 0.0 and e.completion] or episodes[:1]
+        if self.reference is not None:
+            self._reference_logps(kept)
+        total = t_gen + t_check
+        stats.update({
+            "reward": sum(rewards) / max(1, len(rewards)), "proposal_validity": valid_count / max(1, proposals),
+            "format_errors": format_errors / max(1, answers), "response_length": sum(lengths) / max(1, len(lengths)),
+            "rollout_tokens_per_s": gen_tokens / max(t_gen, 1e-9), "checks_per_s": (answers + proposals) / max(
+                t_check, 1e-9), "check_share": t_check / max(total, 1e-9), "episodes": float(len(kept)),
+        })
+        self.last_rollouts = rollouts
+        self._log(round_index, rollouts)
+        return EpisodeBatch(kept, stats)
+
+    def _log(self, round_index: int, rollouts: list[dict[str, Any]]) -> None:
+        """One JSON line per round for the window's task browser (a view; checkpoints hold the real state)."""
+        if self.log_path is None:
+            return
+        proposals = [entry for b in self.buffers.values() for entry in b.history if entry["round"] == round_index]
+        line = json.dumps({"round": round_index, "rollouts": rollouts, "proposals": proposals})
+        with open(self.log_path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    def truncate_log(self, last_round: int) -> None:
+        """After a resume, forget the rounds the checkpoint does not contain (they will be played again)."""
+        if self.log_path is None or not self.log_path.exists():
+            return
+        keep = []
+        for line in self.log_path.read_text(encoding="utf-8").splitlines():
+            try:
+                if int(json.loads(line).get("round", 0)) <= last_round:
+                    keep.append(line)
+            except (ValueError, AttributeError):
+                continue
+        self.log_path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
+
+    def _proposal_lines(self, task_type: str) -> int:
+        return int(getattr(self.world, "proposal_lines", lambda t: 2)(task_type))
+
+    def _answer_lines(self, task_type: str) -> int:
+        return int(getattr(self.world, "answer_lines", lambda t: 1)(task_type))
+
+    def _reference_logps(self, episodes: list[Episode]) -> None:
+        assert self.reference is not None
+        reference_logps(self.reference, episodes)
+
+    # -- loss ----------------------------------------------------------------------------------------
+    def loss(self, model: torch.nn.Module, micro: EpisodeBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return policy_loss(model, micro, clip=float(self.options["clip"]), kl_coef=float(self.options["kl_coef"]))
+
+    # -- evaluation ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
+        assert self.world is not None and self.text is not None
+        return heldout_solve_rates(model, self.text, self.world, self.heldout, max_len=self.max_len, eos=self.eos,
+                                   max_new_tokens=int(self.options["max_new_tokens"]))
+
+    def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
+        return [(r["prompt"][-200:], f"{r['answer'].strip()}  [{r['verdict']}, reward {r['reward']:+.2f}]")
+                for r in self.last_rollouts[:3]]
+
+    def close(self) -> None:
+        if self.world is not None:
+            self.world.close()
+
+
+@torch.no_grad()
+def heldout_solve_rates(model: torch.nn.Module, text: _Text, world: TaskWorld, heldout: dict[str, list[Task]], *,
+                        max_len: int, eos: set[int], max_new_tokens: int = 48) -> dict[str, float]:
+    """Greedy solve rate per task type on fixed held-out tasks; val_loss = 1 - their mean (best/early stop)."""
+    out: dict[str, float] = {}
+    for task_type, tasks in heldout.items():
+        if not tasks:
+            continue
+        prompts = [text.encode(world.solve_prompt(t)) for t in tasks]
+        lines = int(getattr(world, "answer_lines", lambda t: 1)(task_type))
+        ids = sample_completions(model, prompts, max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=eos,
+                                 max_len=max_len, newline_ids=text.newline_ids(), max_lines=lines)
+        checks = world.check(tasks, [text.decode(c) for c in ids])
+        out[f"heldout_solve_rate/{task_type}"] = sum(c.correct for c in checks) / len(checks)
+    rates = [v for k, v in out.items() if k.startswith("heldout_solve_rate/")]
+    out["heldout_solve_rate"] = sum(rates) / max(1, len(rates))
+    out["val_loss"] = 1.0 - out["heldout_solve_rate"]
+    return out
+
+
+def heldout_tasks(world: TaskWorld, task_type: str, count: int, seed: int) -> list[Task]:
+    """The fixed evaluation set of a type: the world's own held-out stream when it has one."""
+    maker = getattr(world, "heldout_set", None)
+    return maker(task_type, count, seed) if callable(maker) else world.generate(task_type, count, seed)
