@@ -8,7 +8,6 @@ and applies the shared clipped policy loss (+ optional KL to a frozen reference)
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import time
@@ -21,7 +20,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.generation import forget_prepared_weights
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.objectives.selfplay import _Text
-from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, policy_loss, reference_logps
+from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
 from desktop_app.engine.selfplay.rollout import sample_completions
 
@@ -94,7 +93,7 @@ class GRPOObjective:
                              format_pattern=str(merged["format_pattern"]), user=user).check()
         self.records: list[dict[str, str]] = []
         self.model: torch.nn.Module | None = None
-        self.reference: torch.nn.Module | None = None
+        self.reference: Any = None
         self.text: _Text | None = None
         self.seed, self.max_len = 0, 512
         self.eos: set[int] = set()
@@ -110,9 +109,7 @@ class GRPOObjective:
         eos = getattr(model.config, "eos_token_id", None)
         self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
         if float(self.options["kl_coef"]) > 0 or "likelihood" in self.mix.weights:
-            self.reference = copy.deepcopy(model).eval()
-            for p in self.reference.parameters():
-                p.requires_grad_(False)
+            self.reference = make_reference(ctx)
 
     def batch_source(self, ctx: TrainContext) -> PromptSource:
         return PromptSource(self)
@@ -149,7 +146,7 @@ class GRPOObjective:
         episodes = [Episode(encoded[i // g], ids[i], 0.0, "policy", "grpo") for i in range(len(ids))]
         likelihoods = [0.0] * len(episodes)
         if "likelihood" in self.mix.weights and self.reference is not None:
-            reference_logps(self.reference, episodes)
+            reference_logps(self.reference, episodes, model=self.model)
             likelihoods = [sum(e.ref_logps or [0.0]) / max(1, len(e.ref_logps or [])) for e in episodes]
         rewards, sums, t1 = [], {}, time.perf_counter()
         for i, text in enumerate(texts):
@@ -163,7 +160,7 @@ class GRPOObjective:
             e.advantage = a
         kept = [e for e in episodes if e.advantage != 0.0 and e.completion] or episodes[:1]
         if float(self.options["kl_coef"]) > 0 and self.reference is not None:
-            reference_logps(self.reference, [e for e in kept if e.ref_logps is None])
+            reference_logps(self.reference, [e for e in kept if e.ref_logps is None], model=self.model)
         n = max(1, len(rewards))
         stats = {"reward": sum(rewards) / n, **{f"reward/{k}": v / n for k, v in sums.items()},
                  "response_length": sum(len(c) for c in ids) / n,

@@ -15,7 +15,6 @@ is seeded by (run seed, round), so a resumed run plays the same rounds.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import time
@@ -29,7 +28,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.generation import forget_prepared_weights
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.selfplay.buffer import TaskBuffer
-from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, policy_loss, reference_logps
+from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
 from desktop_app.engine.selfplay.rollout import sample_completions
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, TASK_TYPES, Task, TaskWorld, get_world
@@ -128,7 +127,7 @@ class SelfPlayObjective:
         self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options["task_types"]}
         self.heldout: dict[str, list[Task]] = {}
         self.model: torch.nn.Module | None = None
-        self.reference: torch.nn.Module | None = None
+        self.reference: Any = None
         self.text: _Text | None = None
         self.seed = 0
         self.max_len = 512
@@ -158,9 +157,7 @@ class SelfPlayObjective:
             self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options["heldout_per_type"],
                                                     int(self.options["heldout_seed"]))
         if float(self.options["kl_coef"]) > 0:
-            self.reference = copy.deepcopy(model).eval()
-            for p in self.reference.parameters():
-                p.requires_grad_(False)
+            self.reference = make_reference(ctx)
 
     def batch_source(self, ctx: TrainContext) -> SelfPlaySource:
         return SelfPlaySource(self)
@@ -326,7 +323,7 @@ class SelfPlayObjective:
 
     def _reference_logps(self, episodes: list[Episode]) -> None:
         assert self.reference is not None
-        reference_logps(self.reference, episodes)
+        reference_logps(self.reference, episodes, model=self.model)
 
     # -- loss ----------------------------------------------------------------------------------------
     def loss(self, model: torch.nn.Module, micro: EpisodeBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

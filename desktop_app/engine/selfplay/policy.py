@@ -36,9 +36,37 @@ class EpisodeBatch(list):
 
 
 
+ADAPTER_OFF = "adapter-off"  # the reference is the trained model with its LoRA adapters switched off
+
+
+def make_reference(ctx: Any) -> Any:
+    """The frozen reference for a KL term: the base itself (LoRA: adapters off; else a frozen copy loaded
+    from the base folder, so a resumed run gets the very same reference). A run without a base has none."""
+    extras = getattr(ctx, "extras", None) or {}
+    if extras.get("adapter"):
+        return ADAPTER_OFF
+    loader = extras.get("load_reference")
+    if loader is None:
+        from desktop_app.engine.errors import UserError
+
+        raise UserError("a KL penalty (kl_coef > 0) or the likelihood reward needs a base model to compare with: "
+                        "train from a base model, or set kl_coef to 0")
+    return loader()
+
+
 @torch.no_grad()
-def reference_logps(reference: torch.nn.Module, episodes: list[Episode], chunk: int = 16) -> None:
-    """Fill each episode's `ref_logps` from the frozen reference model (for the KL term)."""
+def reference_logps(reference: Any, episodes: list[Episode], chunk: int = 16, model: Any = None) -> None:
+    """Fill each episode's `ref_logps` from the frozen reference (for the KL term and likelihood reward)."""
+    if reference == ADAPTER_OFF:
+        assert model is not None
+        was = model.training
+        model.eval()
+        try:
+            with model.disable_adapter():
+                reference_logps(model, episodes, chunk)
+        finally:
+            model.train(was)
+        return
     for i in range(0, len(episodes), chunk):
         part = episodes[i:i + chunk]
         logps, _ = completion_logps(reference, part)

@@ -1,0 +1,141 @@
+"""Absolute Zero self-play: one round's rewards from a scripted policy (hand-checkable), forged answers end
+to end, training through the one loop with exact resume (buffers, round, weights), and bad options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from desktop_app.engine.architecture import build_model
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls
+from desktop_app.engine.objectives.selfplay import LOG_NAME, SelfPlayObjective
+from desktop_app.engine.specs import ModelSpec
+from desktop_app.engine.tasks import Task
+from desktop_app.engine.tasks.mini_world import MiniWorld
+from desktop_app.engine.tokenization import train_tokenizer
+from desktop_app.engine.training import read_metrics, train
+
+DED = Task("mini", "deduction", "f = lambda x: x + 1", ("3",), ("4",))
+ABD = Task("mini", "abduction", "f = lambda x: x * 2", ("5",), ("10",))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    world = MiniWorld(options={"depth": 2})
+    texts = [world.example_text(t) for kind in ("deduction", "abduction") for t in world.generate(kind, 50, 1)]
+    return train_tokenizer(texts, "bpe", 96, min_frequency=2)
+
+
+def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
+    objective = SelfPlayObjective({"task_types": ["deduction", "abduction"], "proposals_per_type": 2,
+                                   "solver_tasks_per_type": 1, "solver_samples": 4, "seed_tasks_per_type": 0,
+                                   "heldout_per_type": 2, "world_options": {"depth": 2}, **options})
+    spec = ModelSpec("llama", tokenizer.get_vocab_size(), 32, 1, 2, 2, 64, 128)
+    ctx = SimpleNamespace(tokenizer=tokenizer, seed=0, run_dir=tmp_path, store=SimpleNamespace(context_length=128))
+    objective.setup(ctx, build_model(spec, seed=0))
+    return objective
+
+
+def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None:
+    """Replace sampling by fixed texts: proposals first, then solver answers, per task type in order."""
+    queue = [*outputs["deduction"], *outputs["abduction"]]
+
+    def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None) -> list[str]:
+        texts = [queue.pop(0) for _ in range(len(prompts) * samples)]
+        objective._last_ids = ([[1, 2]] * len(prompts), [[3]] * len(texts))
+        return texts
+
+    objective._sample = fake
+
+
+def test_one_round_by_hand(tmp_path: Path, tokenizer) -> None:
+    objective = _objective(tmp_path, tokenizer)
+    objective.buffers["deduction"].add(DED)
+    objective.buffers["abduction"].add(ABD)
+    # deduction: proposal 1 valid (f = lambda x: x - 1 on 9 -> 8), proposal 2 invalid; the solver sees the
+    # new task and answers 8, 8, 7, junk -> solve rate 0.5 -> learnability 0.5
+    # abduction: both proposals invalid; solver gets the buffer task f(?)=10: answers 5, 0) or (1, 5 + extra
+    # line, 4 -> rewards 1, -1, -0.5, 0
+    _script(objective, {
+        "deduction": [" f = lambda x: x - 1\ninput: 9", " import os\ninput: 1",
+                      " 8", " 8", " 7", " (8"],
+        "abduction": [" f = lambda x: x.real\ninput: 1", "", " 5", " 0) or (1", " 5\nf(5)=10", " 4"],
+    })
+    batch = objective.play_round(1)
+    stats = batch.stats
+    assert stats["reward/solver/deduction"] == pytest.approx((1 + 1 + 0 - 1) / 4)
+    assert stats["solve_rate/deduction"] == 0.5
+    assert stats["reward/proposer/deduction"] == pytest.approx((0.5 - 0.5) / 2)  # learnability 0.5, penalty -0.5
+    assert stats["reward/solver/abduction"] == pytest.approx((1 - 1 - 0.5 + 0) / 4)
+    assert stats["reward/proposer/abduction"] == -0.5
+    assert stats["proposal_validity"] == 0.25
+    assert stats["format_errors"] == pytest.approx(3 / 8)
+    assert [t.program for t in objective.buffers["deduction"].tasks] == [DED.program, "f = lambda x: x - 1"]
+    # TRR++: advantages are normalised within (role, type); the all-invalid abduction proposals carry none
+    by_group: dict[tuple[str, str], list[float]] = {}
+    for episode in batch:
+        by_group.setdefault((episode.role, episode.task_type), []).append(episode.advantage)
+    assert ("proposer", "abduction") not in by_group
+    for advantages in by_group.values():
+        assert sum(advantages) == pytest.approx(0.0, abs=1e-6)
+    log = (tmp_path / LOG_NAME).read_text().splitlines()
+    assert len(log) == 1 and '"verdict": "invalid"' in log[0]
+
+
+def test_forged_answers_never_earn_a_reward(tmp_path: Path, tokenizer) -> None:
+    objective = _objective(tmp_path, tokenizer, task_types=["deduction"], proposals_per_type=1)
+    objective.buffers["deduction"].add(DED)
+    forged = [" __import__('os').system('true')", " 0) or (1", " 4 if True else 5", " {'__eq__': 4}"]
+    _script(objective, {"deduction": [" not a task", *forged], "abduction": []})
+    stats = objective.play_round(1).stats
+    assert stats["reward/solver/deduction"] < 0 and stats["solve_rate/deduction"] == 0.0
+
+
+def test_self_play_trains_in_the_loop_and_resumes_exactly(tmp_path: Path) -> None:
+    from train_helpers import make_dataset, tiny_config
+
+    dataset = make_dataset(tmp_path / "ds", context=128, vocab_size=300)
+    options = {"task_types": ["deduction", "abduction"], "proposals_per_type": 1, "solver_tasks_per_type": 2,
+               "solver_samples": 2, "max_new_tokens": 8, "heldout_per_type": 2, "seed_tasks_per_type": 4,
+               "world_options": {"depth": 1}}
+    config = tiny_config(dataset, steps=4, batch_size=8, save_every=2, eval_every=2)
+    events = list(train(config, tmp_path / "full", objective=SelfPlayObjective(options)))
+    assert events[-1].reason == "completed"
+    controls = Controls()
+    for event in train(config, tmp_path / "half", controls, objective=SelfPlayObjective(options)):
+        if event.type == "step" and event.step == 2:
+            controls.stop.set()
+    list(train(config, tmp_path / "half", resume=True, objective=SelfPlayObjective(options)))
+
+    def curve(run: str) -> list[tuple]:
+        return [(m["type"], m["step"], m.get("loss"), m.get("reward"), m.get("kl"), m.get("heldout_solve_rate"))
+                for m in read_metrics(tmp_path / run) if m.get("type") in ("step", "eval")]
+
+    assert curve("half") == curve("full")
+    steps = [m for m in read_metrics(tmp_path / "full") if m.get("type") == "step"]
+    for key in ("reward", "reward/solver/deduction", "reward/proposer/abduction", "solve_rate/deduction",
+                "proposal_validity", "format_errors", "kl", "entropy", "response_length", "rollout_tokens_per_s"):
+        assert key in steps[-1], key
+    evals = [m for m in read_metrics(tmp_path / "full") if m.get("type") == "eval"]
+    assert "heldout_solve_rate/deduction" in evals[-1]
+    log = (tmp_path / "half" / LOG_NAME).read_text().splitlines()
+    assert len(log) == 4  # the rounds after the checkpoint were replayed, not duplicated
+
+
+def test_kl_without_a_base_model_is_refused(tmp_path: Path, tokenizer) -> None:
+    with pytest.raises(UserError, match="base model"):
+        _objective(tmp_path, tokenizer, kl_coef=0.1)
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"task_types": ["guessing"]}, "task_types"),
+    ({"solver_samples": 1}, "solver_samples"),
+    ({"temperature": 0}, "temperature"),
+    ({"wrld": "mini"}, "unknown self-play option"),
+])
+def test_bad_options_are_clear_errors(options: dict, needle: str) -> None:
+    with pytest.raises(UserError, match=needle):
+        SelfPlayObjective(options)
