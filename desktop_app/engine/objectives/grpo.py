@@ -20,15 +20,12 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.generation import forget_prepared_weights
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.objectives.selfplay import _Text
+from desktop_app.engine.selfplay.options import GRPO_DEFAULTS
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
 from desktop_app.engine.selfplay.rollout import sample_completions
 
-DEFAULTS: dict[str, Any] = {
-    "prompts": [], "group_size": 4, "prompts_per_step": 4, "temperature": 1.0, "top_p": 1.0,
-    "max_new_tokens": 48, "max_lines": 0, "kl_coef": 0.0, "clip": 0.2, "weights": {"answer": 1.0},
-    "length_target": 32, "format_pattern": r".+", "reward_file": "", "eval_prompts": 16,
-}
+DEFAULTS = GRPO_DEFAULTS
 
 
 def load_prompts(paths: list[str] | str) -> list[dict[str, str]]:

@@ -28,18 +28,14 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.generation import forget_prepared_weights
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.selfplay.buffer import TaskBuffer
+from desktop_app.engine.selfplay.options import SELFPLAY_DEFAULTS
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
 from desktop_app.engine.selfplay.rollout import sample_completions
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, TASK_TYPES, Task, TaskWorld, get_world
 
 LOG_NAME = "selfplay.jsonl"
-DEFAULTS: dict[str, Any] = {
-    "world": "mini", "task_types": list(TASK_TYPES), "proposals_per_type": 2, "solver_tasks_per_type": 4,
-    "solver_samples": 4, "references": 3, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 48,
-    "kl_coef": 0.0, "clip": 0.2, "heldout_per_type": 32, "heldout_seed": 9001, "seed_tasks_per_type": 16,
-    "seeds": [], "strict_sandbox": False, "world_options": {},
-}
+DEFAULTS = SELFPLAY_DEFAULTS
 
 
 def selfplay_options(options: dict[str, Any] | None) -> dict[str, Any]:
