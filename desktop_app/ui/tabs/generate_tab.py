@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from desktop_app.engine.events import Controls, GenerationStats, TextDelta
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.tabs.serve_panel import ServePanel
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.stream_view import StreamView
 
@@ -147,8 +148,14 @@ class GenerateTab(QWidget):
         rl.addLayout(actions)
         rl.addWidget(self.out_area, 1)
 
+        self.serve_panel = ServePanel(ctx, lambda: self.source_box.currentData())
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(settings_box, 1)
+        ll.addWidget(self.serve_panel)
         body = QSplitter(Qt.Orientation.Horizontal)
-        body.addWidget(settings_box)
+        body.addWidget(left)
         body.addWidget(right)
         body.setSizes([340, 900])
         root = QVBoxLayout(self)
@@ -338,6 +345,7 @@ class GenerateTab(QWidget):
     def stop_timers(self) -> None:
         for view in self.outputs:
             view.stop_timers()
+        self.serve_panel.stop()  # called when the window shuts down: the server process must not outlive it
 
 
 def _step(path: Path) -> str:

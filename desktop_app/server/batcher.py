@@ -1,0 +1,413 @@
+"""One decode thread serves every generation request; concurrent requests decode as one batch.
+
+Why one thread and one batch: decoding a small model is memory-bound (each step streams all weights
+through the CPU), so a step over 16 rows costs little more than a step over one, and 16 clients get
+many times the tokens/s of one. Requests are queued; between two decode steps the thread admits as
+many as fit (their prompts prefilled together, their cache rows joined to the running batch, see
+slot_cache.py), samples every live row with that row's own settings (row_sampler.py), hands each
+request its new text, and drops rows that finished or whose client went away.
+
+Text handling is the engine's: the same prompt truncation, token budget, end-of-sequence ids and
+TextStream (never half a character, never part of a stop string), so a greedy request gives the text
+`generate` gives. Events reach the request's `sink` from this thread (the HTTP layer hops them onto
+its event loop); a request's `cancelled` flag is checked every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from desktop_app.engine.generation import context_length, short_gil_switch, stop_token_ids
+from desktop_app.engine.text_stream import TextStream
+from desktop_app.server.errors import ApiError
+from desktop_app.server.row_sampler import RowSampler, SamplingParams, sample_rows
+from desktop_app.server.slot_cache import FixedBatch, SlotCache
+from desktop_app.server.thread_policy import DecodeThreads
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ROWS = 32
+DEFAULT_CACHE_MB = 1024
+DEFAULT_MAX_QUEUE = 512
+
+
+@dataclass
+class Piece:
+    """New text of choice `index` (never half a character or part of a stop string)."""
+
+    index: int
+    text: str
+
+
+@dataclass
+class Done:
+    """Choice `index` ended: finish_reason "stop" (end token or stop string) or "length"."""
+
+    index: int
+    finish_reason: str
+    completion_tokens: int
+    text: str
+
+
+@dataclass
+class Failed:
+    """The request could not be completed (the server is stopping, or decoding failed)."""
+
+    message: str
+    status: int = 500
+
+
+class GenerationRequest:
+    """Prompts (token ids) x `params.n` choices; choice index = prompt index x n + k, as OpenAI numbers them.
+
+    `sink(events)` receives lists of Piece / Done / Failed: called in the decode thread, or, when `loop`
+    (an asyncio event loop) is given, on that loop, where the events of all its requests of one decode
+    step arrive in one hop (one wake-up of the loop per step, not one per request). With `flush_s`, text
+    is handed over at most that often (the first piece and a choice's end at once): a fast model's tokens
+    then travel together, so the receiving thread wakes less often. Set `cancelled` (the client went
+    away) and the rows leave the batch at the next step.
+    """
+
+    def __init__(self, prompts: list[list[int]], params: SamplingParams, *, chat: bool,
+                 sink: Callable[[list[Any]], None], loop: Any = None, flush_s: float = 0.0):
+        self.prompts, self.params, self.chat, self.sink, self.loop = prompts, params, chat, sink, loop
+        self.flush_s = flush_s
+        self.delivered_at: float | None = None  # decode-thread bookkeeping for flush_s
+        self.cancelled = threading.Event()
+
+    @property
+    def rows_needed(self) -> int:
+        return len(self.prompts) * self.params.n
+
+
+class _Row:
+    """One choice being decoded."""
+
+    __slots__ = ("budget", "eos", "generated", "index", "request", "sampler", "stream")
+
+    def __init__(self, request: GenerationRequest, index: int, budget: int, sampler: RowSampler, stream: TextStream,
+                 eos: set[int]):
+        self.request, self.index, self.budget = request, index, budget
+        self.sampler, self.stream, self.eos = sampler, stream, eos
+        self.generated: list[int] = []
+
+    def push(self, token: int, out: list[Any]) -> bool:
+        """Take the chosen token; append what to tell the client to `out`; True when the choice ended."""
+        self.generated.append(token)
+        if token in self.eos:
+            self._piece(self.stream.finish(), out)
+            return self._done("stop", out)
+        self._piece(self.stream.push(token), out)
+        if self.stream.stopped:
+            return self._done("stop", out)
+        if len(self.generated) >= self.budget:
+            self._piece(self.stream.finish(), out)
+            return self._done("length", out)
+        return False
+
+    def _piece(self, text: str, out: list[Any]) -> None:
+        if text:
+            out.append(Piece(self.index, text))
+
+    def _done(self, reason: str, out: list[Any]) -> bool:
+        out.append(Done(self.index, reason, len(self.generated), self.stream.text))
+        return True
+
+
+def _dispatch(group: list[tuple[GenerationRequest, list[Any]]]) -> None:
+    """On an event loop: hand each request its events of one decode step."""
+    for request, events in group:
+        Batcher._call_sink(request, events)
+
+
+def _cache_rows_for(model: Any, columns: int, budget_mb: int) -> int:
+    """How many rows of `columns` cached tokens fit in `budget_mb` of KV cache (at least 1)."""
+    cfg = model.config
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 1)
+    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", 1)
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 64)
+    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    element = next(model.parameters()).element_size()
+    per_row = 2 * layers * kv * columns * head_dim * element
+    return max(1, int(budget_mb * (1 << 20) // max(1, per_row)))
+
+
+class Batcher:
+    """The decode thread and its queue. `submit` from any thread; `close` ends it (pending and running
+    requests get Failed, status 503)."""
+
+    def __init__(self, loaded: Any, *, max_rows: int = DEFAULT_MAX_ROWS, cache_mb: int = DEFAULT_CACHE_MB,
+                 max_queue: int = DEFAULT_MAX_QUEUE, threads: int | None = None, max_tokens_cap: int = 4096):
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.device = next(self.model.parameters()).device
+        self.context = context_length(self.model)
+        vocab = getattr(self.model.config, "vocab_size", None)
+        self.vocab_size = int(vocab) if isinstance(vocab, int) else 0
+        self.max_tokens_cap = max_tokens_cap  # the budget when the model states no context length
+        self.eos = {chat: stop_token_ids(self.model, self.tokenizer, chat=chat) for chat in (False, True)}
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else next(iter(self.eos[False]), 0)
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:  # the Rust tokenizer directly: the Python wrapper costs per call
+            self._decode: Callable[[Any], str] = lambda ids: backend.decode(list(ids), skip_special_tokens=True)
+        else:
+            self._decode = lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        if SlotCache.supports(self.model):
+            rows = min(max_rows, _cache_rows_for(self.model, 2 * (self.context or 1), cache_mb))
+            self.cache: SlotCache | FixedBatch = SlotCache(self.model, rows, self.pad_id)
+        else:
+            self.cache = FixedBatch(self.model, max_rows, self.pad_id)
+        self.capacity = self.cache.capacity
+        self.max_queue = max_queue
+        self.threads = DecodeThreads(self.model, threads)
+        self.rows: list[_Row | None] = []
+        self.logits: torch.Tensor | None = None
+        self._held: dict[GenerationRequest, list[Any]] = {}  # events waiting for their request's flush_s
+        self._pending: deque[GenerationRequest] = deque()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._gil: contextlib.ExitStack | None = None
+        self._thread = threading.Thread(target=self._run, name="azr-decode", daemon=True)
+        self.stats = {"steps": 0, "tokens": 0, "requests": 0}
+
+    # --- any thread ---------------------------------------------------------------------------------
+    @property
+    def continuous(self) -> bool:
+        return self.cache.continuous
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self._closed:
+            self._thread.start()
+
+    def submit(self, request: GenerationRequest) -> None:
+        if request.rows_needed > self.capacity:
+            raise ApiError(400, f"this request needs {request.rows_needed} decode rows (prompts x n) but the server "
+                                f"decodes at most {self.capacity} at once: ask for fewer choices or prompts",
+                           param="n")
+        with self._cv:
+            if self._closed:
+                raise ApiError(503, "the server is shutting down", type="server_error")
+            if len(self._pending) >= self.max_queue:
+                raise ApiError(429, f"too many requests waiting ({self.max_queue}); retry in a moment",
+                               code="rate_limit_exceeded")
+            self._pending.append(request)
+            self.stats["requests"] += 1
+            self._cv.notify()
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if not self._thread.is_alive():  # never started (or gone): nobody else will tell the waiting requests
+            with self._cv:
+                pending, self._pending = list(self._pending), deque()
+            self._fail_all(pending, "the server is shutting down", 503)
+
+    def load(self) -> dict[str, int]:
+        """Rows decoding and requests waiting (for status pages and tests)."""
+        with self._cv:
+            waiting = len(self._pending)
+        return {"rows": sum(r is not None for r in self.rows), "waiting": waiting, "capacity": self.capacity}
+
+    # --- the decode thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._closed and not self._pending and not self.rows:
+                        self._release_gil_setting()
+                        self._cv.wait()
+                    if self._closed:
+                        return
+                    admitted = self._take()
+                self._iterate(admitted)
+        except BaseException:  # never expected: _iterate catches per step; log and fail what is left
+            log.exception("the decode thread stopped")
+        finally:
+            with self._cv:
+                self._closed = True
+                pending, self._pending = list(self._pending), deque()
+            self._fail_all(pending + self._active_requests(), "the server is shutting down", 503)
+            self.rows, self.logits = [], None
+            self._release_gil_setting()
+
+    def _take(self) -> list[GenerationRequest]:
+        """Requests that fit now, first come first served (called with the lock held)."""
+        room = self.cache.room()
+        taken: list[GenerationRequest] = []
+        while self._pending:
+            request = self._pending[0]
+            if request.cancelled.is_set():
+                self._pending.popleft()
+                continue
+            if request.rows_needed > room:
+                break
+            taken.append(self._pending.popleft())
+            room -= request.rows_needed
+        return taken
+
+    def _iterate(self, admitted: list[GenerationRequest]) -> None:
+        try:
+            if admitted:
+                self._admit(admitted)
+            if not self.rows:
+                return
+            if self._gil is None:  # decoding: hand the GIL back and forth quickly with the HTTP thread
+                self._gil = contextlib.ExitStack()
+                self._gil.enter_context(short_gil_switch())
+            self._step()
+        except Exception as exc:
+            log.exception("decoding failed")
+            failed = {id(r): r for r in [*admitted, *self._active_requests()]}
+            self._fail_all(list(failed.values()), f"generation failed: {type(exc).__name__}: {exc}", 500)
+            self.rows, self.logits, self._held = [], None, {}
+            self.cache.remove(list(range(self.cache.n)))
+
+    def _admit(self, requests: list[GenerationRequest]) -> None:
+        prompts: list[list[int]] = []
+        prompt_of_row: list[int] = []
+        new_rows: list[_Row] = []
+        for request in requests:
+            p = request.params
+            for i, ids in enumerate(request.prompts):
+                prompts.append(ids)
+                # The engine's budget: what fits in the context after the prompt (huge max_tokens are capped).
+                if self.context:
+                    budget = max(1, min(p.max_tokens, self.context - len(ids)))
+                else:
+                    budget = min(p.max_tokens, self.max_tokens_cap)
+                for k in range(p.n):
+                    index = i * p.n + k
+                    # A seed gives each choice its own reproducible stream; no seed = fresh randomness.
+                    seed = p.seed + index if p.seed is not None else secrets.randbits(63)
+                    sampler = RowSampler(p, seed, self.vocab_size, self.device, ids)
+                    stream = TextStream(self._decode, p.stop, context_ids=ids)
+                    new_rows.append(_Row(request, index, budget, sampler, stream, self.eos[request.chat]))
+                    prompt_of_row.append(len(prompts) - 1)
+        logits = self.cache.admit(prompts, prompt_of_row, max(r.budget for r in new_rows))
+        self.logits = logits if self.logits is None or not self.rows else torch.cat([self.logits, logits])
+        self.rows.extend(new_rows)
+
+    def _step(self) -> None:
+        assert self.logits is not None
+        if self.cache.continuous:  # rows are never None here
+            live: list[int] | range = range(len(self.rows))
+            rows = self.rows
+            logits = self.logits
+        else:
+            live = [i for i, r in enumerate(self.rows) if r is not None]
+            rows = [self.rows[i] for i in live]
+            logits = self.logits if len(live) == len(self.rows) else self.logits[live]
+        chosen = sample_rows(logits, [r.sampler for r in rows])  # type: ignore[union-attr]
+        next_ids = [self.pad_id] * len(self.rows)
+        leaving: list[int] = []
+        out: dict[GenerationRequest, list[Any]] = {}
+        for i, row, token in zip(live, rows, chosen, strict=True):
+            assert row is not None
+            if row.request.cancelled.is_set():
+                leaving.append(i)
+                continue
+            next_ids[i] = token
+            if row.push(token, out.setdefault(row.request, [])):
+                leaving.append(i)
+        self.stats["tokens"] += len(chosen)
+        self._hand_over(out)
+        if leaving:
+            self._leave(leaving, next_ids)
+        if self.cache.n:
+            self.threads.before(self.cache.n)
+            self.logits = self.cache.step(next_ids[: len(self.rows)])
+            self.threads.after()
+            self.stats["steps"] += 1
+        else:
+            self.rows, self.logits = [], None
+
+    def _leave(self, leaving: list[int], next_ids: list[int]) -> None:
+        moves = self.cache.remove(leaving)
+        if not self.cache.continuous:
+            for i in leaving:
+                self.rows[i] = None
+            if self.cache.n == 0:
+                self.rows = []
+            return
+        for src, dst in moves:
+            self.rows[dst] = self.rows[src]
+            next_ids[dst] = next_ids[src]
+        del self.rows[self.cache.n:]
+        del next_ids[self.cache.n:]
+
+    def _hand_over(self, out: dict[GenerationRequest, list[Any]]) -> None:
+        """Deliver this step's events, holding text of requests with `flush_s` until it is due."""
+        for request, events in out.items():
+            if events:
+                self._held.setdefault(request, []).extend(events)
+        if not self._held:
+            return
+        now = time.perf_counter()
+        due = []
+        for request, events in list(self._held.items()):
+            if request.cancelled.is_set():
+                del self._held[request]
+            elif (request.delivered_at is None or now - request.delivered_at >= request.flush_s
+                  or any(isinstance(e, Done) for e in events)):
+                due.append((request, events))
+                del self._held[request]
+                request.delivered_at = now
+        self._deliver_all(due)
+
+    def _deliver_all(self, items: list[tuple[GenerationRequest, list[Any]]]) -> None:
+        by_loop: dict[int, list[tuple[GenerationRequest, list[Any]]]] = {}
+        for request, events in items:
+            if request.loop is None:
+                self._deliver(request, events)
+            else:
+                by_loop.setdefault(id(request.loop), []).append((request, events))
+        for group in by_loop.values():
+            try:
+                group[0][0].loop.call_soon_threadsafe(_dispatch, group)
+            except RuntimeError:  # that event loop is closed: its clients are gone
+                for request, _ in group:
+                    request.cancelled.set()
+
+    def _deliver(self, request: GenerationRequest, events: list[Any]) -> None:
+        if request.loop is not None:
+            self._deliver_all([(request, events)])
+        else:
+            self._call_sink(request, events)
+
+    @staticmethod
+    def _call_sink(request: GenerationRequest, events: list[Any]) -> None:
+        try:
+            request.sink(events)
+        except Exception:  # the receiving side is gone: treat it as a disconnect
+            request.cancelled.set()
+
+    def _active_requests(self) -> list[GenerationRequest]:
+        seen: dict[int, GenerationRequest] = {}
+        for row in self.rows:
+            if row is not None:
+                seen.setdefault(id(row.request), row.request)
+        return list(seen.values())
+
+    def _fail_all(self, requests: list[GenerationRequest], message: str, status: int) -> None:
+        for request in requests:
+            if not request.cancelled.is_set():
+                self._deliver(request, [Failed(message, status)])
+
+    def _release_gil_setting(self) -> None:
+        if self._gil is not None:
+            self._gil.close()
+            self._gil = None

@@ -1,0 +1,209 @@
+"""The KV cache of the rows decoding together: requests join and leave between two decode steps.
+
+The engine's lean runners (generation.py) decode a fixed batch over one preallocated cache
+[layers, batch, kv_heads, max_len, head_dim] in which every row's tokens end at the same column
+(`length`): shorter prompts are padded on the left and masked out through `valid`, and each row keeps
+its own position counter. That layout fits rows that start at different times just as well. A new
+request's prompt is prefilled on its own (a small runner) and copied in so that it ends at the
+current column, everything left of it marked invalid, which is what left padding does. So one
+runner sized for `capacity` rows serves every request: before each step we point it at the first `n`
+rows (narrowed views), and when a row leaves, the last row moves into its place.
+
+Costs: a join copies the new prompt's cache (small); a leave copies one row; when the shared column
+reaches the end of the buffer (2 x the model's context), every row is shifted left past the columns
+no live row uses, one copy of the live cache every ~context steps.
+
+`FixedBatch` is the fallback for models the lean runners do not cover (transformers' own forward and
+DynamicCache): requests that arrive together still decode as one batch, later ones wait for the next.
+
+This module is the only one that knows the runner's attributes; tests/server check that rows decoded
+this way give the same greedy tokens as the engine's own stream_text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from desktop_app.engine.generation import context_length, lean_supported, make_runner
+
+
+def _pad_prompts(prompts: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Left-padded ids [m, longest] and the attention mask (None when all prompts have the same length)."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts], dtype=torch.long, device=device)
+    if all(len(p) == longest for p in prompts):
+        return ids, None
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
+    return ids, mask
+
+
+class SlotCache:
+    """Continuous batching over one lean runner. Rows 0..n-1 are live; the caller keeps its own
+    per-row lists in the same order and applies the moves `remove` returns."""
+
+    continuous = True
+
+    def __init__(self, model: Any, capacity: int, pad_id: int):
+        context = context_length(model)
+        assert context is not None and lean_supported(model)
+        self.model, self.capacity, self.pad_id = model, capacity, pad_id
+        self.context = context
+        # A live row holds at most `context` tokens, so at the buffer's end there is always a free
+        # stretch of >= context columns on the left to shift into.
+        self.columns = 2 * context
+        self.device = next(model.parameters()).device
+        self.runner: Any = make_runner(model, capacity, self.columns, backend="lean")
+        self.valid = torch.ones(capacity, self.columns, dtype=torch.bool, device=self.device)
+        self.positions = torch.zeros(capacity, dtype=torch.long, device=self.device)
+        self.starts = [0] * capacity  # first column holding a real token, per row
+        self.n = 0
+        self.length = 0  # columns in use (the next token of every row goes to this column)
+        self._views_n = -1
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        return lean_supported(model) and context_length(model) is not None
+
+    def room(self) -> int:
+        """Rows that can join now."""
+        return self.capacity - self.n
+
+    def admit(self, prompts: list[list[int]], rows: list[int], budget: int) -> torch.Tensor:
+        """Prefill `prompts` (each at most context - 1 tokens) and add one live row per entry of `rows`
+        (an index into prompts: a prompt with n choices appears n times). Returns their logits [m, vocab].
+        `budget` (the most tokens any of them may generate) is not needed here: the buffer is sized once."""
+        assert self.n + len(rows) <= self.capacity
+        ids, mask = _pad_prompts(prompts, self.pad_id, self.device)
+        width = ids.shape[1]
+        with torch.inference_mode():
+            pre = make_runner(self.model, len(prompts), width, backend="lean")
+            logits = pre.prefill(ids, mask)
+            if self.n == 0:
+                self.length = width
+            elif width > self.length:
+                self._shift(width - self.length)
+            n, m, end = self.n, len(rows), self.length
+            index = torch.tensor(rows, dtype=torch.long, device=self.device)
+            k, v = self.runner.k_cache, self.runner.v_cache
+            k[:, n:n + m, :, end - width:end] = pre.k_cache[:, index, :, :width]
+            v[:, n:n + m, :, end - width:end] = pre.v_cache[:, index, :, :width]
+            for j, r in enumerate(rows):
+                start = end - len(prompts[r])
+                self.valid[n + j, :start] = False
+                self.valid[n + j, start:] = True
+                self.positions[n + j] = len(prompts[r])
+                self.starts[n + j] = start
+            self.n += m
+            return logits[index]
+
+    def remove(self, leaving: list[int]) -> list[tuple[int, int]]:
+        """Drop rows; live rows from the end move into the holes. Returns the (from, to) moves."""
+        gone = set(leaving)
+        new_n = self.n - len(gone)
+        holes = [i for i in sorted(gone) if i < new_n]
+        movers = [i for i in range(new_n, self.n) if i not in gone]
+        if holes:
+            to = torch.tensor(holes, dtype=torch.long, device=self.device)
+            src = torch.tensor(movers, dtype=torch.long, device=self.device)
+            end = self.length
+            k, v = self.runner.k_cache, self.runner.v_cache
+            with torch.inference_mode():
+                k[:, to, :, :end] = k[:, src, :, :end]
+                v[:, to, :, :end] = v[:, src, :, :end]
+                self.valid[to] = self.valid[src]
+                self.positions[to] = self.positions[src]
+            for a, b in zip(movers, holes, strict=True):
+                self.starts[b] = self.starts[a]
+        self.n = new_n
+        if self.n == 0:
+            self.length = 0
+        return list(zip(movers, holes, strict=True))
+
+    def step(self, next_ids: list[int]) -> torch.Tensor:
+        """Feed each live row its chosen token; logits of the next one [n, vocab]."""
+        if self.length + 1 > self.columns:
+            self._compact()
+        r, n = self.runner, self.n
+        if n == 1 and self.starts[0] > 0:
+            self._compact()  # one row: shifting it to column 0 costs one row's copy and saves the mask below
+        if self._views_n != n:  # narrowed views of the first n rows (the runner reads these attributes)
+            r.k_layers = list(r.k_cache[:, :n].unbind(0))
+            r.v_layers = list(r.v_cache[:, :n].unbind(0))
+            self._views_n = n
+        r.batch, r.length = n, self.length
+        r.positions = self.positions[:n]  # step() advances positions in place
+        # No row padded on the left: no attention mask at all (the engine's fast path for one new token).
+        r.valid = None if not any(self.starts[:n]) else self.valid[:n]
+        with torch.inference_mode():
+            logits = r.step(torch.tensor(next_ids, dtype=torch.long, device=self.device))
+        self.length = r.length
+        return logits
+
+    def _shift(self, offset: int) -> None:
+        """Move every live row `offset` columns right (> 0) or left (< 0)."""
+        n, end = self.n, self.length
+        k, v = self.runner.k_cache, self.runner.v_cache
+        if offset > 0:
+            k[:, :n, :, offset:offset + end] = k[:, :n, :, :end].clone()
+            v[:, :n, :, offset:offset + end] = v[:, :n, :, :end].clone()
+            self.valid[:n, offset:offset + end] = self.valid[:n, :end].clone()
+            self.valid[:n, :offset] = False
+        else:
+            s = -offset
+            k[:, :n, :, :end - s] = k[:, :n, :, s:end].clone()
+            v[:, :n, :, :end - s] = v[:, :n, :, s:end].clone()
+            self.valid[:n, :end - s] = self.valid[:n, s:end].clone()
+            self.valid[:n, end - s:] = True
+        for i in range(n):
+            self.starts[i] += offset
+        self.length += offset
+
+    def _compact(self) -> None:
+        """Shift left past the columns no live row uses (at the buffer's end there are >= context of them)."""
+        shift = min(self.starts[: self.n])
+        if shift <= 0:
+            if self.length + 1 > self.columns:
+                raise RuntimeError("decode cache is full (a row outgrew the model's context)")
+            return
+        with torch.inference_mode():
+            self._shift(-shift)
+
+
+class FixedBatch:
+    """Static batching through any runner: rows that arrive together decode together; a finished row
+    stays in the batch (fed padding) until the whole batch is done, and only then can new rows join."""
+
+    continuous = False
+
+    def __init__(self, model: Any, capacity: int, pad_id: int):
+        self.model, self.capacity, self.pad_id = model, capacity, pad_id
+        self.device = next(model.parameters()).device
+        self.runner: Any = None
+        self.n = 0
+        self.dead: set[int] = set()
+
+    def room(self) -> int:
+        return self.capacity if self.runner is None else 0
+
+    def admit(self, prompts: list[list[int]], rows: list[int], budget: int) -> torch.Tensor:
+        assert self.runner is None
+        expanded = [prompts[r] for r in rows]
+        ids, mask = _pad_prompts(expanded, self.pad_id, self.device)
+        with torch.inference_mode():
+            self.runner = make_runner(self.model, len(rows), ids.shape[1] + budget)
+            logits = self.runner.prefill(ids, mask)
+        self.n, self.dead = len(rows), set()
+        return logits
+
+    def remove(self, leaving: list[int]) -> list[tuple[int, int]]:
+        self.dead.update(leaving)
+        if len(self.dead) >= self.n:
+            self.runner, self.n, self.dead = None, 0, set()
+        return []
+
+    def step(self, next_ids: list[int]) -> torch.Tensor:
+        ids = [self.pad_id if i in self.dead else t for i, t in enumerate(next_ids)]
+        with torch.inference_mode():
+            return self.runner.step(torch.tensor(ids, dtype=torch.long, device=self.device))
