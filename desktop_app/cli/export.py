@@ -1,4 +1,8 @@
-"""`export`: a model as a Hugging Face folder, a zip of it, or a GGUF file (llama.cpp, LM Studio, Ollama)."""
+"""`export`: a model as a Hugging Face folder, a zip of it, or a GGUF file (llama.cpp, LM Studio, Ollama).
+
+    python -m desktop_app export RUN --format hf --out DIR
+    python -m desktop_app export LORA_RUN --merge --format hf|zip|gguf --out PATH   # adapter merged into its base
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="split hf weights into files of at most this size (default 2GB)")
     parser.add_argument("--force", action="store_true", help="replace PATH if it exists (only once the new "
                         "export is complete)")
+    parser.add_argument("--merge", action="store_true", help="for a LoRA/QLoRA run: merge the adapter into (a copy "
+                        "of) its base model and export the result as a plain model (required for adapter runs)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
 
 
@@ -43,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     partial = False  # a \r progress line is on screen: end it before any other message
     try:
         for event in export_model(args.model, args.fmt, args.out, overwrite=args.force,
-                                  gguf_type=args.gguf_type or "f16", max_shard_size=args.max_shard_size):
+                                  gguf_type=args.gguf_type or "f16", max_shard_size=args.max_shard_size,
+                                  merge=args.merge):
             if event.type == "progress":
                 total = f"/{int(event.total)}" if event.total else ""
                 line = f"{event.stage:>8} {int(event.done)}{total} {event.unit} {event.message[:60]}"

@@ -5,6 +5,11 @@ the other samples are printed after it, each under a "--- sample i ---" header (
 With --json nothing streams: one JSON object per sample is printed at the end, one per line, with
 text, token_ids (generated ids only, prompt excluded; a final EOS id included), ttft_ms, tokens_per_s
 and finish_reason (length | stop | eos | cancelled).
+
+With --beams N > 1 the text comes from beam search (transformers' semantics, see engine/beam_search.py):
+nothing streams while the beams search; the best beam's text is printed when the search ends, and
+--samples K (at most N) prints the K best beams, best first. Beams need temperature 0, which is the
+default with --beams; an explicit --temperature above 0 with --beams is refused.
 """
 
 from __future__ import annotations
@@ -21,14 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Without --json the text of sample 0 streams to stdout as it is generated; with --samples N "
                      "the other samples follow it, each under a '--- sample i ---' line. With --json one JSON "
                      "object per sample (text, token_ids, ttft_ms, tokens_per_s, finish_reason) is printed per "
-                     "line at the end.")
+                     "line at the end. With --beams N the text of the best beam(s) is printed when the search "
+                     "ends.")
     parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
                         "export or a local Hugging Face model folder")
     parser.add_argument("--prompt", required=True, help="text to continue (or the user message with --chat)")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
                         help=help_text(GenerateSpec, "max_new_tokens"))
-    parser.add_argument("--temperature", type=float, default=d.temperature,
-                        help=help_text(GenerateSpec, "temperature"))
+    parser.add_argument("--temperature", type=float, default=None,
+                        help=help_text(GenerateSpec, "temperature") + f" Default {d.temperature:g}; 0 with --beams.")
     parser.add_argument("--top-k", type=int, default=d.top_k, help=help_text(GenerateSpec, "top_k"))
     parser.add_argument("--top-p", type=float, default=d.top_p, help=help_text(GenerateSpec, "top_p"))
     parser.add_argument("--min-p", type=float, default=d.min_p, help=help_text(GenerateSpec, "min_p"))
@@ -39,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=d.samples, help=help_text(GenerateSpec, "samples"))
     parser.add_argument("--seed", type=int, default=d.seed, help=help_text(GenerateSpec, "seed"))
     parser.add_argument("--chat", action="store_true", help=help_text(GenerateSpec, "chat"))
+    parser.add_argument("--beams", type=int, default=d.num_beams, metavar="N",
+                        help=help_text(GenerateSpec, "num_beams"))
+    parser.add_argument("--length-penalty", type=float, default=d.length_penalty, metavar="A",
+                        help=help_text(GenerateSpec, "length_penalty"))
+    parser.add_argument("--early-stopping", default=d.early_stopping, choices=("false", "true", "never"),
+                        help=help_text(GenerateSpec, "early_stopping"))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"),
                         help="auto (default), cpu, cuda or mps")
     parser.add_argument("--threads", type=int, default=0,
@@ -52,9 +64,14 @@ def run(args: argparse.Namespace) -> int:
 
     from desktop_app.engine.specs import GenerateSpec
 
-    spec = GenerateSpec(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+    temperature = args.temperature
+    if temperature is None:  # beam search is deterministic: its default is 0, sampling's is the spec's
+        temperature = 0.0 if args.beams > 1 else GenerateSpec().temperature
+    spec = GenerateSpec(max_new_tokens=args.max_new_tokens, temperature=temperature, top_k=args.top_k,
                         top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                        stop=list(args.stop), samples=args.samples, seed=args.seed, chat=args.chat).check()
+                        stop=list(args.stop), samples=args.samples, seed=args.seed, chat=args.chat,
+                        num_beams=args.beams, length_penalty=args.length_penalty,
+                        early_stopping=args.early_stopping).check()
     if args.threads < 0:
         from desktop_app.engine.errors import UserError
 

@@ -1,8 +1,15 @@
-"""`train`: train a model headless, or resume a run.
+"""`train`: train a model headless, fine-tune one, run a multi-stage pipeline, or resume any of them.
 
     python -m desktop_app train --dataset DATASET_DIR --preset tiny --out RUN_DIR [--steps N] ...
+    python -m desktop_app train --method sft|lora|qlora|dpo --base MODEL --data FILE.jsonl [--data MORE.jsonl]
+                                [--adapter lora|qlora] [--lora-rank R] [--lora-alpha A] [--option K=V ...]
+                                --out RUN_DIR [--steps N] [--batch-size B] ...
     python -m desktop_app train --config run.json --out RUN_DIR
-    python -m desktop_app train --resume RUN_DIR [--accept-config-change]
+    python -m desktop_app train --pipeline pipeline.json --out PIPELINE_DIR
+    python -m desktop_app train --resume RUN_DIR|PIPELINE_DIR [--accept-config-change]
+
+MODEL is a run folder (its newest good checkpoint), a checkpoint, an export or a local Hugging Face folder.
+--method lora / qlora are SFT with LoRA / QLoRA adapters; --adapter puts adapters under dpo (or sft) too.
 
 Ctrl+C stops gracefully (finish the step, save, exit); a second Ctrl+C exits at once (the last
 committed checkpoint stays intact). SIGUSR1 saves a checkpoint now (POSIX). With --json, every event
@@ -25,7 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", metavar="RUN_JSON", help="run config (run.json) to train")
     src.add_argument("--dataset", metavar="DATASET_DIR", help="prepared dataset folder (with --preset)")
-    src.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest committed checkpoint")
+    src.add_argument("--resume", metavar="RUN_DIR", help="continue a run (or pipeline) from its newest committed "
+                     "checkpoint")
+    src.add_argument("--base", metavar="MODEL", help="fine-tune this model (with --method and --data): a run folder, "
+                     "checkpoint, export or local Hugging Face folder; it is never modified")
+    src.add_argument("--pipeline", metavar="PIPELINE_JSON", help="run a multi-stage pipeline (e.g. pretrain -> sft -> "
+                     "dpo) into --out; each stage starts from the previous one")
     parser.add_argument("--preset", help="model preset for --dataset (default: tiny); its vocab "
                         "size and context length are adapted to the dataset")
     parser.add_argument("--steps", type=int, help="optimizer steps")
@@ -37,6 +49,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="CPU threads (0 = auto)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), help="where to train")
     parser.add_argument("--seed", type=int, help="seed of init, data order and dropout")
+    parser.add_argument("--method", choices=METHODS, help="fine-tuning method (with --base): sft (every weight), "
+                        "lora / qlora (SFT with LoRA adapters; qlora on a 4-bit base), dpo (preference pairs), "
+                        "grpo (prompts + reward functions), selfplay (Absolute Zero on a task world)")
+    parser.add_argument("--data", action="extend", nargs="+", metavar="FILE", help="fine-tuning data (JSONL): chat, "
+                        "ShareGPT or Alpaca records for sft/lora/qlora, prompt/chosen/rejected pairs for dpo; repeat "
+                        "for several files")
+    parser.add_argument("--adapter", choices=("none", "lora", "qlora"), help="adapters for --method sft or dpo "
+                        "(default none = full fine-tuning)")
+    parser.add_argument("--lora-rank", type=int, help="LoRA rank r (default 8)")
+    parser.add_argument("--lora-alpha", type=float, help="LoRA alpha (default 16)")
+    parser.add_argument("--lora-dropout", type=float, help="dropout on the adapters' input (default 0)")
+    parser.add_argument("--target-modules", metavar="NAMES", help="comma-separated layer names for adapters "
+                        "(default: every linear projection of the model's family)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="method option, e.g. loss_on=all, packing=true, max_len=512, beta=0.1, loss=ipo, "
+                        "val_fraction=0.1, val_data=a.jsonl,b.jsonl; repeat for several")
+    parser.add_argument("--world", choices=("mini", "python"), help="task world of --method selfplay (default mini)")
+    parser.add_argument("--reward-file", metavar="FILE.py", help="--method grpo: your reward(prompt, completion) -> "
+                        "float (your own code, run in this process)")
+    parser.add_argument("--optimizer", choices=("auto", "adamw", "adamw8bit", "paged_adamw8bit"),
+                        help="optimizer (auto: AdamW, 8-bit AdamW for QLoRA)")
     parser.add_argument("--out", metavar="RUN_DIR", help="run folder to create (required unless --resume)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per event on stdout")
     parser.add_argument("--accept-config-change", action="store_true",
@@ -44,7 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 _TRAIN_FLAGS = {"steps": "steps", "batch_size": "batch_size", "micro_batch_size": "micro_batch_size", "lr": "lr",
-                "save_every": "save_every", "eval_every": "eval_every", "threads": "threads", "device": "device"}
+                "save_every": "save_every", "eval_every": "eval_every", "threads": "threads", "device": "device",
+                "optimizer": "optimizer"}
+METHODS = ("sft", "lora", "qlora", "dpo", "grpo", "selfplay")
+_FINETUNE_FLAGS = ("method", "data", "adapter", "lora_rank", "lora_alpha", "lora_dropout", "target_modules", "world",
+                   "reward_file")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -59,6 +96,12 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
 
     if args.preset and not args.dataset:
         raise UserError("--preset goes with --dataset; a run config or a resumed run already has its model")
+    finetune_flags = [f"--{f.replace('_', '-')}" for f in _FINETUNE_FLAGS if getattr(args, f) not in (None, [])]
+    if args.option:
+        finetune_flags.append("--option")
+    if finetune_flags and not args.base:
+        raise UserError(f"{', '.join(finetune_flags)} go with --base MODEL (fine-tuning); a run config, pipeline or "
+                        "resumed run already says how it trains")
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "run.json").is_file():
@@ -73,6 +116,8 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
     if not args.out:
         raise UserError("--out RUN_DIR is required: the folder that will hold run.json, metrics and checkpoints")
     run_dir = Path(args.out)
+    if args.base:
+        return finetune_config(args), run_dir, False, []
     if args.config:
         config_path = Path(args.config)
         config = RunConfig.load(config_path)
@@ -80,6 +125,7 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
             candidate = config_path.parent / config.dataset
             if candidate.exists():
                 config.dataset = str(candidate.resolve())  # run.json must work from any directory
+        config = _relative_to(config, config_path.parent)
         overrides = _overrides(args)
         if overrides or args.seed is not None:
             train = {**config.train, **overrides}
@@ -91,36 +137,148 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
     return config, run_dir, False, notes
 
 
+def _relative_to(config: Any, folder: Path) -> Any:
+    """A run config's relative base model and data paths, taken from the config file's folder when they do not
+    exist from the current directory (run.json must work from any directory)."""
+    def fix(value: str) -> str:
+        p = Path(value).expanduser()
+        if p.is_absolute() or p.exists() or not (folder / p).exists():
+            return value
+        return str((folder / p).resolve())
+
+    changes: dict[str, Any] = {}
+    if config.base_model:
+        changes["base_model"] = fix(config.base_model)
+    if config.data:
+        changes["data"] = [fix(d) for d in config.data]
+    if isinstance(config.method_options, dict) and isinstance(config.method_options.get("val_data"), list):
+        changes["method_options"] = {**config.method_options,
+                                     "val_data": [fix(d) for d in config.method_options["val_data"]]}
+    return config.replace(**changes) if changes else config
+
+
+def finetune_config(args: argparse.Namespace) -> Any:
+    """The RunConfig of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.specs import METHOD_LR, RunConfig, TrainSpec, parse_option
+
+    if not args.method:
+        raise UserError("--base needs --method: sft, lora, qlora, dpo, grpo or selfplay")
+    if args.method == "selfplay" and args.data:
+        raise UserError("--method selfplay makes its own tasks: it takes no --data")
+    if not args.data and args.method != "selfplay":
+        what = "prompt files" if args.method == "grpo" else "FILE.jsonl"
+        raise UserError(f"--method {args.method} needs --data {what} (repeat --data for several files)")
+    if args.world and args.method != "selfplay":
+        raise UserError("--world goes with --method selfplay")
+    if args.reward_file and args.method != "grpo":
+        raise UserError("--reward-file goes with --method grpo")
+    objective = args.method if args.method in ("dpo", "grpo", "selfplay") else "sft"
+    implied = {"lora": "lora", "qlora": "qlora"}.get(args.method)
+    if implied and args.adapter not in (None, implied):
+        raise UserError(f"--method {args.method} trains {implied} adapters; --adapter {args.adapter} contradicts it "
+                        f"(use --method sft --adapter {args.adapter})")
+    kind = implied or args.adapter or "none"
+    adapter: dict[str, Any] = {"kind": kind}
+    lora_flags = {"rank": args.lora_rank, "alpha": args.lora_alpha, "dropout": args.lora_dropout}
+    if args.target_modules:
+        lora_flags["target_modules"] = [t.strip() for t in args.target_modules.split(",") if t.strip()]
+    given = {k: v for k, v in lora_flags.items() if v is not None}
+    if given and kind == "none":
+        raise UserError("--lora-* and --target-modules need adapters: use --method lora or qlora, or --adapter")
+    adapter.update(given)
+    options: dict[str, Any] = {}
+    for assignment in args.option:
+        key, value = parse_option(objective, assignment)
+        options[key] = value
+    if args.world:
+        options["world"] = args.world
+    if args.reward_file:
+        reward = Path(args.reward_file).expanduser()
+        if not reward.is_file():
+            raise UserError(f"reward file {reward} does not exist")
+        options["reward_file"] = str(reward.resolve())
+    if isinstance(options.get("val_data"), list):
+        options["val_data"] = [str(Path(d).expanduser().resolve()) for d in options["val_data"]]
+    train = _overrides(args)
+    train.setdefault("lr", METHOD_LR[(objective, kind)])
+    missing = [d for d in args.data or [] if not Path(d).expanduser().exists()]
+    if missing:
+        raise UserError(f"data file {missing[0]} does not exist")
+    config = RunConfig(base_model=str(Path(args.base).expanduser().resolve()), objective=objective,
+                       data=[str(Path(d).expanduser().resolve()) for d in args.data or []], adapter=adapter,
+                       method_options=options, train=TrainSpec(**train).to_dict(),
+                       seed=1337 if args.seed is None else args.seed)
+    return config.check()
+
+
 def run(args: argparse.Namespace) -> int:
     from desktop_app.engine.events import Controls, Log
 
+    if args.pipeline or (args.resume and _is_pipeline(args.resume)):
+        return _run_pipeline(args)
     config, run_dir, resume, notes = build_config(args)
     from desktop_app.engine.training import train
 
     controls = Controls()
-    interrupts = {"n": 0}
+    with _signals(controls):
+        events = train(config, run_dir, controls, resume=resume, accept_config_change=args.accept_config_change)
+        return _consume(events, notes, as_json=args.json, Log=Log)
 
-    def on_sigint(signum: int, frame: Any) -> None:
-        interrupts["n"] += 1
-        if interrupts["n"] == 1:
-            controls.stop.set()
+
+def _is_pipeline(path: str) -> bool:
+    from desktop_app.engine.finetune.pipeline import is_pipeline_dir
+
+    return is_pipeline_dir(path)
+
+
+def _run_pipeline(args: argparse.Namespace) -> int:
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.events import Controls, Log
+    from desktop_app.engine.finetune.pipeline import run_pipeline
+
+    if args.preset or args.base or _overrides(args) or args.seed is not None or args.accept_config_change:
+        raise UserError("a pipeline takes its settings from the pipeline file; only --out and --json go with it")
+    if args.resume:
+        if args.out and Path(args.out).resolve() != Path(args.resume).resolve():
+            raise UserError("--out cannot be used with --resume (a pipeline resumes in its own folder)")
+        source, out, resume = None, Path(args.resume), True
+    else:
+        if not args.out:
+            raise UserError("--out DIR is required: the folder that will hold the pipeline's stages")
+        source, out, resume = Path(args.pipeline), Path(args.out), False
+    controls = Controls()
+    with _signals(controls):
+        return _consume(run_pipeline(source, out, controls, resume=resume), [], as_json=args.json, Log=Log)
+
+
+class _signals:
+    """Ctrl+C = graceful stop (a second one exits at once); SIGUSR1 = save a checkpoint now."""
+
+    def __init__(self, controls: Any):
+        self.controls = controls
+        self.interrupts = 0
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.interrupts += 1
+        if self.interrupts == 1:
+            self.controls.stop.set()
             print("\nstopping after this step and saving (Ctrl+C again to quit at once)", file=sys.stderr,
                   flush=True)
         else:
-            # Immediate exit: committed checkpoints are intact by construction (atomic rename).
-            os._exit(130)
+            os._exit(130)  # committed checkpoints are intact by construction (atomic rename)
 
-    old_int = signal.signal(signal.SIGINT, on_sigint)
-    old_usr1 = None
-    if hasattr(signal, "SIGUSR1"):
-        old_usr1 = signal.signal(signal.SIGUSR1, lambda s, f: controls.save_now.set())
-    try:
-        events = train(config, run_dir, controls, resume=resume, accept_config_change=args.accept_config_change)
-        return _consume(events, notes, as_json=args.json, Log=Log)
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        if old_usr1 is not None:
-            signal.signal(signal.SIGUSR1, old_usr1)
+    def __enter__(self) -> _signals:
+        self.old_int = signal.signal(signal.SIGINT, self._on_sigint)
+        self.old_usr1 = None
+        if hasattr(signal, "SIGUSR1"):
+            self.old_usr1 = signal.signal(signal.SIGUSR1, lambda s, f: self.controls.save_now.set())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.signal(signal.SIGINT, self.old_int)
+        if self.old_usr1 is not None:
+            signal.signal(signal.SIGUSR1, self.old_usr1)
 
 
 def _consume(events: Any, notes: list[str], *, as_json: bool, Log: Any) -> int:
@@ -132,6 +290,9 @@ def _consume(events: Any, notes: list[str], *, as_json: bool, Log: Any) -> int:
             _show(Log("info", note), as_json, bar)
         for event in itertools.chain([first] if first is not None else [], events):
             if event.type == "step" and not as_json:
+                if bar is not None and (bar.total != event.total_steps or event.step < bar.n):
+                    bar.close()  # the next stage of a pipeline: a fresh bar
+                    bar = None
                 bar = bar or _make_bar(event.total_steps)
                 m = event.metrics
                 bar.n = event.step
@@ -170,6 +331,8 @@ def _show(event: Any, as_json: bool, bar: Any) -> None:
         line = f"saved {event.path}" + (" (best)" if event.best else "")
     elif event.type == "finished":
         line = f"{event.reason}: {event.message}"
+    elif event.type == "progress":
+        line = f"{event.stage}: {int(event.done)}/{int(event.total)} {event.unit} {event.message}".rstrip()
     else:
         line = json.dumps(d)
     if bar is not None:

@@ -3,6 +3,8 @@
 A committed checkpoint is RUN_DIR/checkpoints/step-XXXXXXXX/ holding
     config.json, generation_config.json, model.safetensors, tokenizer.json (+ tokenizer_config.json)
     model_spec.json         -> a loadable Hugging Face folder
+      (a LoRA/QLoRA run holds adapter_config.json + adapter_model.safetensors instead of config.json +
+      model.safetensors: PEFT's own format, loadable with PeftModel.from_pretrained(base, folder))
     optimizer.safetensors   AdamW state tensors (exp_avg, exp_avg_sq, step), bit-exact, no pickle
     optimizer.json          param groups and non-tensor optimizer values
     rng.safetensors         torch CPU (and CUDA) generator states
@@ -45,6 +47,10 @@ FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step-(\d{8,})$")
 REQUIRED_FILES = ("config.json", "model.safetensors", "trainer_state.json", "optimizer.safetensors",
                   "optimizer.json", "run.json")
+# An adapter checkpoint (LoRA/QLoRA) holds the adapter instead of the full model.
+ADAPTER_REQUIRED_FILES = ("adapter_config.json", "adapter_model.safetensors", "trainer_state.json",
+                          "optimizer.safetensors", "optimizer.json", "run.json")
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 # Test hook: seconds to sleep inside a save, after the weights are staged and before the manifest
 # (the window a kill -9 test must be able to hit). Also settable in-process via `save_pause_hook`.
@@ -127,8 +133,18 @@ def model_state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _is_adapter_model(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
 def estimate_checkpoint_bytes(payload: CheckpointPayload) -> int:
-    model_bytes = sum(t.numel() * t.element_size() for t in model_state_for_saving(payload.model).values())
+    if _is_adapter_model(payload.model):
+        from desktop_app.engine.finetune.adapters import adapter_state
+
+        state = adapter_state(payload.model)
+    else:
+        state = model_state_for_saving(payload.model)
+    model_bytes = sum(t.numel() * t.element_size() for t in state.values())
     opt_bytes = sum(t.numel() * t.element_size() for t in payload.optimizer_tensors.values())
     return model_bytes + opt_bytes + (4 << 20)  # + tokenizer, JSON, RNG (generous)
 
@@ -192,10 +208,17 @@ def _mb(n: int | float) -> str:
 
 def _stage(staging: Path, p: CheckpointPayload) -> None:
     # Weights first (the largest file), HF config next to them: the folder loads with from_pretrained.
-    _write_tensors(staging / "model.safetensors", model_state_for_saving(p.model), {"format": "pt"})
-    config = getattr(p.model, "config", None)
-    if config is not None:
-        config.save_pretrained(staging)
+    if _is_adapter_model(p.model):
+        # Only the adapter (PEFT's files); no config.json, so transformers' own from_pretrained(folder) also
+        # sees an adapter folder and loads its base from adapter_config.json.
+        from desktop_app.engine.finetune.adapters import save_adapter
+
+        save_adapter(p.model, staging)
+    else:
+        _write_tensors(staging / "model.safetensors", model_state_for_saving(p.model), {"format": "pt"})
+        config = getattr(p.model, "config", None)
+        if config is not None:
+            config.save_pretrained(staging)
     gen = getattr(p.model, "generation_config", None)
     if gen is not None:
         with contextlib.suppress(Exception):  # optional file; a model without it still loads
@@ -249,7 +272,8 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {path} is damaged: {manifest_path} is missing or unreadable "
                               f"({exc})") from None
-    for name in REQUIRED_FILES:
+    required = ADAPTER_REQUIRED_FILES if ADAPTER_WEIGHTS in files else REQUIRED_FILES
+    for name in required:
         if name not in files:
             raise CheckpointError(f"checkpoint {path} is incomplete: {path / name} is not listed in its manifest")
     for name, info in files.items():
@@ -300,6 +324,7 @@ class LoadedCheckpoint:
     trainer_state: dict[str, Any]
     run_config: dict[str, Any]
     model_spec: dict[str, Any] | None
+    adapter: bool = False  # model_state holds a PEFT adapter's tensors (adapter_model.safetensors)
 
 
 def load_checkpoint(path: str | Path, *, verify: bool = True) -> LoadedCheckpoint:
@@ -311,9 +336,10 @@ def load_checkpoint(path: str | Path, *, verify: bool = True) -> LoadedCheckpoin
     opt.pop("_empty", None)
     rng_file = path / "rng.safetensors"
     spec_file = path / "model_spec.json"
+    adapter = (path / ADAPTER_WEIGHTS).is_file() and not (path / "model.safetensors").is_file()
     return LoadedCheckpoint(
-        path=path, step=step_of(path),
-        model_state=load_file(str(path / "model.safetensors")),
+        path=path, step=step_of(path), adapter=adapter,
+        model_state=load_file(str(path / (ADAPTER_WEIGHTS if adapter else "model.safetensors"))),
         optimizer_tensors=opt, optimizer_meta=_read_json(path / "optimizer.json"),
         rng_tensors=load_file(str(rng_file)) if rng_file.exists() else {},
         trainer_state=_read_json(path / "trainer_state.json"),
@@ -323,7 +349,16 @@ def load_checkpoint(path: str | Path, *, verify: bool = True) -> LoadedCheckpoin
 
 
 def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load weights saved by `model_state_for_saving`; only tied duplicates may be absent."""
+    """Load weights saved by `model_state_for_saving` (only tied duplicates may be absent), or a PEFT model's
+    adapter tensors saved with it."""
+    if _is_adapter_model(model):
+        from desktop_app.engine.finetune.adapters import load_adapter_state
+
+        load_adapter_state(model, state)
+        return
+    if any(".lora_" in k for k in state):
+        raise CheckpointError("the checkpoint holds a LoRA adapter but the model has none: was the run's adapter "
+                              "setting changed?")
     result = model.load_state_dict(state, strict=False)
     full = model.state_dict()
     ptrs = {}

@@ -54,7 +54,7 @@ def gguf_problem(source: str | Path) -> str | None:
 
     try:
         folder = resolve_source(source)
-        config = _read_json(folder / "config.json") or {}
+        config = _source_config(folder)
         if config.get("model_type") != "llama":
             return (f"GGUF export supports llama-family models; this is a {config.get('model_type')!r} model: "
                     "export it as a Hugging Face folder or zip instead")
@@ -67,6 +67,20 @@ def gguf_problem(source: str | Path) -> str | None:
     except UserError as exc:
         return str(exc)
     return None
+
+
+def _source_config(folder: Path) -> dict[str, Any]:
+    """config.json of a model folder; for an adapter folder (LoRA run), its base's."""
+    from desktop_app.engine.finetune.base_model import is_adapter_folder, resolve_base
+
+    if is_adapter_folder(folder):
+        info = resolve_base(folder)
+        base = info.adapter_base
+        while base is not None and base.adapter_base is not None:
+            base = base.adapter_base
+        if base is not None:
+            return _read_json(base.folder / "config.json") or {}
+    return _read_json(folder / "config.json") or {}
 
 
 # --- model card ----------------------------------------------------------------------------------------
@@ -174,6 +188,16 @@ def model_card(name: str, spec: Any, params: int, info: dict[str, Any]) -> str:
                     lines.append(f"- {key}: {_fmt(train[key])}")
         if isinstance(run, dict) and "seed" in run:
             lines.append(f"- seed: {run['seed']}")
+        if isinstance(run, dict) and run.get("objective", "causal_lm") != "causal_lm":
+            adapter = run.get("adapter") if isinstance(run.get("adapter"), dict) else {}
+            kind = adapter.get("kind", "none")
+            lines.append(f"- method: {run['objective']}"
+                         + (f" with {kind} (rank {adapter.get('rank', 8)}, merged into the base)" if kind != "none"
+                            else " (full fine-tuning)"))
+            if run.get("base_model"):
+                lines.append(f"- base model: `{Path(run['base_model']).name}`")
+            for d in run.get("data", []) if isinstance(run.get("data"), list) else []:
+                lines.append(f"- data: `{Path(d).name}`")
         skip = {"type", "step", "total_steps", "elapsed_s", "eta_s"}
         for title, event in (("final training metrics", info.get("last_step")),
                              ("final validation metrics", info.get("last_eval"))):
@@ -311,6 +335,7 @@ def export_model(
     overwrite: bool = False,
     gguf_type: str = "f16",
     max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE,
+    merge: bool = False,
 ) -> Iterator[Event]:
     """Export `source` (run folder -> newest checkpoint, checkpoint, export or HF folder) to `out`.
 
@@ -320,6 +345,8 @@ def export_model(
     "gguf": one .gguf file for llama.cpp (llama family only; gguf_type f32, f16 or q8_0).
     Ends with Finished(reason "completed", result={"path", "format", "bytes", "source"}) or
     Finished(reason "cancelled") when controls.stop is set (nothing is left behind).
+    merge: required for a LoRA/QLoRA run or adapter folder: the adapter is merged into (a copy of) its base
+    and the result exported as a plain model in any format (the base on disk is untouched).
     """
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -327,6 +354,12 @@ def export_model(
         raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
     out = Path(out).expanduser()
     src = resolve_source(source)
+    from desktop_app.engine.finetune.base_model import is_adapter_folder
+
+    adapter = is_adapter_folder(src)
+    if adapter and not merge:
+        raise UserError(f"{src} holds a LoRA adapter, not a whole model: export it with --merge (the adapter is "
+                        "merged into its base model and the result exported)")
     if out.exists() and not overwrite:
         raise UserError(f"{out} already exists: choose another output path or allow overwriting (--force)")
     if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
@@ -344,12 +377,14 @@ def export_model(
         yield Progress("load", 0, 1, "models", str(src))
         if fmt == "gguf":
             # Refuse early (before loading weights) what cannot become GGUF.
-            config = _read_json(src / "config.json") or {}
+            config = _source_config(src)
             if config.get("model_type") != "llama":
                 raise UserError(f"GGUF export supports llama-family models; {src} is a "
                                 f"{config.get('model_type')!r} model: export it with --format hf or zip instead")
         model, tokenizer = _load(src)
         yield Progress("load", 1, 1, "models", str(src))
+        if adapter:
+            yield Log("info", f"merged the adapter of {src} into its base model")
         if stopped():
             yield Finished("cancelled", message="export cancelled")
             return

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from desktop_app.engine.architecture import is_plain_llama
+from desktop_app.engine.beam_search import stream_beams
 from desktop_app.engine.devices import cpu_cores
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
@@ -171,6 +172,17 @@ class _Runner:
         if self.valid is not None:
             self.valid = self.valid.repeat_interleave(repeats, dim=0)
 
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Row i becomes what row indices[i] was (beam search: each beam continues from its parent).
+
+        `indices` is a 1-D long tensor on the runner's device; rows may repeat or vanish, and its length is
+        the new batch size.
+        """
+        self.batch = int(indices.numel())
+        self.positions = self.positions.index_select(0, indices)
+        if self.valid is not None:
+            self.valid = self.valid.index_select(0, indices)
+
 
 class _HFRunner(_Runner):
     """Any causal LM through transformers' own forward and DynamicCache (the reference path)."""
@@ -192,6 +204,10 @@ class _HFRunner(_Runner):
     def expand(self, repeats: int) -> None:
         super().expand(repeats)
         self.cache.batch_repeat_interleave(repeats)
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        super().reorder(indices)
+        self.cache.reorder_cache(indices)
 
     def step(self, next_ids: torch.Tensor) -> torch.Tensor:
         self.length += 1
@@ -283,6 +299,18 @@ class _LeanRunner(_Runner):
         super().expand(repeats)
         self.k_cache = self.k_cache.repeat_interleave(repeats, dim=1)
         self.v_cache = self.v_cache.repeat_interleave(repeats, dim=1)
+        self._layer_views()
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        same_size = indices.numel() == self.batch
+        super().reorder(indices)
+        if same_size:  # in place, and only the filled slots: the cache is preallocated to max_len
+            for cache in (self.k_cache, self.v_cache):
+                used = cache.narrow(3, 0, self.length)
+                used.copy_(used.index_select(1, indices))
+            return
+        self.k_cache = self.k_cache.index_select(1, indices)
+        self.v_cache = self.v_cache.index_select(1, indices)
         self._layer_views()
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -603,6 +631,8 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
     a sample ends, its GenerationStats (full text, generated token ids incl. a final EOS id, TTFT,
     tokens/s, finish_reason length|stop|eos|cancelled). `prompt` may also be a list of prompts: each
     gets `spec.samples` rows, numbered prompt-major (sample = prompt_index * samples + k).
+    With spec.num_beams > 1 it runs beam search (beam_search.py) instead: samples = the best beams, best
+    first, each yielded whole (one TextDelta, then its GenerationStats) when the search ends.
     `stop_event` (a threading.Event) is checked before every token. `threads`: torch threads while
     decoding ("auto" = decode_threads(), None = leave unchanged, or a number). `backend`: auto|lean|hf.
     """
@@ -623,6 +653,12 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
         encoded = [r[-(ctx - 1):] if len(r) > ctx - 1 else r for r in encoded]
     longest = max(len(r) for r in encoded)
     budget = spec.max_new_tokens if not ctx else max(1, min(spec.max_new_tokens, ctx - longest))
+    if spec.num_beams > 1:  # beam search: its own loop (beam_search.py); the text comes when the search ends
+        n_threads = decode_threads(model, len(encoded) * spec.num_beams) if threads == "auto" else threads
+        with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
+            yield from stream_beams(model, tokenizer, encoded, budget, spec, stop_event, backend, t0,
+                                    _decoder(tokenizer), stop_token_ids(model, tokenizer, chat=spec.chat))
+        return
     tuner, n_threads = _thread_tuner(model, len(encoded) * spec.samples) if threads == "auto" else (None, threads)
     try:
         with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """Load a model for generation or further training from any folder a user can point at.
 
 Accepted: a run folder (its newest committed checkpoint that verifies), a checkpoint folder, our
-Hugging Face export, or any local Hugging Face causal-LM folder. Safety rules:
+Hugging Face export, or any local Hugging Face causal-LM folder. A LoRA/QLoRA run or adapter folder
+(PEFT files) loads as its base with the adapter merged in memory. Safety rules:
 
 - `trust_remote_code` is never enabled: a config that needs custom code is refused with a message.
 - Weights come from safetensors. A folder with only pickle weights (.bin/.pt/.pth) is read with
@@ -54,7 +55,9 @@ class ModelCandidate:
 
 
 def _is_run(folder: Path) -> bool:
-    has_run_json = (folder / "run.json").is_file() and not (folder / "config.json").is_file()
+    # A checkpoint also holds run.json (and an adapter checkpoint no config.json): its manifest tells it apart.
+    has_run_json = (folder / "run.json").is_file() and not (folder / "config.json").is_file() \
+        and not (folder / "manifest.json").is_file()
     return (folder / "checkpoints").is_dir() or has_run_json
 
 
@@ -247,8 +250,11 @@ def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
     """
 
     from desktop_app.engine.devices import resolve_device
+    from desktop_app.engine.finetune.base_model import is_adapter_folder
 
     folder, kind, name = resolve_model_folder(path)
+    if is_adapter_folder(folder):  # a LoRA/QLoRA run: its base with the adapter merged in memory
+        return _load_adapter(folder, kind, name, resolve_device(device), dtype)
     config = _read_config(folder)
     _check_no_remote_code(folder, config)
     safetensors, pickles = _weight_files(folder)
@@ -272,6 +278,27 @@ def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
                         "the extra tokens will be refused")
     return LoadedModel(model=model, tokenizer=tokenizer, spec=_spec_of(folder, model), kind=kind, path=folder,
                        name=name, warnings=warnings)
+
+
+def _load_adapter(folder: Path, kind: str, name: str, device: Any, dtype: Any) -> LoadedModel:
+    """An adapter folder (PEFT files, no config.json): its base (any kind this module loads) with the adapter
+    merged in memory, which decodes as fast as a plain model; the base on disk is untouched."""
+    from desktop_app.engine.finetune.base_model import load_merged
+
+    with _quiet_transformers():
+        model, tokenizer, info, _notes = load_merged(folder)
+    if dtype is not None:
+        model.to(dtype)
+    model.to(device)
+    model.eval()
+    assert info.adapter_base is not None
+    spec = None
+    with contextlib.suppress(UserError):
+        from desktop_app.engine.architecture import spec_from_hf_config
+
+        spec = spec_from_hf_config(model.config)
+    return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, kind=kind, path=folder,
+                       name=f"{name} (adapter on {info.adapter_base.name})", warnings=[])
 
 
 def _spec_of(folder: Path, model: Any) -> ModelSpec | None:

@@ -23,7 +23,20 @@ LR_SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NONFINITE_POLICIES = ("skip", "rollback")
-OBJECTIVES = ("causal_lm",)
+# Training methods (objectives/). grpo and self_play plug in here too when they land.
+OBJECTIVES = ("causal_lm", "sft", "dpo", "grpo", "selfplay")
+# Objectives that fine-tune a base model on record files (`data`) instead of a prepared dataset.
+FINETUNE_OBJECTIVES = ("sft", "dpo")
+# Reinforcement methods: they start from a base model and make their own episodes (grpo reads prompt files as
+# `data`; selfplay needs no data). Their options are checked by the objective itself (engine/selfplay/options.py).
+RL_OBJECTIVES = ("grpo", "selfplay")
+ADAPTER_KINDS = ("none", "lora", "qlora")
+QUANT_TYPES = ("nf4", "fp4")
+OPTIMIZERS = ("auto", "adamw", "adamw8bit", "paged_adamw8bit")
+LOSS_ON = ("assistant", "last", "all")
+OVERLONG = ("truncate", "drop")
+DPO_LOSSES = ("sigmoid", "ipo")
+REFERENCE_MODES = ("auto", "precompute", "live")
 
 
 class SpecError(UserError, ValueError):
@@ -292,6 +305,8 @@ class TrainSpec(_SpecMixin):
     nonfinite_policy: str = _f("skip", "On a NaN/Inf loss or gradient: skip the step, or roll back to the "
                                "last good checkpoint with a lower learning rate.", choices=NONFINITE_POLICIES)
     max_nonfinite: int = _f(5, "Stop the run after this many non-finite steps.", minimum=1)
+    optimizer: str = _f("auto", "Optimizer: auto (AdamW; 8-bit AdamW for QLoRA, paged on CUDA), adamw, adamw8bit or "
+                        "paged_adamw8bit (bitsandbytes: ~4x smaller optimizer state).", choices=OPTIMIZERS)
     sample_prompts: list = _f([""], "Prompts to sample from at each evaluation ('' = start of text).")
     sample_tokens: int = _f(48, "Tokens generated per sample at each evaluation (0 disables).", minimum=0)
 
@@ -314,6 +329,7 @@ class TrainSpec(_SpecMixin):
         _choice(p, "precision", self.precision, PRECISIONS)
         _choice(p, "device", self.device, DEVICES)
         _choice(p, "nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
+        _choice(p, "optimizer", self.optimizer, OPTIMIZERS)
         if isinstance(self.micro_batch_size, int) and isinstance(self.batch_size, int) and self.micro_batch_size:
             if self.micro_batch_size > self.batch_size:
                 p.append(f"micro_batch_size {self.micro_batch_size} cannot exceed batch_size {self.batch_size}")
@@ -351,11 +367,33 @@ class GenerateSpec(_SpecMixin):
     samples: int = _f(1, "Completions generated at once for the same prompt.", minimum=1, maximum=64)
     seed: int = _f(0, "Seed of the sampler (same seed + settings = same text).")
     chat: bool = _f(False, "Wrap the prompt in the model's chat template.")
+    num_beams: int = _f(1, "Beam search: keep this many candidate texts and return the most likely (1 = off: "
+                        "sample, or greedy at temperature 0). Beams pick tokens without randomness, so they need "
+                        "temperature 0; samples then returns the best N beams.", minimum=1, maximum=64)
+    length_penalty: float = _f(1.0, "Beam search: a finished text scores log-probability / length ^ this. Above "
+                               "0 favours longer texts, below 0 shorter ones.", minimum=-10.0, maximum=10.0)
+    early_stopping: str = _f("false", "Beam search: when to stop. false: once no running beam can beat the "
+                             "finished ones (the usual); true: as soon as num_beams texts have finished; never: "
+                             "only when no beam could improve even at the longest length.",
+                             choices=("false", "true", "never"))
 
     def validate(self) -> list[str]:
         p: list[str] = []
         _positive(p, "max_new_tokens", self.max_new_tokens)
         _positive(p, "samples", self.samples)
+        _positive(p, "num_beams", self.num_beams)
+        _in_range(p, "length_penalty", self.length_penalty, -10.0, 10.0)
+        if self.early_stopping not in ("false", "true", "never", False, True):
+            p.append(f"early_stopping must be one of false, true, never, got {self.early_stopping!r}")
+        if isinstance(self.num_beams, int) and not isinstance(self.num_beams, bool) and self.num_beams > 1:
+            if self.num_beams > 64:
+                p.append(f"num_beams {self.num_beams} is too many: at most 64")
+            if isinstance(self.temperature, (int, float)) and self.temperature > 0:
+                p.append(f"beam search (num_beams {self.num_beams}) picks tokens without randomness: set "
+                         f"temperature to 0 (got {self.temperature!r}); top_k, top_p, min_p and seed do not apply")
+            if isinstance(self.samples, int) and self.samples > self.num_beams:
+                p.append(f"samples {self.samples} cannot exceed num_beams {self.num_beams}: with beam search, "
+                         "samples is how many of the best beams are returned")
         _in_range(p, "temperature", self.temperature, 0.0, 5.0)
         _in_range(p, "top_p", self.top_p, 0.0, 1.0)
         _in_range(p, "min_p", self.min_p, 0.0, 1.0)
@@ -370,6 +408,174 @@ class GenerateSpec(_SpecMixin):
 
 
 @dataclass
+class AdapterSpec(_SpecMixin):
+    """What trains when fine-tuning: every weight (none), LoRA adapters, or LoRA on a 4-bit base (QLoRA)."""
+
+    kind: str = _f("none", "none: every weight trains (full fine-tuning). lora: small low-rank adapters train "
+                   "and the base stays frozen (far less memory). qlora: LoRA on a 4-bit (NF4) copy of the base: "
+                   "the least memory.", choices=ADAPTER_KINDS)
+    rank: int = _f(8, "LoRA rank r: width of each adapter. Higher learns more and costs more (4-64 is usual).",
+                   minimum=1)
+    alpha: float = _f(16.0, "LoRA alpha: the adapter's output is scaled by alpha / rank (usually 1-2x the rank).",
+                      minimum=0.0)
+    dropout: float = _f(0.0, "Dropout on the adapter's input during training (0 disables).", minimum=0.0,
+                        maximum=0.9)
+    target_modules: list = _f([], "Layers that get adapters, by name (e.g. q_proj, v_proj). Empty = every linear "
+                              "projection of the model's family (attention and MLP), the usual best choice.")
+    quant_type: str = _f("nf4", "QLoRA only: 4-bit data type of the frozen base (nf4 is the QLoRA paper's).",
+                         choices=QUANT_TYPES)
+    double_quant: bool = _f(True, "QLoRA only: quantize the quantization constants too (saves ~0.4 bits per "
+                            "weight).")
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        _choice(p, "kind", self.kind, ADAPTER_KINDS)
+        _positive(p, "rank", self.rank)
+        _in_range(p, "alpha", self.alpha, 0.0, 1e6)
+        _in_range(p, "dropout", self.dropout, 0.0, 0.9)
+        if not isinstance(self.target_modules, list) or not all(
+                isinstance(t, str) and t.strip() for t in self.target_modules):
+            p.append("target_modules must be a list of layer names (empty = all linear projections)")
+        _choice(p, "quant_type", self.quant_type, QUANT_TYPES)
+        if not isinstance(self.double_quant, bool):
+            p.append(f"double_quant must be true or false, got {self.double_quant!r}")
+        return p
+
+
+@dataclass
+class SFTOptions(_SpecMixin):
+    """Method options of supervised fine-tuning (RunConfig.method_options when objective is "sft")."""
+
+    loss_on: str = _f("assistant", "Which tokens carry loss: assistant (every assistant turn, the usual), last (only "
+                      "the final assistant turn) or all (every token, like pretraining).", choices=LOSS_ON)
+    max_len: int = _f(0, "Longest example in tokens (0 = the model's context length).", minimum=0)
+    overlong: str = _f("truncate", "An example longer than max_len is truncated or dropped (each one is reported).",
+                       choices=OVERLONG)
+    packing: bool = _f(False, "Pack several short examples into each max_len window (faster on short records); "
+                       "examples never attend to each other.")
+    val_fraction: float = _f(0.1, "Share of the examples held out to measure validation loss (ignored when "
+                             "val_data is given).", minimum=0.0, maximum=0.5)
+    val_data: list = _f([], "Files of held-out examples for validation (instead of splitting off val_fraction).")
+    sample_count: int = _f(2, "Held-out prompts answered at each evaluation (through the chat template).", minimum=0)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        _choice(p, "loss_on", self.loss_on, LOSS_ON)
+        _choice(p, "overlong", self.overlong, OVERLONG)
+        if not isinstance(self.max_len, int) or isinstance(self.max_len, bool) or self.max_len < 0 \
+                or self.max_len == 1:
+            p.append(f"max_len must be 0 (the model's context) or at least 2 tokens, got {self.max_len!r}")
+        if not isinstance(self.packing, bool):
+            p.append(f"packing must be true or false, got {self.packing!r}")
+        _in_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
+        if not isinstance(self.val_data, list) or not all(isinstance(v, str) and v for v in self.val_data):
+            p.append("val_data must be a list of file paths")
+        if not isinstance(self.sample_count, int) or isinstance(self.sample_count, bool) or self.sample_count < 0:
+            p.append(f"sample_count must be a whole number of 0 or more, got {self.sample_count!r}")
+        return p
+
+
+@dataclass
+class DPOOptions(_SpecMixin):
+    """Method options of direct preference optimisation (RunConfig.method_options when objective is "dpo")."""
+
+    beta: float = _f(0.1, "How far the model may move from the reference: higher keeps it closer (0.1 is usual).",
+                     minimum=0.0)
+    loss: str = _f("sigmoid", "sigmoid: the DPO paper's loss. ipo: the IPO loss (squared, on length-averaged "
+                   "log-probabilities; less prone to overfitting).", choices=DPO_LOSSES)
+    reference: str = _f("auto", "Reference log-probabilities: precompute (once, before training; no reference "
+                        "model kept in memory), live (computed each step) or auto (precompute when the data is "
+                        "no larger than what training visits).", choices=REFERENCE_MODES)
+    max_len: int = _f(0, "Longest prompt + answer in tokens (0 = the model's context length).", minimum=0)
+    overlong: str = _f("truncate", "A pair longer than max_len is truncated (prompt cut from the left first) or "
+                       "dropped (each one is reported).", choices=OVERLONG)
+    val_fraction: float = _f(0.1, "Share of the pairs held out to measure validation loss and preference accuracy "
+                             "(ignored when val_data is given).", minimum=0.0, maximum=0.5)
+    val_data: list = _f([], "Files of held-out preference pairs for validation.")
+    sample_count: int = _f(2, "Held-out prompts answered at each evaluation (through the chat template).", minimum=0)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        _in_range(p, "beta", self.beta, 1e-6, 100.0)
+        _choice(p, "loss", self.loss, DPO_LOSSES)
+        _choice(p, "reference", self.reference, REFERENCE_MODES)
+        if not isinstance(self.max_len, int) or isinstance(self.max_len, bool) or self.max_len < 0 \
+                or self.max_len == 1:
+            p.append(f"max_len must be 0 (the model's context) or at least 2 tokens, got {self.max_len!r}")
+        _choice(p, "overlong", self.overlong, OVERLONG)
+        _in_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
+        if not isinstance(self.val_data, list) or not all(isinstance(v, str) and v for v in self.val_data):
+            p.append("val_data must be a list of file paths")
+        if not isinstance(self.sample_count, int) or isinstance(self.sample_count, bool) or self.sample_count < 0:
+            p.append(f"sample_count must be a whole number of 0 or more, got {self.sample_count!r}")
+        return p
+
+
+# objective -> the spec of its method_options (objectives without one read their dict themselves).
+METHOD_OPTIONS: dict[str, type] = {"sft": SFTOptions, "dpo": DPOOptions}
+
+# Learning rates a fine-tuning method starts from when none is given (full fine-tuning moves every weight,
+# so it wants a far smaller step than LoRA; DPO smaller still). The CLI and the window use them.
+METHOD_LR: dict[tuple[str, str], float] = {
+    ("sft", "none"): 5e-5, ("sft", "lora"): 2e-4, ("sft", "qlora"): 2e-4,
+    ("dpo", "none"): 5e-6, ("dpo", "lora"): 5e-5, ("dpo", "qlora"): 5e-5,
+    ("grpo", "none"): 1e-5, ("grpo", "lora"): 5e-5, ("grpo", "qlora"): 5e-5,
+    ("selfplay", "none"): 2e-4, ("selfplay", "lora"): 5e-4, ("selfplay", "qlora"): 5e-4,
+}
+
+
+def method_options(objective: str, options: dict[str, Any]) -> Any:
+    """The typed options of `objective` (SFTOptions / DPOOptions), unknown keys refused by name."""
+    cls = METHOD_OPTIONS.get(objective)
+    if cls is None:  # an objective without a typed options spec reads (and checks) its dict itself
+        return None
+    if not isinstance(options, dict):
+        raise SpecError([f"method_options must be a JSON object, got {type(options).__name__}"])
+    return cls.from_dict(options)
+
+
+def parse_option(objective: str, assignment: str) -> tuple[str, Any]:
+    """'key=value' (from the CLI's --option) -> (key, typed value) using the option's type; SpecError if unknown."""
+    if "=" not in assignment:
+        raise SpecError([f"--option {assignment!r} must look like key=value"])
+    key, text = (part.strip() for part in assignment.split("=", 1))
+    cls = METHOD_OPTIONS.get(objective)
+    if cls is None and objective in RL_OBJECTIVES:  # dict options: JSON values, else the text itself
+        from desktop_app.engine.selfplay.options import GRPO_DEFAULTS, SELFPLAY_DEFAULTS
+
+        known = SELFPLAY_DEFAULTS if objective == "selfplay" else GRPO_DEFAULTS
+        if key not in known:
+            raise SpecError([f"unknown option {key!r} for the {objective} method (options: {', '.join(known)})"])
+        if isinstance(known[key], list) and not text.startswith("["):
+            return key, [t for t in (x.strip() for x in text.split(",")) if t]
+        try:
+            return key, json.loads(text)
+        except json.JSONDecodeError:
+            return key, text
+    names = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
+    if key not in names:
+        known = ", ".join(names) if names else "none"
+        raise SpecError([f"unknown option {key!r} for the {objective} method (options: {known})"])
+    default = names[key].default if names[key].default is not dataclasses.MISSING else \
+        names[key].default_factory()  # type: ignore[misc]
+    if isinstance(default, str):
+        return key, text
+    if isinstance(default, list):
+        return key, [t for t in (x.strip() for x in text.split(",")) if t]
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return key, True
+        if text.lower() in ("0", "false", "no", "off"):
+            return key, False
+        raise SpecError([f"option {key} must be true or false, got {text!r}"])
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise SpecError([f"option {key} must be a number, got {text!r}"]) from None
+    return key, value
+
+
+@dataclass
 class RunConfig(_SpecMixin):
     """Everything needed to reproduce a run: written as run.json into each run folder.
 
@@ -378,12 +584,20 @@ class RunConfig(_SpecMixin):
     """
 
     model: dict = _f({}, "The ModelSpec (as a JSON object) of a model trained from scratch.")
-    base_model: str = _f("", "Start from this model folder or checkpoint instead of a fresh ModelSpec.")
-    dataset: str = _f("", "Path of the prepared dataset folder (holds manifest.json).")
-    objective: str = _f("causal_lm", "Training method.", choices=OBJECTIVES)
+    base_model: str = _f("", "Start from this model instead of a fresh ModelSpec: a run of ours (its newest good "
+                         "checkpoint), a checkpoint, an export or a local Hugging Face folder. Never modified.")
+    dataset: str = _f("", "Path of the prepared dataset folder (holds manifest.json); pretraining only.")
+    objective: str = _f("causal_lm", "Training method: causal_lm (pretraining), sft (supervised fine-tuning on "
+                        "chats or instructions) or dpo (preference optimisation).", choices=OBJECTIVES)
     train: dict = _f({}, "The TrainSpec (as a JSON object).")
     seed: int = _f(1337, "Seed of initialisation, data order and dropout: same seed, same run on CPU.")
     format_version: int = _f(1, "Version of this file's layout.")
+    data: list = _f([], "Fine-tuning data files (chat, ShareGPT or Alpaca JSONL for sft; preference JSONL for dpo).")
+    adapter: dict = _f({}, "The AdapterSpec (as a JSON object): full fine-tuning, LoRA or QLoRA.")
+    method_options: dict = _f({}, "Options of the method (SFTOptions for sft, DPOOptions for dpo), as a JSON "
+                              "object; unset options take their defaults.")
+    base_model_sha256: str = _f("", "Checksum of the base model's weights, recorded when the run starts: a run "
+                                "refuses to resume on a base that changed.")
 
     def model_spec(self) -> ModelSpec:
         return ModelSpec.from_dict(self.model)
@@ -391,8 +605,25 @@ class RunConfig(_SpecMixin):
     def train_spec(self) -> TrainSpec:
         return TrainSpec.from_dict(self.train)
 
+    def adapter_spec(self) -> AdapterSpec:
+        return AdapterSpec.from_dict(self.adapter)
+
+    def options(self) -> Any:
+        """The typed method options (SFTOptions / DPOOptions; None for objectives without options)."""
+        return method_options(self.objective, self.method_options)
+
+    @property
+    def is_finetune(self) -> bool:
+        return self.objective in FINETUNE_OBJECTIVES
+
+    @property
+    def is_rl(self) -> bool:
+        return self.objective in RL_OBJECTIVES
+
     def validate(self) -> list[str]:
         p: list[str] = []
+        if self.model and self.base_model:
+            p.append("give either a model spec (train from scratch) or a base model, not both")
         if not self.model and not self.base_model:
             p.append("a run needs either a model spec or a base model")
         if self.model:
@@ -404,9 +635,48 @@ class RunConfig(_SpecMixin):
             p += [f"train: {m}" for m in self.train_spec().validate()]
         except SpecError as exc:
             p += [f"train: {m}" for m in exc.problems]
-        if not self.dataset:
-            p.append("dataset is not set: prepare a dataset first")
         _choice(p, "objective", self.objective, OBJECTIVES)
+        if self.objective in RL_OBJECTIVES:
+            if not self.base_model:
+                p.append(f"the {self.objective} method improves a base model: set base_model (a run, checkpoint, "
+                         "export or Hugging Face folder)")
+            if self.objective == "grpo" and not (self.data or (isinstance(self.method_options, dict)
+                                                              and self.method_options.get("prompts"))):
+                p.append("data is not set: give the prompt files (JSONL with a \"prompt\" per line) for grpo")
+            if self.objective == "selfplay" and self.data:
+                p.append("selfplay makes its own tasks: it takes no data files")
+            if not isinstance(self.method_options, dict):
+                p.append("method_options must be a JSON object")
+        elif self.objective in FINETUNE_OBJECTIVES:
+            if not self.base_model:
+                p.append(f"the {self.objective} method fine-tunes a base model: set base_model (a run, checkpoint, "
+                         "export or Hugging Face folder)")
+            if not isinstance(self.data, list) or not self.data or not all(isinstance(d, str) and d
+                                                                           for d in self.data):
+                what = "preference" if self.objective == "dpo" else "chat, ShareGPT or Alpaca"
+                p.append(f"data is not set: give the {what} files (JSONL) to fine-tune on")
+        elif not self.dataset:
+            p.append("dataset is not set: prepare a dataset first")
+        elif self.data:
+            p.append(f"data files are for fine-tuning methods ({', '.join(FINETUNE_OBJECTIVES)}); pretraining "
+                     "reads the prepared dataset")
+        try:
+            adapter = self.adapter_spec()
+            p += [f"adapter: {m}" for m in adapter.validate()]
+            if adapter.kind != "none" and not self.base_model:
+                p.append(f"adapter: {adapter.kind} trains adapters on a base model: set base_model")
+        except SpecError as exc:
+            p += [f"adapter: {m}" for m in exc.problems]
+        if self.objective in OBJECTIVES:
+            try:
+                options = self.options()
+                if options is not None:
+                    p += [f"method_options: {m}" for m in options.validate()]
+            except SpecError as exc:
+                p += [m if m.startswith("method_options") else f"method_options: {m}" for m in exc.problems]
+        sha = self.base_model_sha256
+        if sha and (not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
+            p.append("base_model_sha256 must be 64 lowercase hex digits (or empty)")
         return p
 
     def save(self, path: str | Path) -> None:

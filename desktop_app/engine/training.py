@@ -1,4 +1,4 @@
-"""The one training loop. Objectives (causal LM now; SFT, DPO, self-play later) plug into it.
+"""The one training loop. Objectives (causal LM, SFT, DPO; self-play later) plug into it.
 
 `train(config, run_dir, controls)` is a generator of events (see events.py). Every yield is a
 progress report and a cancel point; the GUI iterates it in a worker thread, the CLI with a progress
@@ -54,9 +54,10 @@ from desktop_app.engine.optim import (
     lr_at,
     optimizer_state_from_flat,
     optimizer_state_to_flat,
+    resolve_optimizer,
     set_lr,
 )
-from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
+from desktop_app.engine.specs import AdapterSpec, ModelSpec, RunConfig, TrainSpec, method_options
 from desktop_app.engine.token_store import TokenStore
 
 METRICS_FILE = "metrics.jsonl"
@@ -81,13 +82,22 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
 
 
 def _canonical(config_dict: dict[str, Any]) -> dict[str, Any]:
-    """Fill TrainSpec/ModelSpec defaults so {} and an explicit default compare equal."""
+    """Fill RunConfig/TrainSpec/ModelSpec/adapter/option defaults so {} and an explicit default compare equal
+    (and a run.json written before a field existed matches one that has it at its default)."""
     out = dict(config_dict)
+    with contextlib.suppress(Exception):
+        out = RunConfig.from_dict(out).to_dict()
     with contextlib.suppress(Exception):
         out["train"] = TrainSpec.from_dict(out.get("train", {})).to_dict()
     if out.get("model"):
         with contextlib.suppress(Exception):
             out["model"] = ModelSpec.from_dict(out["model"]).to_dict()
+    with contextlib.suppress(Exception):
+        out["adapter"] = AdapterSpec.from_dict(out.get("adapter", {})).to_dict()
+    with contextlib.suppress(Exception):
+        options = method_options(out.get("objective", "causal_lm"), out.get("method_options", {}))
+        if options is not None:
+            out["method_options"] = options.to_dict()
     return out
 
 
@@ -255,6 +265,12 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
     config, run_dir, spec = run.config, run.run_dir, run.spec
     pending: list[Event] = []  # setup notes, emitted once metrics.jsonl is open
 
+    # 0. The base model (fine-tuning, or pretraining continued from a model): where its weights are and their
+    # checksum. run.json records both, so the run is reproducible and refuses to resume on a changed base.
+    base_info = None
+    if config.base_model:
+        config, base_info = _resolve_base(run, resume)
+
     # 1. Which checkpoint (if any) we continue from, and whether the config may change.
     loaded: ckpt.LoadedCheckpoint | None = None
     if resume:
@@ -267,9 +283,10 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
             pending.append(Log("warning", "no complete checkpoint to resume from: starting this run from step 0"))
         else:
             loaded = ckpt.load_checkpoint(path, verify=False)  # verified just above
+            _check_same_base(loaded.run_config, config)
             diff = config_diff(_canonical(loaded.run_config), _canonical(config.to_dict()))
             if diff:
-                model_changed = [d for d in diff if d.startswith(("model.", "base_model", "objective"))]
+                model_changed = [d for d in diff if d.startswith(("model.", "base_model", "objective", "adapter."))]
                 if model_changed:
                     raise UserError("cannot resume: the model differs from the checkpoint's ("
                                     + "; ".join(model_changed) + "). Start a new run to train another model.")
@@ -320,13 +337,19 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
             pending.append(Log("info", "CPU allocator tuned for training: large buffers are reused between steps"))
     pending.append(Log("warning" if precision.warning else "info", f"precision {precision.name}: {precision.reason}"))
 
-    # 4. Data, tokenizer, model.
-    store = TokenStore(config.dataset)
-    tokenizer = _load_dataset_tokenizer(store)
-    model, model_spec = _build_model(config, store, tokenizer)
+    # 4. Data, tokenizer, model (a fresh one, or a base with chat tokens ensured and adapters applied).
+    store = TokenStore(config.dataset) if config.dataset else None
+    prepared = _prepare_model(config, base_info, store, device, spec)
+    model, model_spec, tokenizer = prepared.model, prepared.model_spec, prepared.tokenizer
+    pending.extend(Log("info", note) for note in prepared.notes)
     if loaded is not None:
+        if loaded.adapter != prepared.adapter:
+            raise UserError(f"cannot resume: the checkpoint {loaded.path.name} holds "
+                            f"{'an adapter' if loaded.adapter else 'a full model'} but the run config asks for "
+                            f"{'an adapter' if prepared.adapter else 'full fine-tuning'}")
         ckpt.load_model_state(model, loaded.model_state)
-    model.to(device)
+    if not prepared.quantized:  # a 4-bit model is placed by its loader (bitsandbytes weights cannot move)
+        model.to(device)
     if spec.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -339,7 +362,10 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
         pending.append(Log("info", "compiling the model with torch.compile (the first steps are slow)"))
         forward_model = torch.compile(model)
 
-    optimizer = build_optimizer(model, spec, device)
+    optimizer_kind, optimizer_why = resolve_optimizer(spec.optimizer, device, quantized=prepared.quantized)
+    if optimizer_kind != "adamw":
+        pending.append(Log("info", f"optimizer: {optimizer_why}"))
+    optimizer = build_optimizer(model, spec, device, kind=optimizer_kind)
     scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
 
     if precision.autocast_dtype is not None:
@@ -354,15 +380,20 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
         from desktop_app.engine.objectives import make_objective
 
         objective = make_objective(config.objective)
-    ctx = TrainContext(run_dir=run_dir, dataset_dir=Path(config.dataset), store=store, train_spec=spec,
-                       model_spec=model_spec, seed=config.seed, device=device, autocast=autocast,
-                       tokenizer=tokenizer)
+    ctx = TrainContext(run_dir=run_dir, dataset_dir=Path(config.dataset) if config.dataset else None, store=store,
+                       train_spec=spec, model_spec=model_spec, seed=config.seed, device=device, autocast=autocast,
+                       tokenizer=tokenizer, config=config,
+                       extras={"resumed": loaded is not None, "base": base_info,
+                               "load_reference": prepared.load_reference, "adapter": prepared.adapter})
     objective.setup(ctx, model)
+    pending.extend(getattr(objective, "notes", []) or [])
     source = objective.batch_source(ctx)
 
     # MFU reference: the measured matmul peak of this machine (cached per process; before seeding, and
     # with its own generator, so it cannot disturb the training RNG).
     flops_per_token = _flops_per_token(model, model_spec)
+    if prepared.adapter:
+        flops_per_token *= 2.0 / 3.0  # frozen base: no weight gradients (forward 2N + input gradients 2N)
     peak = measure_matmul_peak(device, precision.autocast_dtype or torch.float32) if device.type != "mps" else 0.0
 
     # 5. Seed, then overwrite with the checkpoint's exact state when resuming.
@@ -370,7 +401,7 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
     random.seed(config.seed)
     np.random.seed(config.seed % (2**32))
     if loaded is not None:
-        _apply_loaded(run, loaded, optimizer, scaler, source, device)
+        _apply_loaded(run, loaded, optimizer, scaler, source, device, objective=objective)
         run.last_checkpoint = loaded.path
         pending.append(Log("info", f"resumed from {loaded.path.name} (step {loaded.step})"))
     else:
@@ -381,12 +412,13 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
 
 
     yield from _loop(run, model, forward_model, optimizer, scaler, objective, source, ctx, autocast,
-                     flops_per_token, peak, tokenizer, store, model_spec)
+                     flops_per_token, peak, prepared.write_tokenizer, model_spec)
 
 
 def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Optimizer, scaler: Any,
           objective: Any, source: Any, ctx: TrainContext, autocast: Callable[[], Any], flops_per_token: float,
-          peak: float, tokenizer: Any, store: TokenStore, model_spec: ModelSpec | None) -> Iterator[Event]:
+          peak: float, write_tokenizer: Callable[[Path], None] | None,
+          model_spec: ModelSpec | None) -> Iterator[Event]:
     spec, controls, device = run.spec, run.controls, ctx.device
     params = [p for p in model.parameters() if p.requires_grad]
     clip = spec.grad_clip if spec.grad_clip > 0 else float("inf")
@@ -398,7 +430,7 @@ def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Opti
 
     def save(reason: str) -> Iterator[Event]:
         try:
-            path = _save(run, model, optimizer, scaler, source, device, tokenizer, store, model_spec,
+            path = _save(run, model, optimizer, scaler, source, objective, device, write_tokenizer, model_spec,
                          elapsed=run.elapsed_before + time.perf_counter() - session_start - paused_s)
         except ckpt.CheckpointError as exc:
             raise _SaveFailed(str(exc)) from exc
@@ -451,7 +483,7 @@ def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Opti
                     run.step = step
                     continue
                 for event in _nonfinite(run, step, position, loss_value, norm_value, model, optimizer, scaler,
-                                        source, device):
+                                        source, device, objective):
                     yield event
                 if run.nonfinite_count >= spec.max_nonfinite:
                     report = "; ".join(f"step {e['step']} batch {e['batch']}" for e in run.nonfinite_events)
@@ -582,7 +614,8 @@ def _evaluate(run: _Run, model: Any, objective: Any, ctx: TrainContext) -> Itera
 
 
 def _nonfinite(run: _Run, step: int, position: list[int], loss_value: float, norm_value: float, model: Any,
-               optimizer: torch.optim.Optimizer, scaler: Any, source: Any, device: torch.device) -> Iterator[Event]:
+               optimizer: torch.optim.Optimizer, scaler: Any, source: Any, device: torch.device,
+               objective: Any = None) -> Iterator[Event]:
     """A non-finite loss or gradient: never applied. Skip the batch, or roll back (policy)."""
     run.nonfinite_count += 1
     batch_desc = f"epoch {position[0]} position {position[1]}" if len(position) == 2 else str(position)
@@ -597,7 +630,7 @@ def _nonfinite(run: _Run, step: int, position: list[int], loss_value: float, nor
                     set(getattr(source, "skipped", set())))
             loaded = ckpt.load_checkpoint(path, verify=False)
             ckpt.load_model_state(model, loaded.model_state)
-            _apply_loaded(run, loaded, optimizer, scaler, source, device, truncate_metrics=True)
+            _apply_loaded(run, loaded, optimizer, scaler, source, device, truncate_metrics=True, objective=objective)
             run.nonfinite_count, run.nonfinite_events, run.lr_scale, skipped = keep
             if hasattr(source, "skipped"):
                 source.skipped |= skipped
@@ -611,12 +644,14 @@ def _nonfinite(run: _Run, step: int, position: list[int], loss_value: float, nor
 
 
 def _apply_loaded(run: _Run, loaded: ckpt.LoadedCheckpoint, optimizer: torch.optim.Optimizer, scaler: Any,
-                  source: Any, device: torch.device, truncate_metrics: bool = False) -> None:
+                  source: Any, device: torch.device, truncate_metrics: bool = False, objective: Any = None) -> None:
     state = loaded.trainer_state
     optimizer.load_state_dict(optimizer_state_from_flat(loaded.optimizer_tensors, loaded.optimizer_meta))
     if scaler is not None and state.get("grad_scaler"):
         scaler.load_state_dict(state["grad_scaler"])
     source.load_state_dict(state["data"])
+    if objective is not None and state.get("objective") is not None and hasattr(objective, "load_state_dict"):
+        objective.load_state_dict(state["objective"])
     restore_rng(loaded.rng_tensors, state.get("rng", {}), device)
     run.step = int(state["step"])
     run.lr_scale = float(state.get("lr_scale", 1.0))
@@ -655,8 +690,8 @@ def _best_step(run: _Run) -> int | None:
     return min(scored)[1] if scored else None
 
 
-def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, source: Any,
-          device: torch.device, tokenizer: Any, store: TokenStore, model_spec: ModelSpec | None,
+def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, source: Any, objective: Any,
+          device: torch.device, write_tokenizer: Callable[[Path], None] | None, model_spec: ModelSpec | None,
           elapsed: float) -> Path:
     if run.metrics_fh is not None:
         with contextlib.suppress(OSError):
@@ -673,15 +708,8 @@ def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, 
         "nonfinite_events": run.nonfinite_events, "micro_batch": run.micro,
         "grad_scaler": scaler.state_dict() if scaler is not None else None, "rng": rng_meta,
         "threads": torch.get_num_threads(), "device": device.type,
+        "objective": objective.state_dict() if hasattr(objective, "state_dict") else None,
     }
-
-    def write_tokenizer(folder: Path) -> None:
-        # tokenizer.json + tokenizer_config.json (special tokens, chat template): the checkpoint is a
-        # complete HF folder. A failure here fails the save loudly, like any other file of it.
-        from desktop_app.engine.tokenization import hf_tokenizer
-
-        hf_tokenizer(store.tokenizer_path, model_max_length=store.context_length).save_pretrained(str(folder))
-
     payload = ckpt.CheckpointPayload(
         step=run.step, model=model, optimizer_tensors=opt_tensors, optimizer_meta=opt_meta, trainer_state=state,
         run_config=run.config.to_dict(), model_spec=model_spec.to_dict() if model_spec else None,
@@ -725,6 +753,141 @@ def _thread_warnings(requested: int, chosen: int, loaded: ckpt.LoadedCheckpoint 
     return out
 
 
+def _store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
+    def write_tokenizer(folder: Path) -> None:
+        # tokenizer.json + tokenizer_config.json (special tokens, chat template): the checkpoint is a
+        # complete HF folder. A failure here fails the save loudly, like any other file of it.
+        from desktop_app.engine.tokenization import hf_tokenizer
+
+        hf_tokenizer(store.tokenizer_path, model_max_length=store.context_length).save_pretrained(str(folder))
+
+    return write_tokenizer
+
+
+def _hf_tokenizer_writer(tokenizer: Any, context_length: int | None) -> Callable[[Path], None]:
+    def write_tokenizer(folder: Path) -> None:
+        from desktop_app.engine.export import _portable_tokenizer_config
+
+        tokenizer.save_pretrained(str(folder))
+        _portable_tokenizer_config(folder, tokenizer, context_length)
+
+    return write_tokenizer
+
+
+def _resolve_base(run: _Run, resume: bool) -> tuple[RunConfig, Any]:
+    """Resolve run.config.base_model to the folder holding its weights, checksum them, and record both in the
+    config (run.config is replaced). A base that changed since the config recorded it is refused."""
+    from desktop_app.engine.finetune.base_model import resolve_base, weights_sha256
+
+    config = run.config
+    try:
+        info = resolve_base(config.base_model)
+    except UserError as exc:
+        if resume:
+            raise UserError(f"cannot resume: the base model of this run cannot be used ({exc})") from None
+        raise
+    sha = weights_sha256(info)
+    if config.base_model_sha256 and config.base_model_sha256 != sha:
+        what = "cannot resume" if resume else "refusing to start"
+        raise UserError(f"{what}: the base model {info.folder} has changed since this run was set up (its weights' "
+                        f"checksum was {config.base_model_sha256[:12]}..., now {sha[:12]}...). Restore the original "
+                        "base model, or start a new run on the new one")
+    config = config.replace(base_model=str(info.folder), base_model_sha256=sha)
+    run.config = config
+    return config, info
+
+
+def _check_same_base(recorded: dict[str, Any], config: RunConfig) -> None:
+    """Resume: the checkpoint's base (path and checksum) must be the one the run now loads."""
+    old_sha = recorded.get("base_model_sha256") or ""
+    if old_sha and config.base_model_sha256 and old_sha != config.base_model_sha256:
+        raise UserError(f"cannot resume: the base model {config.base_model} has changed since this run started (its "
+                        f"weights' checksum was {old_sha[:12]}..., now {config.base_model_sha256[:12]}...). Restore "
+                        "the original base model, or start a new run on the new one")
+
+
+class _Prepared:
+    """The model a run trains and what goes with it (see _prepare_model)."""
+
+    def __init__(self, model: Any, model_spec: ModelSpec | None, tokenizer: Any,
+                 write_tokenizer: Callable[[Path], None] | None, notes: list[str], *, adapter: bool = False,
+                 quantized: bool = False, load_reference: Callable[[], Any] | None = None):
+        self.model, self.model_spec, self.tokenizer = model, model_spec, tokenizer
+        self.write_tokenizer, self.notes = write_tokenizer, notes
+        self.adapter, self.quantized, self.load_reference = adapter, quantized, load_reference
+
+
+def _prepare_model(config: RunConfig, base_info: Any, store: TokenStore | None, device: torch.device,
+                   spec: TrainSpec) -> _Prepared:
+    """A fresh model from the spec, or the base model: for fine-tuning methods with its own (transformers)
+    tokenizer, chat tokens ensured (embeddings grown when added) and LoRA/QLoRA adapters applied; for
+    pretraining continued from a base, the dataset's tokenizer."""
+    if base_info is None:
+        assert store is not None  # validated: pretraining needs a dataset
+        tokenizer = _load_dataset_tokenizer(store)
+        model, model_spec = _build_model(config, store, tokenizer)
+        return _Prepared(model, model_spec, tokenizer, _store_tokenizer_writer(store), [])
+
+    from desktop_app.engine.finetune.base_model import load_base
+
+    adapter = config.adapter_spec()
+    base = load_base(base_info, device, quantize=adapter if adapter.kind == "qlora" else None)
+    model = base.model
+    params = sum(p.numel() for p in model.parameters())
+    notes = [f"base model {base_info.name} ({base_info.model_type}, {params / 1e6:.2f}M parameters"
+             f"{' as stored' if base.quantized else ''}) from {base_info.folder}", *base.notes]
+    new_ids: list[int] = []
+    if config.is_finetune:
+        from desktop_app.engine.finetune.data import as_hf_tokenizer, ensure_chat_tokens
+
+        tokenizer = as_hf_tokenizer(base.tokenizer)
+        before = len(tokenizer)
+        notes += ensure_chat_tokens(tokenizer, model)
+        new_ids = list(range(before, len(tokenizer)))
+        from desktop_app.engine.generation import context_length
+
+        write_tokenizer = _hf_tokenizer_writer(tokenizer, context_length(model))
+    elif config.is_rl and store is None:  # rollouts speak the base's own tokenizer (no chat tokens added)
+        from desktop_app.engine.finetune.data import as_hf_tokenizer
+        from desktop_app.engine.generation import context_length
+
+        tokenizer = as_hf_tokenizer(base.tokenizer)
+        write_tokenizer = _hf_tokenizer_writer(tokenizer, context_length(model))
+    else:  # continued pretraining from a base: the dataset was prepared with the base's tokenizer
+        assert store is not None
+        tokenizer = _load_dataset_tokenizer(store)
+        vocab = int(getattr(model.config, "vocab_size", 0))
+        if vocab < store.vocab_size:
+            raise UserError(f"base model {base_info.folder} knows {vocab} tokens but the dataset's tokenizer has "
+                            f"{store.vocab_size}: prepare the dataset with the base model's tokenizer")
+        write_tokenizer = _store_tokenizer_writer(store)
+    model_spec = None
+    with contextlib.suppress(Exception):
+        from desktop_app.engine.architecture import spec_from_hf_config
+
+        model_spec = spec_from_hf_config(model.config)
+    if adapter.kind != "none":
+        from desktop_app.engine.finetune.adapters import apply_adapter
+
+        model, adapter_notes = apply_adapter(model, adapter, seed=config.seed, new_token_ids=new_ids,
+                                             quantized=base.quantized,
+                                             gradient_checkpointing=spec.gradient_checkpointing)
+        notes += adapter_notes
+
+    def load_reference() -> Any:
+        """A second, frozen copy of the base prepared the same way (full-model DPO's reference)."""
+        ref = load_base(base_info, device)
+        if config.is_finetune:
+            from desktop_app.engine.finetune.data import as_hf_tokenizer, ensure_chat_tokens
+
+            ensure_chat_tokens(as_hf_tokenizer(ref.tokenizer), ref.model)
+        ref.model.eval().requires_grad_(False)
+        return ref.model
+
+    return _Prepared(model, model_spec, tokenizer, write_tokenizer, notes, adapter=adapter.kind != "none",
+                     quantized=base.quantized, load_reference=load_reference)
+
+
 def _load_dataset_tokenizer(store: TokenStore) -> Any:
     if not store.tokenizer_path.exists():
         return None
@@ -755,8 +918,6 @@ def _special_ids(tokenizer: Any) -> dict[str, int | None]:
 
 
 def _build_model(config: RunConfig, store: TokenStore, tokenizer: Any) -> tuple[Any, ModelSpec | None]:
-    if config.base_model:
-        return _load_base_model(config.base_model, store)
     spec = config.model_spec()
     if spec.vocab_size < store.vocab_size:
         raise UserError(f"the model's vocab_size {spec.vocab_size} is smaller than the dataset tokenizer's "
@@ -770,33 +931,9 @@ def _build_model(config: RunConfig, store: TokenStore, tokenizer: Any) -> tuple[
     return build_model(spec, seed=config.seed, **_special_ids(tokenizer)), spec
 
 
-def _load_base_model(base: str, store: TokenStore) -> tuple[Any, ModelSpec | None]:
-    path = Path(base)
-    if (path / ckpt.CHECKPOINTS_DIR).is_dir():  # a run folder: its newest good checkpoint
-        found = ckpt.latest_checkpoint(path)
-        if found is None:
-            raise UserError(f"{path} has no complete checkpoint to start from")
-        path = found
-    if not (path / "config.json").is_file():
-        raise UserError(f"base model {path} is not a model folder (no config.json)")
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    vocab = int(getattr(model.config, "vocab_size", 0))
-    if vocab < store.vocab_size:
-        raise UserError(f"base model {path} knows {vocab} tokens but the dataset's tokenizer has "
-                        f"{store.vocab_size}: prepare the dataset with the base model's tokenizer")
-    spec = None
-    with contextlib.suppress(Exception):
-        from desktop_app.engine.architecture import spec_from_hf_config
-
-        spec = spec_from_hf_config(model.config)
-    return model, spec
-
-
 def _flops_per_token(model: Any, spec: ModelSpec | None) -> float:
     if spec is not None:
         from desktop_app.engine.sizing import flops_per_token
 
         return float(flops_per_token(spec))
-    return 6.0 * sum(p.numel() for p in model.parameters())
+    return 6.0 * sum(p.numel() for p in model.parameters() if p.dtype.is_floating_point)

@@ -11,6 +11,12 @@ Text handling is the engine's: the same prompt truncation, token budget, end-of-
 TextStream (never half a character, never part of a stop string), so a greedy request gives the text
 `generate` gives. Events reach the request's `sink` from this thread (the HTTP layer hops them onto
 its event loop); a request's `cancelled` flag is checked every step.
+
+Beam search requests (params.num_beams > 1) take their own path on the same thread: each runs the
+engine's BeamSearch (engine/beam_search.py) on its own KV cache, one step per turn of the loop beside
+the batch's step, so the batch keeps decoding while a beam search runs and normal requests never see
+beam rows. At most MAX_BEAM_SEARCHES run at once; the others wait in their own queue. A beam request's
+choices (its n best beams) arrive when its search ends.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 import torch
 
+from desktop_app.engine.beam_search import BeamSearch
 from desktop_app.engine.generation import context_length, short_gil_switch, stop_token_ids
 from desktop_app.engine.text_stream import TextStream
 from desktop_app.server.errors import ApiError
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ROWS = 32
 DEFAULT_CACHE_MB = 1024
 DEFAULT_MAX_QUEUE = 512
+MAX_BEAM_SEARCHES = 2  # beam searches decoding at once (each has its own KV cache of prompts x num_beams rows)
+MAX_BEAM_ROWS = 256  # prompts x num_beams of one beam request
 
 
 @dataclass
@@ -180,6 +189,8 @@ class Batcher:
         self._gil: contextlib.ExitStack | None = None
         self._thread = threading.Thread(target=self._run, name="azr-decode", daemon=True)
         self.stats = {"steps": 0, "tokens": 0, "requests": 0}
+        self._beam_pending: deque[GenerationRequest] = deque()
+        self._beams: list[tuple[GenerationRequest, BeamSearch]] = []  # decode thread only
 
     # --- any thread ---------------------------------------------------------------------------------
     @property
@@ -191,6 +202,9 @@ class Batcher:
             self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
+        if request.params.num_beams > 1:
+            self._submit_beams(request)
+            return
         if request.rows_needed > self.capacity:
             raise ApiError(400, f"this request needs {request.rows_needed} decode rows (prompts x n) but the server "
                                 f"decodes at most {self.capacity} at once: ask for fewer choices or prompts",
@@ -205,6 +219,22 @@ class Batcher:
             self.stats["requests"] += 1
             self._cv.notify()
 
+    def _submit_beams(self, request: GenerationRequest) -> None:
+        rows = len(request.prompts) * request.params.num_beams
+        if rows > MAX_BEAM_ROWS:
+            raise ApiError(400, f"this beam search needs {rows} decode rows (prompts x num_beams) but the server runs "
+                                f"at most {MAX_BEAM_ROWS} per request: ask for fewer beams or prompts",
+                           param="num_beams")
+        with self._cv:
+            if self._closed:
+                raise ApiError(503, "the server is shutting down", type="server_error")
+            if len(self._beam_pending) >= self.max_queue:
+                raise ApiError(429, f"too many requests waiting ({self.max_queue}); retry in a moment",
+                               code="rate_limit_exceeded")
+            self._beam_pending.append(request)
+            self.stats["requests"] += 1
+            self._cv.notify()
+
     def close(self, timeout: float = 10.0) -> None:
         with self._cv:
             self._closed = True
@@ -214,6 +244,8 @@ class Batcher:
         if not self._thread.is_alive():  # never started (or gone): nobody else will tell the waiting requests
             with self._cv:
                 pending, self._pending = list(self._pending), deque()
+                pending += list(self._beam_pending)
+                self._beam_pending = deque()
             self._fail_all(pending, "the server is shutting down", 503)
 
     def load(self) -> dict[str, int]:
@@ -227,21 +259,28 @@ class Batcher:
         try:
             while True:
                 with self._cv:
-                    while not self._closed and not self._pending and not self.rows:
+                    while (not self._closed and not self._pending and not self.rows and not self._beam_pending
+                           and not self._beams):
                         self._release_gil_setting()
                         self._cv.wait()
                     if self._closed:
                         return
                     admitted = self._take()
+                    beams = self._take_beams()
                 self._iterate(admitted)
+                if beams or self._beams:
+                    self._beam_steps(beams)
         except BaseException:  # never expected: _iterate catches per step; log and fail what is left
             log.exception("the decode thread stopped")
         finally:
             with self._cv:
                 self._closed = True
                 pending, self._pending = list(self._pending), deque()
+                pending += list(self._beam_pending)
+                self._beam_pending = deque()
+            pending += [request for request, _ in self._beams]
             self._fail_all(pending + self._active_requests(), "the server is shutting down", 503)
-            self.rows, self.logits = [], None
+            self.rows, self.logits, self._beams = [], None, []
             self._release_gil_setting()
 
     def _take(self) -> list[GenerationRequest]:
@@ -258,6 +297,64 @@ class Batcher:
             taken.append(self._pending.popleft())
             room -= request.rows_needed
         return taken
+
+    # --- beam search requests (decode thread) -------------------------------------------------------
+    def _take_beams(self) -> list[GenerationRequest]:
+        """Beam requests that may start now (called with the lock held)."""
+        taken: list[GenerationRequest] = []
+        while self._beam_pending and len(self._beams) + len(taken) < MAX_BEAM_SEARCHES:
+            request = self._beam_pending.popleft()
+            if not request.cancelled.is_set():
+                taken.append(request)
+        return taken
+
+    def _start_beams(self, request: GenerationRequest) -> BeamSearch:
+        p = request.params
+        longest = max(len(ids) for ids in request.prompts)
+        # The engine's budget (stream_text's): what fits in the context after the longest prompt.
+        if self.context:
+            budget = max(1, min(p.max_tokens, self.context - longest))
+        else:
+            budget = min(p.max_tokens, self.max_tokens_cap)
+        return BeamSearch(self.model, request.prompts, num_beams=p.num_beams, budget=budget,
+                          length_penalty=p.length_penalty, early_stopping=p.early_stopping, eos=self.eos[request.chat],
+                          pad=self.pad_id, decode=self._decode, stop=p.stop, num_return=p.n,
+                          repetition_penalty=p.repetition_penalty)
+
+    def _beam_steps(self, new: list[GenerationRequest]) -> None:
+        """One step of every running beam search; a search that ended hands its request the choices."""
+        for request in new:
+            try:
+                self._beams.append((request, self._start_beams(request)))
+            except Exception as exc:
+                log.exception("beam search could not start")
+                self._fail_all([request], f"generation failed: {type(exc).__name__}: {exc}", 500)
+        if self._beams and self._gil is None:
+            self._gil = contextlib.ExitStack()
+            self._gil.enter_context(short_gil_switch())
+        still: list[tuple[GenerationRequest, BeamSearch]] = []
+        for request, search in self._beams:
+            if request.cancelled.is_set():
+                continue
+            try:
+                self.threads.before(len(request.prompts) * request.params.num_beams)  # sets threads, records nothing
+                if search.step():
+                    still.append((request, search))
+                    continue
+                events: list[Any] = []
+                for hyps in search.results():
+                    for h in hyps:
+                        index = h.prompt * request.params.n + h.rank
+                        if h.text:
+                            events.append(Piece(index, h.text))
+                        reason = "length" if h.finish_reason == "length" else "stop"
+                        events.append(Done(index, reason, len(h.token_ids), h.text))
+                self.stats["tokens"] += search.cur * len(request.prompts) * request.params.num_beams
+                self._deliver(request, events)
+            except Exception as exc:
+                log.exception("beam search failed")
+                self._fail_all([request], f"generation failed: {type(exc).__name__}: {exc}", 500)
+        self._beams = still
 
     def _iterate(self, admitted: list[GenerationRequest]) -> None:
         try:

@@ -5,14 +5,18 @@ where a number is expected. Unknown fields are ignored, as OpenAI's newer client
 servers do not know; fields we know but cannot honour are refused by `to_sampling` with a clear
 message rather than silently ignored. `top_k`, `min_p` and `repetition_penalty` are accepted as
 extensions (the names vLLM and llama.cpp use; the `openai` client sends them through `extra_body`).
+So are `num_beams`, `length_penalty` and `early_stopping` (beam search, transformers' names and meaning):
+non-streaming only, temperature 0 (the default when num_beams > 1), `n` = how many of the best beams.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from desktop_app.engine.beam_search import MAX_BEAMS
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import SamplingParams
 
@@ -45,6 +49,9 @@ class _Sampling(_Body):
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    early_stopping: bool | str | None = None
 
     def _refuse_unsupported(self) -> None:
         if self.logit_bias:
@@ -55,7 +62,12 @@ class _Sampling(_Body):
         self._refuse_unsupported()
         tokens = default_max_tokens if max_tokens is None else max_tokens
         _check(tokens >= 1, "max_tokens", f"max_tokens must be at least 1, got {tokens}")
-        temperature = 1.0 if self.temperature is None else self.temperature
+        beams = 1 if self.num_beams is None else self.num_beams
+        _check(1 <= beams <= MAX_BEAMS, "num_beams", f"num_beams must be between 1 and {MAX_BEAMS}, got {beams}")
+        if beams > 1:
+            self._check_beams(beams)
+        # OpenAI's default temperature is 1; beam search is deterministic, so its default is 0.
+        temperature = (0.0 if beams > 1 else 1.0) if self.temperature is None else self.temperature
         _check(0.0 <= temperature <= 2.0, "temperature", f"temperature must be between 0 and 2, got {temperature}")
         top_p = 1.0 if self.top_p is None else self.top_p
         _check(0.0 <= top_p <= 1.0, "top_p", f"top_p must be between 0 and 1, got {top_p}")
@@ -79,7 +91,29 @@ class _Sampling(_Body):
         seed = None if self.seed is None else self.seed % (1 << 62)  # torch generators take 64-bit seeds
         return SamplingParams(max_tokens=tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                               repetition_penalty=repetition, presence_penalty=presence, frequency_penalty=frequency,
-                              stop=[s for s in stop if s], seed=seed, n=n)
+                              stop=[s for s in stop if s], seed=seed, n=n, num_beams=beams,
+                              length_penalty=1.0 if self.length_penalty is None else float(self.length_penalty),
+                              early_stopping=False if self.early_stopping is None else self.early_stopping)
+
+    def _check_beams(self, beams: int) -> None:
+        """Beam search settings that cannot be honoured are refused, naming the parameter."""
+        _check(not self.stream, "stream", "beam search (num_beams > 1) is not available with stream: true: the "
+               "best beam is only known when the search ends; send the request without streaming")
+        _check(self.temperature is None or self.temperature == 0, "temperature",
+               f"beam search (num_beams {beams}) picks tokens without randomness: leave temperature out or set it "
+               f"to 0, got {self.temperature}")
+        for name, value, neutral in (("top_p", self.top_p, 1.0), ("top_k", self.top_k, 0), ("min_p", self.min_p, 0.0),
+                                     ("presence_penalty", self.presence_penalty, 0.0),
+                                     ("frequency_penalty", self.frequency_penalty, 0.0)):
+            _check(value is None or value == neutral, name, f"{name} does not apply to beam search (num_beams > 1)")
+        n = 1 if self.n is None else self.n
+        _check(n <= beams, "n", f"n ({n}) cannot exceed num_beams ({beams}): n is how many of the best beams "
+               "are returned")
+        if self.length_penalty is not None:
+            _check(math.isfinite(self.length_penalty) and -10.0 <= self.length_penalty <= 10.0, "length_penalty",
+                   f"length_penalty must be a finite number between -10 and 10, got {self.length_penalty}")
+        _check(self.early_stopping is None or isinstance(self.early_stopping, bool) or self.early_stopping == "never",
+               "early_stopping", f"early_stopping must be true, false or \"never\", got {self.early_stopping!r}")
 
     @property
     def include_usage(self) -> bool:

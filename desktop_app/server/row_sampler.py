@@ -34,6 +34,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     n: int = 1
+    # Beam search (an extension; num_beams > 1 decodes on the batcher's beam path, see batcher.py).
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
 
     @property
     def plain_greedy(self) -> bool:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+# objective name -> (module, class); imported lazily (objectives pull in torch). grpo / self_play go here.
+REGISTRY: dict[str, tuple[str, str]] = {
+    "causal_lm": ("desktop_app.engine.objectives.causal_lm", "CausalLMObjective"),
+    "sft": ("desktop_app.engine.objectives.sft", "SFTObjective"),
+    "dpo": ("desktop_app.engine.objectives.dpo", "DPOObjective"),
+    "grpo": ("desktop_app.engine.objectives.grpo", "GRPOObjective"),
+    "selfplay": ("desktop_app.engine.objectives.selfplay", "SelfPlayObjective"),
+}
+
 
 def make_objective(name: str) -> Any:
-    """The objective named in a run config (imported lazily: objectives pull in torch)."""
-    if name == "causal_lm":
-        from desktop_app.engine.objectives.causal_lm import CausalLMObjective
+    """The objective named in a run config."""
+    import importlib
 
-        return CausalLMObjective()
-    from desktop_app.engine.errors import UserError
+    if name not in REGISTRY:
+        from desktop_app.engine.errors import UserError
 
-    raise UserError(f"unknown training objective {name!r}; available: causal_lm")
+        raise UserError(f"unknown training objective {name!r}; available: {', '.join(REGISTRY)}")
+    module, cls = REGISTRY[name]
+    return getattr(importlib.import_module(module), cls)()

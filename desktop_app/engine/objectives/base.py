@@ -6,9 +6,12 @@ between methods: where batches come from (its batch source), how a batch becomes
 metrics, and how to evaluate. Later methods fit without touching the loop:
 
 - SFT: a batch source over chat/instruction records with loss masks; `loss` masks prompt tokens.
-- LoRA: the same objective; the model handed in is a PEFT-wrapped model.
-- DPO: a preference-pair batch source; `setup` loads a frozen reference model (kept by the
-  objective, not the loop); `loss` returns the DPO loss and metrics such as reward accuracy/margin.
+- LoRA/QLoRA: the same objectives; the model handed in is a PEFT-wrapped model.
+- DPO: a preference-pair batch source; `setup` gets reference log-probabilities (precomputed once,
+  or a reference kept by the objective, not the loop); `loss` returns the DPO loss and reward metrics.
+
+Optional: `notes` (events the loop emits after setup, e.g. per-record data verdicts) and
+`state_dict()` / `load_state_dict()` (JSON objective state kept in trainer_state.json).
 - Self-play RL: the batch source generates its own episodes with the current model; `loss` is the
   policy-gradient loss, metrics carry rewards.
 
@@ -30,14 +33,19 @@ class TrainContext:
     """What the loop hands an objective (read-only by convention)."""
 
     run_dir: Path
-    dataset_dir: Path
-    store: Any  # TokenStore
+    dataset_dir: Path | None  # None for fine-tuning methods (they read `config.data`)
+    store: Any  # TokenStore (None for fine-tuning methods)
     train_spec: Any  # TrainSpec
     model_spec: Any  # ModelSpec | None
     seed: int
     device: torch.device
     autocast: Any  # zero-argument callable returning a context manager (autocast or nullcontext)
-    tokenizer: Any = None  # tokenizers.Tokenizer of the dataset
+    # pretraining: the dataset's tokenizers.Tokenizer; fine-tuning: the base's transformers fast tokenizer
+    # (chat template set, chat tokens present)
+    tokenizer: Any = None
+    config: Any = None  # the RunConfig (data files, method options, adapter)
+    # resumed (bool), base (BaseModelInfo | None), adapter (bool: the model is a PeftModel),
+    # load_reference (callable -> a frozen copy of the base, prepared like the trained model)
     extras: dict[str, Any] = field(default_factory=dict)
 
 

@@ -75,7 +75,18 @@ class GRPOObjective:
     name = "grpo"
 
     def __init__(self, options: dict[str, Any] | None = None):
-        merged = {**DEFAULTS, **(options or {})}
+        self._from_config = options is None  # made by the registry: the run config's method_options apply
+        self._configure(options or {})
+        self.records: list[dict[str, str]] = []
+        self.model: torch.nn.Module | None = None
+        self.reference: Any = None
+        self.text: _Text | None = None
+        self.seed, self.max_len = 0, 512
+        self.eos: set[int] = set()
+        self.last_rollouts: list[dict[str, Any]] = []
+
+    def _configure(self, options: dict[str, Any]) -> None:
+        merged = {**DEFAULTS, **options}
         unknown = sorted(set(merged) - set(DEFAULTS))
         if unknown:
             raise UserError(f"unknown GRPO option(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
@@ -88,17 +99,14 @@ class GRPOObjective:
             weights.setdefault("user", 1.0)
         self.mix = RewardMix(weights=weights, length_target=int(merged["length_target"]),
                              format_pattern=str(merged["format_pattern"]), user=user).check()
-        self.records: list[dict[str, str]] = []
-        self.model: torch.nn.Module | None = None
-        self.reference: Any = None
-        self.text: _Text | None = None
-        self.seed, self.max_len = 0, 512
-        self.eos: set[int] = set()
-        self.last_rollouts: list[dict[str, Any]] = []
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
         if ctx.tokenizer is None:
             raise UserError("GRPO needs the model's tokenizer")
+        config = getattr(ctx, "config", None)
+        if self._from_config and config is not None:
+            self._configure({**(config.method_options or {}),
+                             **({"prompts": list(config.data)} if config.data else {})})
         self.records = load_prompts(self.options["prompts"])
         self.model, self.seed, self.text = model, ctx.seed, _Text(ctx.tokenizer)
         self.max_len = int(getattr(ctx.store, "context_length", 0) or getattr(model.config,

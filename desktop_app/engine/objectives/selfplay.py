@@ -118,6 +118,7 @@ class SelfPlayObjective:
     name = "selfplay"
 
     def __init__(self, options: dict[str, Any] | None = None, world: TaskWorld | None = None):
+        self._from_config = options is None  # made by the registry: the run config's method_options apply
         self.options = selfplay_options(options)
         self.world = world
         self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options["task_types"]}
@@ -135,6 +136,10 @@ class SelfPlayObjective:
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
         if ctx.tokenizer is None:
             raise UserError("self-play needs the model's tokenizer")
+        config = getattr(ctx, "config", None)
+        if self._from_config and config is not None and config.method_options:
+            self.options = selfplay_options(config.method_options)
+            self.buffers = {t: TaskBuffer() for t in self.options["task_types"]}
         self.model, self.seed = model, ctx.seed
         self.text = _Text(ctx.tokenizer)
         self.log_path = Path(ctx.run_dir) / LOG_NAME

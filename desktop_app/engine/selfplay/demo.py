@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.events import Controls, Event, Finished, Log
+from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
 from desktop_app.engine.tasks.base import TASK_TYPES
 
 DEMO_WORLD = {"depth": 2, "references": 2}
@@ -36,7 +36,11 @@ def _timed(events: Iterator[Event], controls: Controls, deadline: float, outer: 
 
 def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpus_tasks: int = 12000,
              pretrain_share: float = 0.5, controls: Controls | None = None,
-             selfplay_options: dict[str, Any] | None = None) -> Iterator[Event]:
+             selfplay_options: dict[str, Any] | None = None, pretrain_steps: int = 100_000,
+             selfplay_steps: int = 100_000, eval_every: int = 10,
+             train_overrides: dict[str, Any] | None = None) -> Iterator[Event]:
+    """The demo within `minutes` (pretraining gets `pretrain_share` of it); `pretrain_steps` and
+    `selfplay_steps` cap the phases by steps instead (tests use them for a seeded, time-independent run)."""
     from desktop_app.engine.data import prepare_dataset
     from desktop_app.engine.loading import load_model
     from desktop_app.engine.objectives.selfplay import SelfPlayObjective, _Text, heldout_solve_rates, heldout_tasks
@@ -60,6 +64,10 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
     corpus.mkdir()
     shards = 8  # several files: the dataset's validation split takes whole documents from all of them
     for i in range(shards):
+        if controls.stop.is_set():
+            yield Finished("stopped", message="stopped while writing the seed corpus")
+            return
+        yield Progress("seed corpus", i, shards, "files")
         world.write_seed_corpus(corpus / f"mini-{i}.txt", corpus_tasks // shards, seed * 100 + i, TASK_TYPES,
                                 proposals=True)
 
@@ -73,9 +81,9 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
     budget = minutes * 60.0
     pretrain_deadline = start + budget * pretrain_share
     yield Log("info", f"3/4 pretraining the tiny preset for about {budget * pretrain_share / 60:.1f} minutes")
-    config, notes = config_from_preset(out / "dataset", "tiny", seed=seed, steps=100_000, batch_size=32,
+    config, notes = config_from_preset(out / "dataset", "tiny", seed=seed, steps=pretrain_steps, batch_size=32,
                                        lr=3e-3, warmup_steps=50, eval_every=200, save_every=200, sample_tokens=0,
-                                       early_stopping_patience=0)
+                                       early_stopping_patience=0, **(train_overrides or {}))
     for note in notes:
         yield Log("info", note)
     inner = Controls()
@@ -97,27 +105,32 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
 
     yield Log("info", f"4/4 self-play (Absolute Zero on the mini world) for the remaining "
               f"{max(0.0, start + budget - time.monotonic()) / 60:.1f} minutes")
-    train_spec = TrainSpec(steps=100_000, batch_size=64, micro_batch_size=32, lr=2e-4, warmup_steps=5,
-                           schedule="constant", eval_every=10, save_every=10, sample_tokens=0, log_every=1,
-                           early_stopping_patience=0, grad_clip=1.0)
+    train_spec = TrainSpec(steps=selfplay_steps, batch_size=64, micro_batch_size=32, lr=2e-4, warmup_steps=5,
+                           schedule="constant", eval_every=eval_every, save_every=eval_every, sample_tokens=0,
+                           log_every=1, early_stopping_patience=0, grad_clip=1.0,
+                           **{"threads": 1, **(train_overrides or {})})
     sp_config = RunConfig(base_model=str(out / "pretrain"), dataset=str(out / "dataset"), train=train_spec.to_dict(),
                           seed=seed)
     objective = SelfPlayObjective({**options, "heldout_seed": 9001})
     inner = Controls()
     last_eval: dict[str, float] = {}
+    best_eval: dict[str, float] = {}
     try:
         for event in _timed(train(sp_config, out / "selfplay", inner, objective=objective), inner,
                             start + budget, controls):
             if getattr(event, "type", "") == "eval":
                 last_eval = dict(event.metrics)
+                if last_eval.get("val_loss", 1.0) < best_eval.get("val_loss", 1.0):
+                    best_eval = dict(last_eval)  # the best checkpoint is kept: report its rates
             yield event
     finally:
         objective.close()
-    after = {k: v for k, v in last_eval.items() if k.startswith("heldout_solve_rate")}
+    after = {k: v for k, v in (best_eval or last_eval).items() if k.startswith("heldout_solve_rate")}
     summary = {"before": {t: before[f"heldout_solve_rate/{t}"] for t in TASK_TYPES},
                "after": {t: after.get(f"heldout_solve_rate/{t}", float("nan")) for t in TASK_TYPES},
+               "last": {t: last_eval.get(f"heldout_solve_rate/{t}", float("nan")) for t in TASK_TYPES},
                "minutes": (time.monotonic() - start) / 60.0, "pretrain_run": str(out / "pretrain"),
                "selfplay_run": str(out / "selfplay")}
-    yield Log("info", "held-out solve rate after self-play: " + ", ".join(
+    yield Log("info", "held-out solve rate after self-play (best checkpoint): " + ", ".join(
         f"{t} {summary['after'][t]:.2f}" for t in TASK_TYPES))
     yield Finished("completed", message="self-play demo finished", result=summary)

@@ -1,4 +1,9 @@
-"""Generate tab: pick a model or checkpoint, prompt, sampling settings, stream text; compare checkpoints."""
+"""Generate tab: pick a model or checkpoint, prompt, sampling settings, stream text; compare checkpoints.
+
+Beams above 1 switch to beam search: the sampling-only settings (temperature, top-k, top-p, min-p, seed) are
+greyed out and not used, length penalty and early stopping become active, and each output shows its beam's
+text when the search ends (beams cannot stream: a beam's past can still change).
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,10 @@ from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.serve_panel import ServePanel
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.stream_view import StreamView
+
+# Settings that only sampling uses, and those only beam search uses (greyed out when they do not apply).
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")
+BEAM_ONLY = ("length_penalty", "early_stopping")
 
 
 class ModelCache:
@@ -89,6 +98,7 @@ class GenerateTab(QWidget):
         self.outputs: list[StreamView] = []
         self.stats: list[GenerationStats] = []
         self.history: list[tuple[str, str]] = []  # chat transcript (role, text)
+        self._beams = 1  # num_beams of the running generation
 
         self.source_box = QComboBox()
         self.source_box.setObjectName("sourceBox")
@@ -168,7 +178,8 @@ class GenerateTab(QWidget):
         self.stop_btn.clicked.connect(lambda _=False: self.stop())
         self.clear_btn.clicked.connect(lambda _=False: self.clear())
         self.compare_check.toggled.connect(self.compare_list.setVisible)
-        self.form.changed.connect(lambda: self.form.validate())
+        self.form.changed.connect(self._on_form_changed)
+        self._sync_beam_controls()
         self._make_outputs(["Output"])
         self.refresh_sources()
 
@@ -240,6 +251,31 @@ class GenerateTab(QWidget):
         self._make_outputs(["Output"])
         self.stats_label.setText("")
 
+    # --- settings ---
+    def settings_spec(self) -> GenerateSpec:
+        """The form's settings as generation uses them: with beams > 1 the greyed-out sampling settings are
+        not used (temperature 0: beams pick without randomness)."""
+        spec = self.form.spec()
+        return spec.replace(temperature=0.0) if spec.num_beams > 1 else spec
+
+    def _on_form_changed(self) -> None:
+        self._sync_beam_controls()
+        self.form.show_problems(self.settings_spec().validate())
+
+    def _sync_beam_controls(self) -> None:
+        """Beams > 1: sampling settings off (they do not apply), beam settings on; and the other way round."""
+        beams = self.form.editors["num_beams"].value() > 1  # type: ignore[attr-defined]
+        layout = self.form.layout()
+        for name in SAMPLING_ONLY + BEAM_ONLY:
+            editor = self.form.editors.get(name)
+            if editor is None:
+                continue
+            enabled = (name in BEAM_ONLY) == beams
+            editor.setEnabled(enabled)
+            label = layout.labelForField(editor) if hasattr(layout, "labelForField") else None
+            if label is not None:
+                label.setEnabled(enabled)
+
     # --- run ---
     @property
     def running(self) -> bool:
@@ -249,7 +285,7 @@ class GenerateTab(QWidget):
         if self.running:  # Ctrl+G or the Library can ask while a generation streams
             self.ctx.info("A generation is running: stop it first.")
             return False
-        spec = self.form.spec()
+        spec = self.settings_spec()
         problems = spec.validate()
         self.form.show_problems(problems)
         if problems:
@@ -271,7 +307,8 @@ class GenerateTab(QWidget):
                                       title="No model")
                 return False
             paths = [path]
-            titles = [f"Sample {i + 1}" for i in range(spec.samples)] if spec.samples > 1 else ["Output"]
+            label = "Beam" if spec.num_beams > 1 else "Sample"
+            titles = [f"{label} {i + 1}" for i in range(spec.samples)] if spec.samples > 1 else ["Output"]
         text = self.prompt.toPlainText() if prompt is None else prompt
         if prompt is not None:
             self.prompt.setPlainText(prompt)
@@ -290,6 +327,7 @@ class GenerateTab(QWidget):
         self.stats = []
         controls = Controls()
         self._columns = len(paths) > 1
+        self._beams = spec.num_beams
         self.task = self.ctx.runner.start("generate", lambda: _generate_job(self.cache, paths, text, spec, controls),
                                           controls)
         self.task.produced.connect(self._on_item)
@@ -311,7 +349,8 @@ class GenerateTab(QWidget):
             self.stats_label.setText(f"loading {Path(item[2]).name}…")
             return
         if item[0] == "loaded":
-            self.stats_label.setText("generating…")
+            beams = self._beams
+            self.stats_label.setText(f"beam search ({beams} beams)…" if beams > 1 else "generating…")
             return
         column, event = item
         if isinstance(event, TextDelta):

@@ -1,7 +1,13 @@
-"""Train tab: method, hyperparameters, start/pause/stop/save-now/resume, live curves, log and samples."""
+"""Train tab: method, hyperparameters, start/pause/stop/save-now/resume, live curves, log and samples.
+
+Methods: pretraining on a prepared dataset (model from the Model tab), and the fine-tuning / reinforcement
+methods on a base model (SFT, LoRA, QLoRA, DPO, GRPO, self-play), whose fields live in `MethodPanel`.
+Every method builds one RunConfig and runs the engine's `train` generator in the background runner.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -23,6 +29,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSlider,
     QSplitter,
     QTabWidget,
@@ -41,14 +48,34 @@ from desktop_app.engine.events import (
     Sample,
     StepMetrics,
 )
-from desktop_app.engine.specs import OBJECTIVES, DataSpec, ModelSpec, RunConfig, TrainSpec
+from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
 from desktop_app.ui.context import AppContext
-from desktop_app.ui.widgets.live_plot import LivePlots
+from desktop_app.ui.widgets.method_form import (
+    METHOD_BY_KEY,
+    METHODS,
+    Method,
+    MethodPanel,
+    default_lr,
+    method_defaults,
+    options_spec,
+)
+from desktop_app.ui.widgets.method_plots import MethodPlots
+from desktop_app.ui.widgets.record_preview import RecordPreview
 from desktop_app.ui.widgets.spec_form import SpecForm
+from desktop_app.ui.widgets.task_browser import LOG_NAME as SELFPLAY_LOG
+from desktop_app.ui.widgets.task_browser import TaskBrowser
 
 SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
 
-METHOD_LABELS = {"causal_lm": "Pretraining (next-token prediction)"}
+PLOT_FAMILY = {"pretraining": "pretraining", "sft": "sft", "lora": "sft", "qlora": "sft", "dpo": "dpo",
+               "grpo": "grpo", "selfplay": "selfplay"}
+# TrainSpec fields the CLI sets with flags of their own (cli/train.py _TRAIN_FLAGS).
+CLI_TRAIN_FLAGS = (("steps", "--steps"), ("batch_size", "--batch-size"), ("micro_batch_size", "--micro-batch-size"),
+                   ("lr", "--lr"), ("save_every", "--save-every"), ("eval_every", "--eval-every"),
+                   ("threads", "--threads"), ("device", "--device"), ("optimizer", "--optimizer"))
+# AdapterSpec fields the CLI sets with flags of their own.
+CLI_ADAPTER_FLAGS = {"rank": "--lora-rank", "alpha": "--lora-alpha", "dropout": "--lora-dropout",
+                     "target_modules": "--target-modules"}
 
 
 def format_eta(seconds: float) -> str:
@@ -58,6 +85,89 @@ def format_eta(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def method_key_of(config: RunConfig) -> str:
+    """The selector's method for a run config: (objective, adapter kind) -> pretraining / sft / lora / ..."""
+    objective = config.objective
+    kind = (getattr(config, "adapter", None) or {}).get("kind", "none")
+    if objective == "causal_lm":
+        return "pretraining"
+    if objective == "sft":
+        return {"lora": "lora", "qlora": "qlora"}.get(kind, "sft")
+    return objective if objective in METHOD_BY_KEY else "pretraining"
+
+
+def make_run_config(**fields: Any) -> tuple[RunConfig, list[str]]:
+    """A RunConfig from the fields this engine knows; the names it does not know are returned (an engine that
+    lacks a method's fields refuses to start it by name instead of failing on a TypeError)."""
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(k for k, v in fields.items() if k not in known and v not in ("", [], {}, None))
+    return RunConfig(**{k: v for k, v in fields.items() if k in known}), unknown
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # exact: the CLI must rebuild the same number
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def method_command(config: RunConfig, method: Method, exe: str, out: str = "my-run") -> tuple[str, list[str]]:
+    """(the `train --method ...` command line, settings its flags cannot express) for a fine-tuning config."""
+    q = shlex.quote
+    parts = [exe, "train", "--method", method.key]
+    if getattr(config, "base_model", ""):
+        parts += ["--base", q(config.base_model)]
+    else:
+        parts += ["--base", "MODEL"]
+    for path in getattr(config, "data", []) or []:
+        parts += ["--data", q(path)]
+    train, defaults = config.train, TrainSpec().to_dict()
+    flagged = {name for name, _ in CLI_TRAIN_FLAGS}
+    for name, flag in CLI_TRAIN_FLAGS:
+        # lr always: the CLI's default for a method is the method's (METHOD_LR), not TrainSpec's
+        if name in train and (name in ("steps", "batch_size", "lr") or train[name] != defaults.get(name)):
+            parts += [flag, q(_flag_value(train[name]))]
+    uncovered = [f"train.{k}={_flag_value(v)}" for k, v in train.items() if k not in flagged and v != defaults.get(k)]
+    options = dict(getattr(config, "method_options", {}) or {})
+    cls = options_spec(method.objective)
+    try:
+        option_defaults = cls().to_dict() if cls is not None else method_defaults(method.objective)
+    except Exception:  # an engine without this method: every option counts as set
+        option_defaults = {}
+    if method.key == "selfplay":
+        parts += ["--world", q(str(options.pop("world", option_defaults.get("world", "mini"))))]
+    if method.objective == "grpo" and options.get("reward_file"):
+        parts += ["--reward-file", q(str(options.pop("reward_file")))]
+    for key, value in options.items():
+        if key in option_defaults and value == option_defaults[key]:
+            continue
+        parts += ["--option", q(f"{key}={_flag_value(value)}")]
+    adapter = dict(getattr(config, "adapter", {}) or {})
+    kind = adapter.pop("kind", "none")
+    if method.adapter is None and kind != "none":
+        parts += ["--adapter", kind]
+    if adapter:
+        from desktop_app.engine import specs
+
+        adapter_defaults = specs.AdapterSpec().to_dict() if hasattr(specs, "AdapterSpec") else {}
+        for key, value in adapter.items():
+            if value == adapter_defaults.get(key):
+                continue
+            if key in CLI_ADAPTER_FLAGS:
+                parts += [CLI_ADAPTER_FLAGS[key], q(_flag_value(value))]
+            else:
+                uncovered.append(f"adapter.{key}={_flag_value(value)}")
+    if config.seed != RunConfig().seed:
+        parts += ["--seed", str(config.seed)]
+    parts += ["--out", q(out)]
+    return " ".join(parts), uncovered
 
 
 def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: bool,
@@ -94,6 +204,20 @@ def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: boo
     yield from train(config, run_dir, controls, resume=resume, interactive=True)
 
 
+def _demo_job(out: Path, controls: Controls, minutes: float):
+    """The self-play CPU demo in the worker thread: its events, plus markers when a phase's run folder starts."""
+    from desktop_app.engine.selfplay.demo import run_demo
+
+    for event in run_demo(out, minutes=minutes, controls=controls):
+        if isinstance(event, Log) and event.message.startswith("3/4"):
+            yield ("run", str(out / "pretrain"))
+        if isinstance(event, Log) and event.message.startswith("4/4"):
+            yield ("reset",)  # self-play's steps start again at 1: fresh curves
+            yield ("run", str(out / "selfplay"))
+            yield ("selfplay-run", str(out / "selfplay"))
+        yield event
+
+
 def _history_job(run_dir: str):
     from desktop_app.engine.training import read_metrics
 
@@ -104,6 +228,7 @@ class TrainTab(QWidget):
     run_changed = Signal(str)  # run folder of the current/shown run
     checkpoint_saved = Signal(str)
     dataset_prepared = Signal(str)
+    selfplay_demo_requested = Signal()  # the main window connects the CPU demo (see start_selfplay_demo)
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
@@ -118,33 +243,56 @@ class TrainTab(QWidget):
         self.last_step: StepMetrics | None = None
         self._t_start = 0.0
         self._progress_t = 0.0
+        self._auto_lr: float | None = TrainSpec().lr  # the method default the lr field holds (None: user's own)
+        self._sandbox_probed = False
+        self.sandbox_dialog = None
 
         # --- top: what to train on what ---
         self.method_box = QComboBox()
-        for obj in OBJECTIVES:
-            self.method_box.addItem(METHOD_LABELS.get(obj, obj), obj)
-        self.method_box.setToolTip("Training method; more methods appear here as the engine gains them")
+        self.method_box.setObjectName("methodBox")
+        for m in METHODS:
+            self.method_box.addItem(m.label, m.key)
+            self.method_box.setItemData(self.method_box.count() - 1, m.help, Qt.ItemDataRole.ToolTipRole)
+        self.method_box.setToolTip("Training method: pretraining from scratch, or fine-tuning / reinforcement "
+                                   "learning on a base model")
+        self.method_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.method_box.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.dataset_box = QComboBox()
         self.dataset_box.setObjectName("trainDatasetBox")
         self.dataset_box.setMinimumWidth(240)
+        self.dataset_label = QLabel("Dataset")
         self.model_label = QLabel("")
         self.model_label.setProperty("role", "muted")
         top = QHBoxLayout()
         top.addWidget(QLabel("Method"))
         top.addWidget(self.method_box)
         top.addSpacing(12)
-        top.addWidget(QLabel("Dataset"))
+        top.addWidget(self.dataset_label)
         top.addWidget(self.dataset_box, 1)
         top.addSpacing(12)
         top.addWidget(self.model_label, 1)
+        top.addStretch(0)  # takes the room of the pretraining-only fields when they are hidden
 
-        # --- left: hyperparameters + controls ---
+        # --- left: method fields, hyperparameters, controls ---
+        self.method_panel = MethodPanel(lambda: self.ctx.workspace)
         self.form = SpecForm(TrainSpec)
+        hyper = QGroupBox("Hyperparameters")
+        hyper.setObjectName("hyperGroup")
+        hl = QVBoxLayout(hyper)
+        hl.setContentsMargins(8, 6, 8, 8)
+        hl.addWidget(self.form)
+        settings = QWidget()
+        sl = QVBoxLayout(settings)
+        sl.setContentsMargins(0, 0, 6, 0)
+        sl.addWidget(self.method_panel)
+        sl.addWidget(hyper)
+        sl.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setWidget(self.form)
-        scroll.setMinimumWidth(330)
+        scroll.setWidget(settings)
+        scroll.setMinimumWidth(360)
+        self.settings_scroll = scroll
         self.start_btn = QPushButton("Start training")
         self.start_btn.setProperty("primary", True)
         self.start_btn.setObjectName("startButton")
@@ -155,8 +303,9 @@ class TrainTab(QWidget):
         self.cli_btn = QPushButton("Show CLI command")
         for b in (self.pause_btn, self.stop_btn, self.save_btn):
             b.setEnabled(False)
-        left_box = QGroupBox("Hyperparameters")
+        left_box = QWidget()
         ll = QVBoxLayout(left_box)
+        ll.setContentsMargins(0, 0, 0, 0)
         ll.addWidget(scroll, 1)
         row1 = QHBoxLayout()
         row1.addWidget(self.start_btn, 2)
@@ -178,7 +327,7 @@ class TrainTab(QWidget):
         self.status_label = QLabel("Press Start: with no dataset chosen, the bundled sample corpus is prepared first.")
         self.status_label.setProperty("role", "muted")
         self.status_label.setWordWrap(True)
-        self.plots = LivePlots()
+        self.plots = MethodPlots()
         self.log_check = QCheckBox("Log scale")
         self.smooth_slider = QSlider(Qt.Orientation.Horizontal)
         self.smooth_slider.setRange(0, 99)
@@ -215,16 +364,27 @@ class TrainTab(QWidget):
         self.log_view.setObjectName("trainLog")
         self.samples_view = QTextBrowser()
         self.samples_view.setObjectName("samplesView")
+        self.record_preview = RecordPreview(self.ctx.runner)
+        self.task_browser = TaskBrowser()
         bottom = QTabWidget()
         bottom.addTab(self.log_view, "Log")
         bottom.addTab(self.samples_view, "Samples at each evaluation")
+        self.preview_index = bottom.addTab(self.record_preview, "Record preview")
+        self.browser_index = bottom.addTab(self.task_browser, "Task buffer")
+        bottom.setTabToolTip(self.preview_index, "One record of your data, rendered through the base model's chat "
+                                                 "template: which tokens carry loss")
+        bottom.setTabToolTip(self.browser_index, "Self-play: the proposed tasks and the last round's rollouts")
         self.bottom_tabs = bottom
+        bottom.setMinimumHeight(90)  # the preview and the browser would otherwise claim half the height
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(plots_panel)
         right.addWidget(bottom)
         right.setStretchFactor(0, 4)
         right.setStretchFactor(1, 1)
         right.setSizes([560, 170])
+        self.right_splitter = right
+        self._sizes_before_tall: list[int] | None = None
+        bottom.currentChanged.connect(self._on_bottom_tab)
 
         body = QSplitter(Qt.Orientation.Horizontal)
         body.addWidget(left_box)
@@ -247,7 +407,12 @@ class TrainTab(QWidget):
         self.png_btn.clicked.connect(self._export_png)
         self.csv_btn.clicked.connect(self._export_csv)
         self.form.changed.connect(lambda: self.form.validate())
+        self.method_box.currentIndexChanged.connect(lambda _i: self._on_method_changed())
+        self.method_panel.changed.connect(self._on_panel_changed)
+        self.method_panel.sandbox_check_requested.connect(lambda: self.check_sandbox(show_dialog=True))
+        self.method_panel.demo_requested.connect(self.start_selfplay_demo)
         self.refresh_datasets()
+        self._on_method_changed()
 
     # --- inputs from other tabs ---
     def set_model_spec(self, spec: ModelSpec | None) -> None:
@@ -255,8 +420,137 @@ class TrainTab(QWidget):
         self._update_model_label()
 
     def set_base_model(self, path: str) -> None:
+        """The Model tab's base (continued pretraining); also offered as the fine-tuning methods' base."""
         self.base_model = path
+        if path and not self.running:
+            self.method_panel.base_picker.set_path(path)
         self._update_model_label()
+
+    # --- method ---
+    def current_method(self) -> Method:
+        return METHOD_BY_KEY[self.method_box.currentData() or "pretraining"]
+
+    def set_method(self, key: str) -> None:
+        i = self.method_box.findData(key)
+        if i < 0:
+            raise KeyError(f"unknown method {key!r}")
+        self.method_box.setCurrentIndex(i)
+
+    def _on_method_changed(self) -> None:
+        m = self.current_method()
+        self.method_panel.set_method(m.key)
+        for w in (self.dataset_label, self.dataset_box, self.model_label):
+            w.setVisible(not m.finetune)
+        self.bottom_tabs.setTabVisible(self.preview_index, m.data in ("sft", "dpo"))
+        self.bottom_tabs.setTabVisible(self.browser_index, m.key == "selfplay")
+        if not self.running:
+            self.plots.set_method(PLOT_FAMILY[m.key])
+            self.status_label.setText(
+                "Press Start: with no dataset chosen, the bundled sample corpus is prepared first."
+                if m.key == "pretraining" else
+                f"{m.label}: choose the base model{' and the data files' if m.data else ''} on the left, then press "
+                "Start. The run folder appears here; curves fill in as the engine reports.")
+        self._apply_default_lr()
+        self._update_preview_source()
+        if m.key == "selfplay" and not self._sandbox_probed:
+            self.check_sandbox(show_dialog=False)
+
+    def _on_panel_changed(self) -> None:
+        self._apply_default_lr()
+        self._update_preview_source()
+
+    def _on_bottom_tab(self, index: int) -> None:
+        """The record preview and the task browser need room: give them half the height while shown."""
+        sizes = self.right_splitter.sizes()
+        total = sum(sizes)
+        if index in (self.preview_index, self.browser_index):
+            share = 0.5 if index == self.preview_index else 0.62
+            if total and sizes[1] < (share - 0.05) * total:
+                self._sizes_before_tall = self._sizes_before_tall or sizes
+                self.right_splitter.setSizes([round(total * (1 - share)), total - round(total * (1 - share))])
+        elif self._sizes_before_tall is not None:
+            self.right_splitter.setSizes(self._sizes_before_tall)
+            self._sizes_before_tall = None
+
+    def _apply_default_lr(self) -> None:
+        """Follow the method's usual learning rate unless the user typed their own."""
+        m = self.current_method()
+        new = default_lr(m, self.method_panel.adapter())
+        current = self.form.spec().lr
+        untouched = self._auto_lr is not None and abs(current - self._auto_lr) <= 1e-12 * max(1.0, abs(current))
+        if new is not None and untouched and new != current:
+            self.form.set_value("lr", new)
+        if new is not None and untouched:
+            self._auto_lr = new
+        elif not untouched:
+            self._auto_lr = None
+
+    def _update_preview_source(self) -> None:
+        m = self.current_method()
+        if m.data not in ("sft", "dpo"):
+            return
+        self.record_preview.set_source(self.method_panel.base_model(), self.method_panel.data_files(),
+                                       self.method_panel.loss_on())
+
+    def check_sandbox(self, *, show_dialog: bool = False) -> None:
+        """Probe the sandboxed executor in the background; the Self-play fields show its state."""
+        from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
+
+        self._sandbox_probed = True
+        self.method_panel.set_sandbox_state(None, checking=True)
+        task = self.ctx.runner.start("sandbox-probe", probe_sandbox)
+
+        def done(state: dict) -> None:
+            self.method_panel.set_sandbox_state(state)
+            if show_dialog:
+                self.sandbox_dialog = SandboxStatusDialog(state, self)
+                self.sandbox_dialog.show()
+
+        task.produced.connect(done)
+        task.failed.connect(lambda message, _d: self.method_panel.set_sandbox_state(
+            {"layers": [], "missing": {}, "error": message}))
+
+    # --- hooks for the main window (drops, Library) ---
+    def accepts_data_drops(self) -> bool:
+        """True when the chosen method reads data files (the window can route drops here instead of the Data tab)."""
+        return bool(self.current_method().data) and not self.running
+
+    def add_data_files(self, paths: list[str]) -> int:
+        """Add dropped/chosen files or folders to the method's data list; returns how many were added."""
+        return self.method_panel.data_list.add_paths(list(paths))
+
+    def use_as_base(self, path: str, method: str = "sft") -> None:
+        """Fine-tune `path` (a run, checkpoint, export or HF folder): pick a fine-tuning method if none is chosen."""
+        if self.running:
+            self.ctx.info("Stop the running training before choosing another base model.")
+            return
+        if not self.current_method().finetune:
+            self.set_method(method)
+        self.method_panel.base_picker.set_path(str(path))
+
+    def start_selfplay_demo(self, minutes: float = 15.0) -> bool:
+        """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs."""
+        if self.running:
+            return False
+        self.selfplay_demo_requested.emit()
+        out = self.ctx.workspace.folder("runs") / time.strftime("selfplay-demo-%Y%m%d-%H%M%S")
+        controls = Controls()
+        self.config, self.run_dir = None, out
+        self.last_finished = None
+        self.steps_seen = 0
+        self.plots.clear()
+        self.samples_view.clear()
+        self.log_view.appendPlainText(f"— {time.strftime('%H:%M:%S')} self-play CPU demo in {out}")
+        self.task = self.ctx.runner.start("train", lambda: _demo_job(out, controls, minutes), controls)
+        self.task.produced.connect(self._on_item)
+        self.task.failed.connect(self._on_failed)
+        self.task.finished.connect(self._on_task_finished)
+        self._t_start = time.perf_counter()
+        self._set_running(True)
+        self.progress.setValue(0)
+        self.progress.setFormat("self-play demo: writing the seed corpus…")
+        self.status_label.setText(f"Demo folder: {out}")
+        return True
 
     def _update_model_label(self) -> None:
         if self.base_model:
@@ -271,6 +565,7 @@ class TrainTab(QWidget):
             self.model_label.setText("Model: the Model tab's spec has problems")
 
     def refresh_datasets(self) -> None:
+        self.method_panel.base_picker.refresh()  # runs and models of the Library are bases too
         current = self.dataset_box.currentData()
         self.dataset_box.blockSignals(True)
         self.dataset_box.clear()
@@ -301,11 +596,32 @@ class TrainTab(QWidget):
     def running(self) -> bool:
         return self.task is not None and self.task.running
 
-    def build_config(self, dataset: str) -> RunConfig:
+    def build_config(self, dataset: str = "") -> RunConfig:
+        """The run config of the form: pretraining on `dataset`, or the chosen method on its base and data."""
+        return self._build_config(dataset)[0]
+
+    def _build_config(self, dataset: str = "") -> tuple[RunConfig, list[str]]:
         tspec = self.form.spec()
-        return RunConfig(model=self.model_spec.to_dict() if (self.model_spec and not self.base_model) else {},
-                         base_model=self.base_model, dataset=dataset, objective=self.method_box.currentData(),
-                         train=tspec.to_dict())
+        m = self.current_method()
+        if not m.finetune:
+            return RunConfig(model=self.model_spec.to_dict() if (self.model_spec and not self.base_model) else {},
+                             base_model=self.base_model, dataset=dataset, objective=m.objective,
+                             train=tspec.to_dict()), []
+        panel = self.method_panel
+        return make_run_config(base_model=panel.base_model(), objective=m.objective, data=panel.data_files(),
+                               adapter=panel.adapter_dict(), method_options=panel.options_dict(),
+                               train=tspec.to_dict())
+
+    def apply_config(self, config: RunConfig) -> None:
+        """Show a run config in the form (resume, Library): method, base, data, adapter, options, hyperparameters."""
+        key = method_key_of(config)
+        self.set_method(key)
+        if METHOD_BY_KEY[key].finetune:
+            self.method_panel.apply(base_model=getattr(config, "base_model", ""), data=getattr(config, "data", []),
+                                    adapter=getattr(config, "adapter", {}),
+                                    options=getattr(config, "method_options", {}))
+        self.form.set_spec(config.train_spec())
+        self._auto_lr = None  # the run's own learning rate, never replaced by a method default
 
     def start(self) -> bool:
         if self.running:
@@ -318,6 +634,8 @@ class TrainTab(QWidget):
             self.ctx.report_error("The hyperparameters have problems:\n" + "\n".join(problems),
                                   title="Check the settings")
             return False
+        if self.current_method().finetune:
+            return self._start_method()
         if self.model_spec is None and not self.base_model:
             self.ctx.report_error("The model spec on the Model tab has problems; fix them first.",
                                   title="Check the model")
@@ -348,6 +666,30 @@ class TrainTab(QWidget):
         return self._launch(config, run_dir, resume=False, sample_paths=sample_paths, dataset_dir=dataset_dir,
                             data_spec=data_spec)
 
+    def _start_method(self) -> bool:
+        """Fine-tuning / RL methods: check the fields, build the config, start the engine's train generator."""
+        m = self.current_method()
+        problems = self.method_panel.problems()
+        if problems:
+            self.ctx.report_error(f"{m.label} cannot start yet:\n" + "\n".join(f"• {p}" for p in problems),
+                                  title="Check the method settings")
+            return False
+        config, unknown = self._build_config()
+        problems = [f"this version of the engine has no run-config field {name!r}: it cannot run {m.label} yet"
+                    for name in unknown]
+        try:
+            problems += config.validate()
+        except Exception as exc:  # a config the engine cannot even inspect
+            problems.append(str(exc))
+        if problems:
+            self.ctx.report_error(f"The engine refuses this {m.label} run:\n" + "\n".join(f"• {p}" for p in problems),
+                                  title="Check the method settings")
+            return False
+        base = self.method_panel.base_model()
+        self.method_panel.base_picker.remember(base)
+        run_dir = self.ctx.workspace.new_run_dir(f"{m.key}-{Path(base).name}")
+        return self._launch(config, run_dir, resume=False)
+
     def resume_run(self, run_dir: str | Path) -> bool:
         if self.running:
             self.ctx.info("Training is already running.")
@@ -358,7 +700,10 @@ class TrainTab(QWidget):
         except Exception as exc:
             self.ctx.report_exception(exc, title="Cannot resume this run")
             return False
-        self.form.set_spec(config.train_spec())
+        try:
+            self.apply_config(config)
+        except Exception as exc:  # a config of a method this window does not know: resume it as it is
+            self._log("warning", f"the form cannot show this run's settings: {exc}")
         self.show_run_history(str(run_dir))
         return self._launch(config, run_dir, resume=True, clear=False)
 
@@ -414,6 +759,8 @@ class TrainTab(QWidget):
         self.save_btn.setEnabled(on)
         self.dataset_box.setEnabled(not on)
         self.form.setEnabled(not on)
+        self.method_box.setEnabled(not on)
+        self.method_panel.setEnabled(not on)
         if not on:
             self.pause_btn.setText("Pause")
 
@@ -430,10 +777,12 @@ class TrainTab(QWidget):
             frac = item.step / item.total_steps if item.total_steps else 0.0
             self.progress.setValue(int(frac * 1000))
             loss = item.metrics.get("loss")
+            reward = item.metrics.get("reward")
             paused = " · paused" if self.task and self.task.controls and self.task.controls.pause.is_set() else ""
             self.progress.setFormat(f"step {item.step:,}/{item.total_steps:,} · {frac:.0%} · ETA "
                                     f"{format_eta(item.eta_s)}" + (f" · loss {loss:.3f}" if isinstance(loss, float)
-                                                                  else "") + paused)
+                                                                  else "")
+                                    + (f" · reward {reward:+.3f}" if isinstance(reward, float) else "") + paused)
         elif isinstance(item, EvalResult):
             self.plots.add_metrics(item.step, item.metrics)
             self._log("info", f"step {item.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in item.metrics.items()
@@ -473,8 +822,15 @@ class TrainTab(QWidget):
                 self.dataset_box.setEnabled(False)
             elif kind == "run":
                 self.run_changed.emit(item[1])
+                if self.config is not None and self.config.objective == "selfplay":
+                    self.task_browser.start_live(item[1])
             elif kind == "history":
                 self._replay(item[2])
+            elif kind == "reset":
+                self.plots.clear()
+            elif kind == "selfplay-run":
+                self.run_dir = Path(item[1])
+                self.task_browser.start_live(item[1])
 
     def _on_failed(self, message: str, details: str) -> None:
         self._log("error", message)
@@ -484,6 +840,8 @@ class TrainTab(QWidget):
     def _on_task_finished(self) -> None:
         self._set_running(False)
         self.plots.flush()
+        if self.task_browser.timer.isActive():
+            self.task_browser.stop_live()
         if self.run_dir is not None:
             self.run_changed.emit(str(self.run_dir))
 
@@ -500,6 +858,8 @@ class TrainTab(QWidget):
         self.plots.clear()
         self.samples_view.clear()
         self.run_dir = Path(run_dir)
+        if (self.run_dir / SELFPLAY_LOG).exists():
+            self.task_browser.set_run(self.run_dir)
         task = self.ctx.runner.start("history", lambda: _history_job(run_dir))
         task.produced.connect(self._on_item)
         task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Cannot read the run's metrics"))
@@ -528,27 +888,44 @@ class TrainTab(QWidget):
             self.progress.setFormat(f"history: step {last['step']:,}/{last['total_steps']:,} · {frac:.0%}")
 
     # --- CLI, exports ---
-    def cli_command(self) -> str:
+    def _shown_config(self) -> RunConfig:
+        """The running run's config, else the form's."""
+        if self.running and self.config is not None:
+            return self.config
+        return self.build_config(self.dataset_box.currentData() or "<prepared sample corpus>")
+
+    def cli_command(self, config: RunConfig | None = None) -> str:
+        """The terminal equivalent: `train --method ...` for the methods, `train --config` for every run."""
         run = self.run_dir
         # A frozen app is its own CLI; from source, the module form works without the entry point on PATH.
         exe = shlex.quote(sys.executable) if getattr(sys, "frozen", False) else "python -m desktop_app"
+        lines = []
+        config = config or self._shown_config()
+        method = METHOD_BY_KEY.get(method_key_of(config), METHODS[0])
+        if method.finetune:
+            command, uncovered = method_command(config, method, exe)
+            lines.append(command)
+            if uncovered:
+                lines.append("# not expressible as flags (they are in run.json below): " + ", ".join(uncovered))
+            lines.append("# exactly this config (save the JSON below as run.json):")
+        lines.append(f"{exe} train --config run.json --out my-run")
         if run is not None and (run / "run.json").exists():
             again = shlex.quote(str(run.with_name(run.name + "-cli")))
-            return (f"{exe} train --config {shlex.quote(str(run / 'run.json'))} --out {again}\n"
-                    f"# or continue this run:\n{exe} train --resume {shlex.quote(str(run))}")
-        return f"{exe} train --config run.json --out my-run"
-
+            lines += [f"# reproduce run {run.name}:",
+                      f"{exe} train --config {shlex.quote(str(run / 'run.json'))} --out {again}",
+                      f"# or continue this run:\n{exe} train --resume {shlex.quote(str(run))}"]
+        return "\n".join(lines)
 
     def show_cli_command(self) -> None:
-        dataset = self.dataset_box.currentData() or "<prepared sample corpus>"
-        config = self.config or self.build_config(dataset)
+        config = self._shown_config()
         dlg = QDialog(self)
         dlg.setWindowTitle("Run this from a terminal")
         lay = QVBoxLayout(dlg)
         lay.addWidget(QLabel("The same run, headless (save the config below as run.json):"))
-        cmd = QPlainTextEdit(self.cli_command())
+        cmd = QPlainTextEdit(self.cli_command(config))
+        cmd.setObjectName("cliCommand")
         cmd.setReadOnly(True)
-        cmd.setMaximumHeight(60)
+        cmd.setMaximumHeight(130)
         text = QPlainTextEdit(json.dumps(config.to_dict(), indent=2))
         text.setReadOnly(True)
         lay.addWidget(cmd)
@@ -560,7 +937,7 @@ class TrainTab(QWidget):
         save.clicked.connect(lambda _=False: self._save_config(config))
         buttons.rejected.connect(dlg.reject)
         lay.addWidget(buttons)
-        dlg.resize(640, 480)
+        dlg.resize(760, 520)
         self.cli_dialog = dlg
         dlg.open()
 
@@ -598,6 +975,7 @@ class TrainTab(QWidget):
 
     def stop_timers(self) -> None:
         self.plots.stop_timers()
+        self.task_browser.stop_timers()
 
 
 def _esc(text: str) -> str:
