@@ -60,3 +60,14 @@ def test_bad_flags_are_one_line_errors(base: Path, tmp_path: Path, run_cli, argv
     argv = [a if a != "x.jsonl" else str(tmp_path / "x.jsonl") for a in argv]
     code, _, err = run_cli("--base", base, "--out", tmp_path / "o", *argv)
     assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_selfplay_with_lora_uses_the_base_as_kl_reference(base: Path, tmp_path: Path, run_cli) -> None:
+    code, _, err = run_cli(
+        "--method", "selfplay", "--world", "mini", "--base", base, "--adapter", "lora", "--lr", "0.01",
+        "--steps", "2", "--threads", "1", "--out", tmp_path / "sp", "--json", "--option", "kl_coef=0.1",
+        "--option", "max_new_tokens=6", "--option", "heldout_per_type=2", "--option", "seed_tasks_per_type=2")
+    assert code == 0, err
+    steps = [m for m in read_metrics(tmp_path / "sp") if m.get("type") == "step"]
+    assert steps[0]["kl"] == 0.0 and steps[1]["kl"] > 0.0  # the adapter moved away from the base
+    assert list((tmp_path / "sp" / "checkpoints").glob("*/adapter_model.safetensors"))
