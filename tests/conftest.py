@@ -116,3 +116,17 @@ def pytest_unconfigure(config) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_EXIT_STATUS[-1])
+
+
+@pytest.fixture(autouse=True)
+def _switch_interval_restored(request):
+    """The GIL switch interval is lowered only while generation runs; a test that leaves it lowered would slow
+    every later thread-heavy test (and means a generation was abandoned without being closed)."""
+    import sys
+
+    before = sys.getswitchinterval()
+    yield
+    after = sys.getswitchinterval()
+    if after != before:
+        sys.setswitchinterval(before)
+        pytest.fail(f"the GIL switch interval was left at {after} (was {before})", pytrace=False)
