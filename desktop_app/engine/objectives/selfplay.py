@@ -151,7 +151,8 @@ class SelfPlayObjective:
             self.world = get_world(self.options["world"], strict=bool(self.options["strict_sandbox"]),
                                    **dict(self.options["world_options"]))
         for task_type in self.options["task_types"]:
-            seeds = [Task.from_json(s) for s in self.options["seeds"] if s.get("type") == task_type]
+            seeds = identity_tasks(self.world, task_type)
+            seeds += [Task.from_json(s) for s in self.options["seeds"] if s.get("type") == task_type]
             seeds += self.world.generate(task_type, int(self.options["seed_tasks_per_type"]), ctx.seed)
             for task in seeds:
                 self.buffers[task_type].add(task)
@@ -370,3 +371,21 @@ def heldout_tasks(world: TaskWorld, task_type: str, count: int, seed: int) -> li
     """The fixed evaluation set of a type: the world's own held-out stream when it has one."""
     maker = getattr(world, "heldout_set", None)
     return maker(task_type, count, seed) if callable(maker) else world.generate(task_type, count, seed)
+
+
+IDENTITY_PROPOSALS = {
+    "mini": {"single": "f = lambda x: x\ninput: [1, 2, 3]",
+             "induction": "f = lambda x: x\ninputs: [[1], [2, 3], [4, 5, 6], [7, 8]]"},
+    "python": {"single": "```python\ndef f(x):\n    return x\n```\nInput: f([1, 2, 3])",
+               "induction": "```python\ndef f(x):\n    return x\n```\nf(1)\nf([2, 3])\nf('ab')\nf(4)\n"
+                            "Message: identity"},
+}
+
+
+def identity_tasks(world: TaskWorld, task_type: str) -> list[Task]:
+    """The identity program as the first task of every buffer (the Absolute Zero seed), validated by the world."""
+    proposals = IDENTITY_PROPOSALS.get(world.name)
+    if proposals is None:
+        return []
+    verdict = world.validate(task_type, [proposals["induction" if task_type == "induction" else "single"]])[0]
+    return [verdict.task] if verdict.valid and verdict.task is not None else []

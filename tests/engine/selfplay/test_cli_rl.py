@@ -64,10 +64,11 @@ def test_bad_flags_are_one_line_errors(base: Path, tmp_path: Path, run_cli, argv
 
 def test_selfplay_with_lora_uses_the_base_as_kl_reference(base: Path, tmp_path: Path, run_cli) -> None:
     code, _, err = run_cli(
-        "--method", "selfplay", "--world", "mini", "--base", base, "--adapter", "lora", "--lr", "0.01",
-        "--steps", "2", "--threads", "1", "--out", tmp_path / "sp", "--json", "--option", "kl_coef=0.1",
+        "--method", "selfplay", "--world", "mini", "--base", base, "--adapter", "lora", "--lr", "0.05",
+        "--steps", "3", "--threads", "1", "--out", tmp_path / "sp", "--json", "--option", "kl_coef=0.1",
         "--option", "max_new_tokens=6", "--option", "heldout_per_type=2", "--option", "seed_tasks_per_type=2")
     assert code == 0, err
     steps = [m for m in read_metrics(tmp_path / "sp") if m.get("type") == "step"]
-    assert steps[0]["kl"] == 0.0 and steps[1]["kl"] > 0.0  # the adapter moved away from the base
+    # at first the policy is the base (LoRA's B starts at zero); then the adapter moves it away
+    assert steps[0]["kl"] < 1e-6 and max(s["kl"] for s in steps[1:]) > steps[0]["kl"]
     assert list((tmp_path / "sp" / "checkpoints").glob("*/adapter_model.safetensors"))

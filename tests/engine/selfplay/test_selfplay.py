@@ -36,6 +36,9 @@ def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
     spec = ModelSpec("llama", tokenizer.get_vocab_size(), 32, 1, 2, 2, 64, 128)
     ctx = SimpleNamespace(tokenizer=tokenizer, seed=0, run_dir=tmp_path, store=SimpleNamespace(context_length=128))
     objective.setup(ctx, build_model(spec, seed=0))
+    for task_type, buffer in objective.buffers.items():  # every buffer starts with the identity program
+        assert [t.program for t in buffer.tasks] == ["f = lambda x: x"], task_type
+        buffer.__init__()  # the hand-worked rounds below use their own buffer tasks only
     return objective
 
 
