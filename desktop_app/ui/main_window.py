@@ -70,6 +70,9 @@ class MainWindow(QMainWindow):
     def __init__(self, workspace: Workspace | None = None, *, settings: QSettings | None = None,
                  preload: bool = True):
         super().__init__()
+        from desktop_app.ui import gc_guard
+
+        gc_guard.install()  # cyclic GC only in this thread: Qt objects must never die in a worker
         self.settings = settings or app_settings()
         self.setWindowTitle("AZR Model Trainer")
         icon = _app_icon()
