@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from desktop_app.engine.errors import UserError
-    from desktop_app.engine.export import export_model
+    from desktop_app.engine.export.hf import export_model
 
     if args.fmt != "gguf" and args.gguf_type is not None:
         raise UserError("--gguf-type only applies to --format gguf")

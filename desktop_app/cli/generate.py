@@ -6,7 +6,7 @@ With --json nothing streams: one JSON object per sample is printed at the end, o
 text, token_ids (generated ids only, prompt excluded; a final EOS id included), ttft_ms, tokens_per_s
 and finish_reason (length | stop | eos | cancelled).
 
-With --beams N > 1 the text comes from beam search (transformers' semantics, see engine/beam_search.py):
+With --beams N > 1 the text comes from beam search (transformers' semantics, see engine/generate/beam_search.py):
 nothing streams while the beams search; the best beam's text is printed when the search ends, and
 --samples K (at most N) prints the K best beams, best first. Beams need temperature 0, which is the
 default with --beams; an explicit --temperature above 0 with --beams is refused.
@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
 
         raise UserError(f"--threads must be 0 (automatic) or more, got {args.threads}")
 
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(args.model, device=args.device)
     for warning in loaded.warnings:

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     controls = Controls()
     if args.append:
-        from desktop_app.engine.data import append_to_dataset
+        from desktop_app.engine.data.prepare import append_to_dataset
 
         given = [name for name in ("tokenizer", "tokenizer_file", "vocab_size", "min_frequency", "context",
                                    "overlap", "val_fraction", "seed") if getattr(args, name) is not None]
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--append uses the dataset's own settings; drop --{given[0].replace('_', '-')}")
         events = append_to_dataset(args.out, args.paths, controls)
     else:
-        from desktop_app.engine.data import prepare_dataset
+        from desktop_app.engine.data.prepare import prepare_dataset
 
         events = prepare_dataset(args.paths, args.out, _spec(args), controls)
 

@@ -92,7 +92,7 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
     """(RunConfig, run_dir, resume?, notes) from the parsed flags; raises UserError on bad input."""
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.specs import RunConfig
-    from desktop_app.engine.training import config_from_preset
+    from desktop_app.engine.train.loop import config_from_preset
 
     if args.preset and not args.dataset:
         raise UserError("--preset goes with --dataset; a run config or a resumed run already has its model")
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pipeline or (args.resume and _is_pipeline(args.resume)):
         return _run_pipeline(args)
     config, run_dir, resume, notes = build_config(args)
-    from desktop_app.engine.training import train
+    from desktop_app.engine.train.loop import train
 
     controls = Controls()
     with _signals(controls):

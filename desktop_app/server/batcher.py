@@ -13,7 +13,7 @@ TextStream (never half a character, never part of a stop string), so a greedy re
 its event loop); a request's `cancelled` flag is checked every step.
 
 Beam search requests (params.num_beams > 1) take their own path on the same thread: each runs the
-engine's BeamSearch (engine/beam_search.py) on its own KV cache, one step per turn of the loop beside
+engine's BeamSearch (engine/generate/beam_search.py) on its own KV cache, one step per turn of the loop beside
 the batch's step, so the batch keeps decoding while a beam search runs and normal requests never see
 beam rows. At most MAX_BEAM_SEARCHES run at once; the others wait in their own queue. A beam request's
 choices (its n best beams) arrive when its search ends.
@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from desktop_app.engine.beam_search import BeamSearch
-from desktop_app.engine.generation import context_length, short_gil_switch, stop_token_ids
-from desktop_app.engine.text_stream import TextStream
+from desktop_app.engine.generate.beam_search import BeamSearch
+from desktop_app.engine.generate.decode import context_length, short_gil_switch, stop_token_ids
+from desktop_app.engine.generate.text_stream import TextStream
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import RowSampler, SamplingParams, sample_rows
 from desktop_app.server.slot_cache import FixedBatch, SlotCache

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from desktop_app.engine.beam_search import MAX_BEAMS
+from desktop_app.engine.generate.beam_search import MAX_BEAMS
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import SamplingParams
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from desktop_app.engine.generation import encode_prompt
+from desktop_app.engine.generate.decode import encode_prompt
 from desktop_app.server.errors import ApiError
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

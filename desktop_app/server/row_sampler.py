@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from desktop_app.engine.sampling import Sampler
+from desktop_app.engine.generate.sampling import Sampler
 
 
 @dataclass

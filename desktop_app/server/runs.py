@@ -77,8 +77,8 @@ class LiveRun:
 
 def disk_status(run_dir: Path) -> dict[str, Any]:
     """What a run's folder says about it (for runs this server did not start)."""
-    from desktop_app.engine import checkpoints
-    from desktop_app.engine.training import read_metrics
+    from desktop_app.engine.train import checkpoints
+    from desktop_app.engine.train.loop import read_metrics
 
     step, total, metrics, eval_metrics, eta, state, message = 0, 0, {}, {}, None, "incomplete", ""
     for record in read_metrics(run_dir):
@@ -150,7 +150,7 @@ class RunManager:
         return run
 
     def _work(self, run: LiveRun, config: Any, resume: bool, ready: Future[None]) -> None:
-        from desktop_app.engine.training import train
+        from desktop_app.engine.train.loop import train
 
         try:
             events = train(config, run.run_dir, run.controls, resume=resume)

@@ -1,7 +1,7 @@
 """Torch threads of the decode thread: the engine's policy, applied to a batch whose size changes.
 
 The engine starts small work on one thread and lets a ThreadTuner time 1 thread against all cores while
-it decodes (generation.py, thread_tuner.py). Step times depend on how many rows decode, so the server
+it decodes (generate/decode.py, generate/thread_tuner.py). Step times depend on how many rows decode, so the server
 keeps one tuner per batch-size bucket (1, 2, 4, ... rows) and each learns its own answer; torch's
 thread count is per calling thread here, so this touches only the decode thread.
 """
@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from desktop_app.engine.devices import cpu_cores
-from desktop_app.engine.generation import count_parameters, decode_threads
-from desktop_app.engine.thread_tuner import ThreadTuner
+from desktop_app.engine.generate.decode import count_parameters, decode_threads
+from desktop_app.engine.generate.thread_tuner import ThreadTuner
 
-_TUNE_MIN_WORK = 10_000_000  # parameters x rows below which one thread is as fast as two (generation.py)
+_TUNE_MIN_WORK = 10_000_000  # parameters x rows below which one thread is as fast as two (generate/decode.py)
 
 
 def _bucket(rows: int) -> int:

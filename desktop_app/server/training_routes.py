@@ -66,8 +66,8 @@ class ModelCreate(BaseModel):
 
 @router.post("/models", status_code=201, summary="Create a model from a preset or a spec")
 def create_model(body: ModelCreate, request: Request) -> dict[str, Any]:
+    from desktop_app.engine.model.sizing import count_parameters
     from desktop_app.engine.presets import preset
-    from desktop_app.engine.sizing import count_parameters
     from desktop_app.engine.specs import ModelSpec, save_json
 
     ws = get_state(request).workspace
@@ -86,7 +86,7 @@ def create_model(body: ModelCreate, request: Request) -> dict[str, Any]:
 
 @router.get("/models", summary="List models: trained ones (downloadable) and saved specs")
 def list_models(request: Request) -> dict[str, Any]:
-    from desktop_app.engine.loading import list_generatable
+    from desktop_app.engine.model.loading import list_generatable
 
     ws = get_state(request).workspace
     models = [{"name": c.path.name, "kind": c.kind, "label": c.name, "path": str(c.path), "downloadable": True}
@@ -110,7 +110,7 @@ def _model_source(workspace: Any, name: str) -> Path:
 
 
 def _export(source: Path, fmt: str, out: Path) -> None:
-    from desktop_app.engine.export import export_model
+    from desktop_app.engine.export.hf import export_model
 
     last = None
     for event in export_model(source, fmt, out):
@@ -234,10 +234,10 @@ def _base_model(ws: Any, value: str) -> Path:
 
 def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
     """The RunConfig a request describes, and notes on what was adapted to the dataset."""
+    from desktop_app.engine.data.token_store import TokenStore
     from desktop_app.engine.presets import preset
     from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
-    from desktop_app.engine.token_store import TokenStore
-    from desktop_app.engine.training import adapt_model_to_dataset
+    from desktop_app.engine.train.loop import adapt_model_to_dataset
 
     if body.config is not None:
         if any([body.dataset, body.preset, body.model, body.base_model, body.train]):

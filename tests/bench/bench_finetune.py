@@ -46,7 +46,7 @@ def build_world(root: Path, size: str, records: int, answer_words: int) -> tuple
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 
     hidden, layers, heads, ffn, vocab = SIZES[size]
     rng = random.Random(0)
@@ -76,7 +76,7 @@ def child(args: argparse.Namespace) -> None:
     from desktop_app.engine.finetune.base_model import model_footprint_bytes
     from desktop_app.engine.objectives.sft import SFTObjective
     from desktop_app.engine.specs import RunConfig, TrainSpec
-    from desktop_app.engine.training import train
+    from desktop_app.engine.train.loop import train
 
     if args.child == "floor":
         import peft  # noqa: F401
@@ -132,7 +132,7 @@ def bare_lora(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # the same process settings as train() (same maths, fair timing)
-    from desktop_app.engine.cpu_alloc import tune_allocator
+    from desktop_app.engine.train.cpu_alloc import tune_allocator
 
     tune_allocator()
     torch.manual_seed(0)

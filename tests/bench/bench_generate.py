@@ -6,7 +6,7 @@ For each model (~1M `tiny`, ~12M `mini`, ~28M `small` llama presets, randomly in
 size (1, 8) it prints decode tokens/s (all rows' new tokens / wall time of the whole call, prompt
 included) and time to first token (TTFT: wall time of a 1-token call), greedy, for:
   ours     stream_text with threads="auto" (what the app and the CLI use: a ThreadTuner picks 1 thread
-           or all cores by timing, see desktop_app/engine/thread_tuner.py)
+           or all cores by timing, see desktop_app/engine/generate/thread_tuner.py)
   ours@1   stream_text pinned to 1 thread
   gen@1    transformers generate() with 1 torch thread (the reference the goal was stated against)
   gen@N    generate() with all cores (torch's default)
@@ -32,13 +32,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from desktop_app.engine.architecture import build_model
+from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.devices import cpu_cores
-from desktop_app.engine.generation import stream_text, torch_threads
-from desktop_app.engine.loading import LoadedModel
+from desktop_app.engine.generate.decode import stream_text, torch_threads
+from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.presets import preset
 from desktop_app.engine.specs import GenerateSpec
-from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 
 PROMPT = ("The quick brown fox jumps over the lazy dog while the cat sat on the mat and watched "
           "the birds fly over the river towards the old mill at the end of the valley")

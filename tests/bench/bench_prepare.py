@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def make_corpus(folder: Path, mb: float, files: int, single_line: bool) -> int:
-    from desktop_app.engine.sample_corpus import generate
+    from desktop_app.engine.data.sample_corpus import generate
 
     target = int(mb * 1_000_000)
     per_file = target // files
@@ -64,7 +64,7 @@ def _cpu() -> float:
 
 
 def child_prepare(args: argparse.Namespace) -> None:
-    from desktop_app.engine.data import prepare_dataset
+    from desktop_app.engine.data.prepare import prepare_dataset
     from desktop_app.engine.events import Finished
     from desktop_app.engine.specs import DataSpec
 
@@ -132,8 +132,8 @@ def main() -> None:
         child_prepare(args)
         return
 
-    from desktop_app.engine.sample_corpus import sample_corpus_files
-    from desktop_app.engine.tokenization import save_tokenizer, train_tokenizer
+    from desktop_app.engine.data.sample_corpus import sample_corpus_files
+    from desktop_app.engine.data.tokenization import save_tokenizer, train_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="bench_prepare_") as tmp_str:
         tmp = Path(tmp_str)

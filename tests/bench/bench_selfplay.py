@@ -25,13 +25,13 @@ sys.path.insert(0, str(ROOT))
 def main() -> None:
     import torch
 
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.objectives.selfplay import SelfPlayObjective, _Text
     from desktop_app.engine.selfplay.demo import DEMO_SELFPLAY
     from desktop_app.engine.selfplay.rollout import sample_completions
     from desktop_app.engine.specs import RunConfig, TrainSpec
     from desktop_app.engine.tasks import get_world
-    from desktop_app.engine.training import train
+    from desktop_app.engine.train.loop import train
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)

@@ -42,9 +42,9 @@ def prompt(i: int) -> str:
 
 
 def build_model(folder: Path, preset_name: str) -> None:
-    from desktop_app.engine.architecture import build_model as build
+    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.model.architecture import build_model as build
     from desktop_app.engine.presets import preset
-    from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 
     spec = preset(preset_name)
     build(spec, seed=0).save_pretrained(folder)
@@ -109,7 +109,7 @@ async def load(url: str, model: str, clients: int, requests: int, tokens: int) -
 
 
 def direct_engine(loaded, requests: int, tokens: int, threads: int) -> float:
-    from desktop_app.engine.generation import stream_text
+    from desktop_app.engine.generate.decode import stream_text
     from desktop_app.engine.specs import GenerateSpec
 
     produced, t0 = 0, time.perf_counter()
@@ -126,7 +126,7 @@ def _cpu(process) -> float:
 
 
 def direct_batcher(batcher, loaded, requests: int, tokens: int) -> float:
-    from desktop_app.engine.generation import encode_prompt
+    from desktop_app.engine.generate.decode import encode_prompt
     from desktop_app.server.batcher import Done, GenerationRequest
     from desktop_app.server.row_sampler import SamplingParams
 
@@ -154,7 +154,7 @@ def main() -> None:
     import torch
 
     from desktop_app.engine.devices import cpu_cores
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
 
     with tempfile.TemporaryDirectory(prefix="azr-bench-server-") as tmp:
         folder = Path(tmp) / f"{args.preset}-model"

@@ -34,13 +34,13 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from desktop_app.engine.architecture import build_model
 from desktop_app.engine.devices import measure_matmul_peak
+from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.model.sizing import count_parameters, flops_per_token
 from desktop_app.engine.objectives.causal_lm import mean_loss
 from desktop_app.engine.presets import preset
-from desktop_app.engine.sizing import count_parameters, flops_per_token
 from desktop_app.engine.specs import RunConfig, TrainSpec
-from desktop_app.engine.training import train
+from desktop_app.engine.train.loop import train
 
 BATCH = {"tiny": 16, "mini": 8, "small": 8}
 

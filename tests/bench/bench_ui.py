@@ -51,8 +51,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def prepare_dataset(folder: Path, context: int) -> Path:
-    from desktop_app.engine.data import prepare_dataset as prep
-    from desktop_app.engine.sample_corpus import sample_corpus_files
+    from desktop_app.engine.data.prepare import prepare_dataset as prep
+    from desktop_app.engine.data.sample_corpus import sample_corpus_files
     from desktop_app.engine.specs import DataSpec
 
     out = folder / "dataset"
@@ -62,10 +62,10 @@ def prepare_dataset(folder: Path, context: int) -> Path:
 
 
 def run_config(dataset: Path, steps: int):
+    from desktop_app.engine.data.token_store import TokenStore
     from desktop_app.engine.presets import preset
     from desktop_app.engine.specs import RunConfig, TrainSpec
-    from desktop_app.engine.token_store import TokenStore
-    from desktop_app.engine.training import adapt_model_to_dataset
+    from desktop_app.engine.train.loop import adapt_model_to_dataset
 
     spec, _ = adapt_model_to_dataset(preset("tiny"), TokenStore(dataset))
     train = TrainSpec(steps=steps, batch_size=16, eval_every=0, save_every=0, sample_tokens=0, warmup_steps=10)

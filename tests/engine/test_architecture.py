@@ -8,14 +8,14 @@ import random
 import pytest
 import torch
 
-from desktop_app.engine.architecture import (
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.architecture import (
     build_model,
     hf_config,
     model_spec_from_folder,
     spec_from_hf_config,
 )
-from desktop_app.engine.errors import UserError
-from desktop_app.engine.sizing import count_parameters, layer_table
+from desktop_app.engine.model.sizing import count_parameters, layer_table
 from desktop_app.engine.specs import ModelSpec, SpecError
 
 
@@ -181,8 +181,8 @@ def test_transformers_4x_config_json_is_understood():
         "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": False, "vocab_size": 32000,
         "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16", "transformers_version": "4.35.0",
     }
+    from desktop_app.engine.model.sizing import count_parameters as count
     from desktop_app.engine.presets import preset
-    from desktop_app.engine.sizing import count_parameters as count
 
     spec = spec_from_hf_config(tinyllama)
     assert spec == preset("llama-1b")

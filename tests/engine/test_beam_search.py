@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from desktop_app.engine.architecture import build_model
-from desktop_app.engine.beam_search import BeamSearch, beam_search
+from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generation import make_runner, stop_token_ids, stream_text, torch_threads
-from desktop_app.engine.loading import LoadedModel
+from desktop_app.engine.generate.beam_search import BeamSearch, beam_search
+from desktop_app.engine.generate.decode import make_runner, stop_token_ids, stream_text, torch_threads
+from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.specs import GenerateSpec, ModelSpec, SpecError
-from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 
 CORPUS = ["Привет мир! Hello world 🙂 日本語のテキスト. The cat sat on the mat. " * 2 + str(i) for i in range(100)]
 PROMPTS = ["Hi", "Привет мир! Hello world", "The cat sat on"]
@@ -28,7 +28,7 @@ CASES = [(2, 1.0, False), (4, 1.0, False), (4, 0.5, False), (4, 2.0, False), (4,
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    # Tiny models on a busy shared machine: more threads only add synchronisation (see generation.py).
+    # Tiny models on a busy shared machine: more threads only add synchronisation (see generate/decode.py).
     with torch_threads(1):
         yield
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from desktop_app.engine import checkpoints as ckpt
-from desktop_app.engine.architecture import build_model
-from desktop_app.engine.optim import build_optimizer, optimizer_state_to_flat
+from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.specs import ModelSpec, TrainSpec
+from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine.train.optim import build_optimizer, optimizer_state_to_flat
 
 
 def _payload(step: int, model=None) -> ckpt.CheckpointPayload:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from desktop_app.cli import generate as generate_cli
-from desktop_app.engine.architecture import build_model
+from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.specs import ModelSpec
-from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 

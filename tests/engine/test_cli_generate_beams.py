@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from desktop_app.cli import generate as generate_cli
-from desktop_app.engine.architecture import build_model
+from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.specs import ModelSpec
-from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,8 +35,8 @@ def _run(argv: list[str]) -> int:
 
 
 def _engine_beams(model_dir: Path, prompt: str, **settings) -> list:
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.specs import GenerateSpec
 
     events = stream_text(load_model(model_dir), prompt, GenerateSpec(temperature=0.0, **settings), threads=1)

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import desktop_app.cli as cli
+from desktop_app.engine.model.sizing import count_parameters
 from desktop_app.engine.presets import PRESETS
-from desktop_app.engine.sizing import count_parameters
 from desktop_app.engine.specs import ModelSpec
 
 
@@ -53,7 +53,7 @@ def test_spec_file_and_hf_config(run_cli, tmp_path):
     code, out, _ = run_cli("--spec", path, "--json")
     assert code == 0 and json.loads(out)["params"] == count_parameters(spec)
     # a HF config.json (e.g. of an export) works as well
-    from desktop_app.engine.architecture import hf_config
+    from desktop_app.engine.model.architecture import hf_config
 
     folder = tmp_path / "m"
     folder.mkdir()

@@ -13,8 +13,8 @@ import pytest
 from train_helpers import make_dataset, tiny_config
 
 from desktop_app.cli import main
-from desktop_app.engine import checkpoints as ckpt
 from desktop_app.engine.specs import RunConfig
+from desktop_app.engine.train import checkpoints as ckpt
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from train_helpers import final_weights, make_dataset, tiny_config
 
-from desktop_app.engine import cpu_alloc
-from desktop_app.engine.training import train
+from desktop_app.engine.train import cpu_alloc
+from desktop_app.engine.train.loop import train
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt is Linux-only")
 
@@ -52,7 +52,7 @@ def test_training_tunes_then_restores_and_numbers_do_not_change(tmp_path, monkey
     tuned = final_weights(tmp_path / "run")
 
     monkeypatch.setattr(cpu_alloc, "tune_allocator", lambda: False)
-    monkeypatch.setattr("desktop_app.engine.training.tune_allocator", lambda: False)
+    monkeypatch.setattr("desktop_app.engine.train.loop.tune_allocator", lambda: False)
     list(train(tiny_config(data, steps=3, threads=1), tmp_path / "run2"))
     plain = final_weights(tmp_path / "run2")
     assert tuned.keys() == plain.keys()

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from ingest_cases import EXPECTED_VERDICTS
 
-from desktop_app.engine import data as data_mod
-from desktop_app.engine import ingest
-from desktop_app.engine.data import append_to_dataset, dataset_stats, prepare_dataset, split_of
+from desktop_app.engine.data import ingest
+from desktop_app.engine.data import prepare as data_mod
+from desktop_app.engine.data.prepare import append_to_dataset, dataset_stats, prepare_dataset, split_of
+from desktop_app.engine.data.token_store import TokenStore
+from desktop_app.engine.data.tokenization import load_tokenizer, save_tokenizer, tokenizer_sha256, train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, FileVerdict, Finished, Log, Progress
 from desktop_app.engine.specs import DataSpec, SpecError
-from desktop_app.engine.token_store import TokenStore
-from desktop_app.engine.tokenization import load_tokenizer, save_tokenizer, tokenizer_sha256, train_tokenizer
 
 WORDS = ["apple", "banana", "cherry", "dog", "elephant", "fox", "grape", "house", "island", "jungle", "kite",
          "lemon", "mountain", "night", "ocean", "river", "stone", "tree", "umbrella", "valley", "water", "yellow",
@@ -378,8 +378,8 @@ def test_append_errors(tmp_path: Path) -> None:
 
 
 def test_sample_corpus_is_generated_deterministically_and_committed(tmp_path: Path) -> None:
+    from desktop_app.engine.data.sample_corpus import generate, sample_corpus_files, write_corpus
     from desktop_app.engine.paths import sample_corpus_dir
-    from desktop_app.engine.sample_corpus import generate, sample_corpus_files, write_corpus
 
     first, second = generate(), generate()
     assert first == second
@@ -395,7 +395,7 @@ def test_sample_corpus_is_generated_deterministically_and_committed(tmp_path: Pa
 
 
 def test_sample_corpus_prepares_into_training_windows(tmp_path: Path) -> None:
-    from desktop_app.engine.sample_corpus import sample_corpus_files
+    from desktop_app.engine.data.sample_corpus import sample_corpus_files
 
     fin, _ = run(prepare_dataset(sample_corpus_files()[:2], tmp_path / "ds",
                                  DataSpec(vocab_size=512, context_length=64)))
@@ -404,7 +404,7 @@ def test_sample_corpus_prepares_into_training_windows(tmp_path: Path) -> None:
 
 
 def test_token_writer_single_and_batch_writes_then_rollback(tmp_path: Path) -> None:
-    from desktop_app.engine.token_store import TokenWriter
+    from desktop_app.engine.data.token_store import TokenWriter
 
     w = TokenWriter(tmp_path, np.uint16, eos_id=2)
     w.write("train", [10, 11])
@@ -426,7 +426,7 @@ def test_token_writer_single_and_batch_writes_then_rollback(tmp_path: Path) -> N
 def test_records_only_dataset_warns_that_pretraining_needs_text(tmp_path: Path) -> None:
     import json
 
-    from desktop_app.engine.data import prepare_dataset
+    from desktop_app.engine.data.prepare import prepare_dataset
     from desktop_app.engine.events import Finished, Log
     from desktop_app.engine.specs import DataSpec
 

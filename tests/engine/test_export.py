@@ -16,13 +16,13 @@ import pytest
 import torch
 
 import desktop_app.cli as cli
-from desktop_app.engine.architecture import build_model
-from desktop_app.engine.checkpoints import CheckpointPayload, save_checkpoint
+from desktop_app.engine.data.tokenization import hf_tokenizer, save_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Finished
-from desktop_app.engine.export import export_model
+from desktop_app.engine.export.hf import export_model
+from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.specs import ModelSpec
-from desktop_app.engine.tokenization import hf_tokenizer, save_tokenizer, train_tokenizer
+from desktop_app.engine.train.checkpoints import CheckpointPayload, save_checkpoint
 
 PROMPTS = ["the cat", "Привет, мир", "one two three", "🙂 and"]
 WORDS = ["the", "cat", "sat", "on", "the", "mat", "and", "the", "dog", "ran", "to", "the", "park", "one", "two",
@@ -97,8 +97,8 @@ def finish(events) -> Finished:
 
 def our_greedy(run_dir: Path, prompts: list[str], n: int) -> list[list[int]]:
     """Greedy token ids from the source model: the app's generator (prompt excluded, EOS included)."""
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.specs import GenerateSpec
 
     loaded = load_model(run_dir, device="cpu")
@@ -112,7 +112,7 @@ def our_greedy(run_dir: Path, prompts: list[str], n: int) -> list[list[int]]:
 
 def reference_greedy(run_dir: Path, prompts: list[str], n: int) -> list[list[int]]:
     """Greedy by full recomputation (no cache) on the source model: independent of any generator."""
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(run_dir, device="cpu")
     model, tok = loaded.model, loaded.tokenizer
@@ -286,7 +286,7 @@ def gguf_forward(path: Path, ids: list[int]) -> np.ndarray:
 def test_gguf_export_reader_and_llamacpp_semantics(runs, tokenizer, tmp_path, gguf_type, atol):
     import gguf
 
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
 
     out = tmp_path / "model.gguf"
     result = finish(export_model(runs["llama"], "gguf", out, gguf_type=gguf_type)).result
@@ -347,7 +347,7 @@ def test_gguf_tied_embeddings_have_no_output_tensor(tokenizer, tmp_path):
 
 
 def test_gguf_problem_for_the_ui(runs, tmp_path):
-    from desktop_app.engine.export import gguf_problem
+    from desktop_app.engine.export.hf import gguf_problem
 
     assert gguf_problem(runs["llama"]) is None
     assert "llama-family" in gguf_problem(runs["gpt2"])
@@ -405,7 +405,7 @@ def test_existing_output_refused_then_replaced_with_force(runs, tmp_path):
 
 
 def test_failure_midway_keeps_old_output(runs, tmp_path, monkeypatch):
-    import desktop_app.engine.export as export
+    import desktop_app.engine.export.hf as export
 
     out = tmp_path / "model.zip"
     out.write_bytes(b"old export")

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from desktop_app.engine import fused_llama
-from desktop_app.engine.architecture import build_model
+from desktop_app.engine.model import fused_llama
+from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.specs import ModelSpec
 
 # Grouped-query attention (4 heads, 2 kv heads), untied embeddings, a larger init so activations vary.

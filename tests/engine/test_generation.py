@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from desktop_app.engine import generation
-from desktop_app.engine.architecture import build_model
+from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.devices import cpu_cores
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generation import decode_threads, encode_prompt, make_runner, stream_text
-from desktop_app.engine.loading import LoadedModel
+from desktop_app.engine.generate import decode as generation
+from desktop_app.engine.generate.decode import decode_threads, encode_prompt, make_runner, stream_text
+from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.specs import GenerateSpec, ModelSpec, SpecError
-from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 
 CORPUS = ["Привет мир! Hello world 🙂 日本語のテキスト. The cat sat on the mat. " * 2 + str(i) for i in range(100)]
 PROMPTS = ["Hi", "Привет мир! Hello world", "日本", "The cat sat on"]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from ingest_cases import EXPECTED_VERDICTS, GOOD_TEXT
 
-from desktop_app.engine import ingest
-from desktop_app.engine.data import scan_paths
-from desktop_app.engine.ingest import Doc, Record, discover, inspect_file, read_items, scan
+from desktop_app.engine.data import ingest
+from desktop_app.engine.data.ingest import Doc, Record, discover, inspect_file, read_items, scan
+from desktop_app.engine.data.prepare import scan_paths
 
 
 def _by_name(root: Path, infos: list) -> dict[str, object]:

@@ -57,7 +57,7 @@ print('ok', len({_engine_modules()!r}))
 
 
 def test_training_module_does_not_load_pyside6() -> None:
-    code = "import sys, desktop_app.engine.training; assert 'PySide6' not in sys.modules; print('ok')"
+    code = "import sys, desktop_app.engine.train.loop; assert 'PySide6' not in sys.modules; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
@@ -65,7 +65,7 @@ def test_training_module_does_not_load_pyside6() -> None:
 def test_lightweight_modules_do_not_import_torch() -> None:
     """specs, presets, events, workspace (and sizing) back the window's first paint: no torch there."""
     mods = ["desktop_app.engine.specs", "desktop_app.engine.presets", "desktop_app.engine.events",
-            "desktop_app.engine.workspace", "desktop_app.engine.errors", "desktop_app.engine.sizing",
+            "desktop_app.engine.workspace", "desktop_app.engine.errors", "desktop_app.engine.model.sizing",
             "desktop_app.cli"]
     code = f"import sys, importlib\nfor m in {mods!r}: importlib.import_module(m)\n" \
            "heavy = [m for m in ('torch', 'transformers', 'numpy') if m in sys.modules]\nprint(heavy)"

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from desktop_app.engine.architecture import build_model
+from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generation import stream_text
-from desktop_app.engine.loading import list_generatable, load_model
+from desktop_app.engine.generate.decode import stream_text
+from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.model.loading import list_generatable, load_model
 from desktop_app.engine.specs import GenerateSpec, ModelSpec
-from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.workspace import Workspace
 
 SPEC = ModelSpec("llama", 320, 32, 1, 2, 2, 64, 32, init_std=0.2, tie_embeddings=False)
@@ -45,7 +45,7 @@ def reference_ids(parts, tmp_path_factory):
 
 
 def _save_run(parts, run_dir: Path, step: int = 5) -> Path:
-    from desktop_app.engine.checkpoints import CheckpointPayload, save_checkpoint
+    from desktop_app.engine.train.checkpoints import CheckpointPayload, save_checkpoint
 
     model, tok = parts
     payload = CheckpointPayload(step=step, model=model, optimizer_tensors={}, optimizer_meta={},

@@ -10,15 +10,15 @@ import torch
 
 from desktop_app.engine.devices import choose_precision, choose_threads, is_out_of_memory, resolve_device
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.optim import (
+from desktop_app.engine.specs import TrainSpec
+from desktop_app.engine.train.loop import next_micro_batch
+from desktop_app.engine.train.optim import (
     build_optimizer,
     lr_at,
     optimizer_state_from_flat,
     optimizer_state_to_flat,
     param_groups,
 )
-from desktop_app.engine.specs import TrainSpec
-from desktop_app.engine.training import next_micro_batch
 
 
 def test_warmup_then_cosine_values():
@@ -44,7 +44,7 @@ def test_linear_and_constant_schedules():
 
 
 def test_no_weight_decay_on_norms_biases_embeddings():
-    from desktop_app.engine.architecture import build_model
+    from desktop_app.engine.model.architecture import build_model
     from desktop_app.engine.specs import ModelSpec
 
     model = build_model(ModelSpec("gpt2", 64, 32, 1, 2, 2, 64, 16), seed=0)

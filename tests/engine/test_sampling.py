@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from desktop_app.engine.sampling import (
+from desktop_app.engine.generate.sampling import (
     Sampler,
     apply_min_p,
     apply_repetition_penalty,

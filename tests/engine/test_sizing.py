@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from desktop_app.engine.presets import PRESETS
-from desktop_app.engine.sizing import (
+from desktop_app.engine.model.sizing import (
     compute_optimal_tokens,
     count_parameters,
     estimate_memory,
@@ -16,11 +15,12 @@ from desktop_app.engine.sizing import (
     layer_table,
     parameter_breakdown,
 )
+from desktop_app.engine.presets import PRESETS
 from desktop_app.engine.specs import ModelSpec
 
 
 def test_sizing_imports_no_torch():
-    code = ("import sys; import desktop_app.engine.sizing, desktop_app.engine.presets; "
+    code = ("import sys; import desktop_app.engine.model.sizing, desktop_app.engine.presets; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from desktop_app.engine.text_stream import IncrementalDetokenizer, StopStringFilter, TextStream
-from desktop_app.engine.tokenization import train_tokenizer
+from desktop_app.engine.data.tokenization import train_tokenizer
+from desktop_app.engine.generate.text_stream import IncrementalDetokenizer, StopStringFilter, TextStream
 
 MIXED = "Привет, мир! Hello 🙂🚀 世界とテキスト. Ёжик в тумане — 你好 👋🏽 ok"
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from desktop_app.engine.thread_tuner import ThreadTuner
+from desktop_app.engine.generate.thread_tuner import ThreadTuner
 
 
 def _drive(tuner: ThreadTuner, seconds_for: dict[int, float], steps: int) -> list[int]:

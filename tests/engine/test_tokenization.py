@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from desktop_app.engine.errors import UserError
-from desktop_app.engine.tokenization import (
+from desktop_app.engine.data.tokenization import (
     CHAT_TEMPLATE,
     SPECIAL_TOKEN_LIST,
     SPECIAL_TOKENS,
@@ -22,6 +21,7 @@ from desktop_app.engine.tokenization import (
     tokenizer_sha256,
     train_tokenizer,
 )
+from desktop_app.engine.errors import UserError
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. The dog sleeps.",

@@ -13,12 +13,12 @@ import pytest
 import torch
 from train_helpers import final_weights, make_dataset, metrics_losses, step_losses, tiny_config
 
-from desktop_app.engine import checkpoints as ckpt
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls
 from desktop_app.engine.objectives.causal_lm import CausalLMObjective
-from desktop_app.engine.optim import lr_at
-from desktop_app.engine.training import read_metrics, train
+from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.train.optim import lr_at
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +83,10 @@ def test_accumulation_4x4_equals_batch_16(dataset, tmp_path):
     # The gradient of 4 micro-batches x 4 accumulated must equal the gradient of one batch of 16.
     import contextlib
 
-    from desktop_app.engine.architecture import build_model
-    from desktop_app.engine.batches import WindowBatchSource
-    from desktop_app.engine.token_store import TokenStore
-    from desktop_app.engine.training import _accumulate
+    from desktop_app.engine.data.batches import WindowBatchSource
+    from desktop_app.engine.data.token_store import TokenStore
+    from desktop_app.engine.model.architecture import build_model
+    from desktop_app.engine.train.loop import _accumulate
 
     config = tiny_config(dataset)
     batch, _ = WindowBatchSource(TokenStore(dataset), seed=0).take(16)
@@ -303,8 +303,8 @@ def test_model_too_small_for_dataset_is_refused(dataset, tmp_path):
 
 
 def test_preset_is_adapted_to_the_dataset(dataset):
-    from desktop_app.engine.token_store import TokenStore
-    from desktop_app.engine.training import config_from_preset
+    from desktop_app.engine.data.token_store import TokenStore
+    from desktop_app.engine.train.loop import config_from_preset
 
     config, notes = config_from_preset(dataset, "tiny", steps=3)
     store = TokenStore(dataset)
@@ -359,6 +359,6 @@ def test_read_metrics_ignores_a_torn_last_line(tmp_path):
 
 
 def test_training_module_does_not_import_qt():
-    code = ("import sys; import desktop_app.engine.training, desktop_app.engine.checkpoints; "
+    code = ("import sys; import desktop_app.engine.train.loop, desktop_app.engine.train.checkpoints; "
             "assert not any(m.startswith(('PySide6', 'pyqtgraph')) for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

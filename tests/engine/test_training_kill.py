@@ -20,8 +20,8 @@ import pytest
 import torch
 from train_helpers import final_weights, make_dataset, metrics_losses, tiny_config
 
-from desktop_app.engine import checkpoints as ckpt
-from desktop_app.engine.training import train
+from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine.train.loop import train
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, SAVE_EVERY = 12, 3

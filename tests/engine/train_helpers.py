@@ -30,7 +30,7 @@ def corpus(n_docs: int = 60, seed: int = 0) -> list[str]:
 def make_dataset(folder: Path, *, context: int = 32, n_docs: int = 60, vocab_size: int = 300,
                  val_fraction: float = 0.2, seed: int = 0) -> Path:
     """A prepared dataset folder (manifest.json, tokenizer.json, train.bin, val.bin, *.docs.npy)."""
-    from desktop_app.engine.tokenization import eos_id, save_tokenizer, train_tokenizer
+    from desktop_app.engine.data.tokenization import eos_id, save_tokenizer, train_tokenizer
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ def tiny_model(vocab: int, context: int = 32, **changes: Any) -> ModelSpec:
 
 
 def tiny_config(dataset: Path, *, seed: int = 1, model: dict[str, Any] | None = None, **train: Any) -> RunConfig:
-    from desktop_app.engine.token_store import TokenStore
+    from desktop_app.engine.data.token_store import TokenStore
 
     store = TokenStore(dataset)
     spec = tiny_model(store.vocab_size, store.context_length, **(model or {}))
@@ -88,7 +88,7 @@ def step_losses(events: list[Any]) -> dict[int, float]:
 
 
 def metrics_losses(run_dir: Path) -> dict[int, float]:
-    from desktop_app.engine.training import read_metrics
+    from desktop_app.engine.train.loop import read_metrics
 
     return {r["step"]: r["loss"] for r in read_metrics(run_dir) if r["type"] == "step"}
 
@@ -96,6 +96,6 @@ def metrics_losses(run_dir: Path) -> dict[int, float]:
 def final_weights(run_dir: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    from desktop_app.engine.checkpoints import list_committed
+    from desktop_app.engine.train.checkpoints import list_committed
 
     return load_file(str(list_committed(run_dir)[-1] / "model.safetensors"))

@@ -13,7 +13,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def loaded(model_dir):
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
 
     return load_model(model_dir)
 

@@ -16,8 +16,8 @@ CORPUS = ["hello world, the cat sat on the mat and the dog ran in the park."] * 
 def make_model_dir(folder: Path, *, family: str = "llama", context: int = 64) -> Path:
     """A tiny random model + tokenizer (with chat tokens and template). init_std 0.2 gives peaked
     distributions, so greedy decoding never hinges on a near-tie between two tokens."""
-    from desktop_app.engine.architecture import build_model
-    from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.model.architecture import build_model
 
     heads = (2, 2) if family == "gpt2" else (4, 2)
     spec = ModelSpec(family, 320, 64, 2, heads[0], heads[1], 96, context, init_std=0.2, tie_embeddings=False)
@@ -28,7 +28,7 @@ def make_model_dir(folder: Path, *, family: str = "llama", context: int = 64) ->
 
 def engine_text(loaded: Any, prompt: str, **settings: Any) -> Any:
     """The GenerationStats of `generate` (the engine's stream_text) for one sample."""
-    from desktop_app.engine.generation import stream_text
+    from desktop_app.engine.generate.decode import stream_text
 
     spec = GenerateSpec(**{"top_k": 0, **settings})
     return next(e for e in stream_text(loaded, prompt, spec) if e.type == "generation")

@@ -18,7 +18,7 @@ from desktop_app.server.row_sampler import SamplingParams
 
 def _run_staggered(loaded, batcher: Batcher, count: int, seed: int = 0) -> tuple[list, list]:
     """Submit `count` greedy requests of varied prompts and lengths a few ms apart; (requests, results)."""
-    from desktop_app.engine.generation import encode_prompt
+    from desktop_app.engine.generate.decode import encode_prompt
 
     rng = random.Random(seed)
     words = ["hello", "world", "the", "cat", "sat", "on", "the", "mat", "and", "dog", "ran"]
@@ -53,7 +53,7 @@ def _run_staggered(loaded, batcher: Batcher, count: int, seed: int = 0) -> tuple
 @pytest.mark.parametrize("family,continuous", [("llama", True), ("gpt2", True), ("llama", False)])
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")  # the engine's _HFRunner
 def test_rows_joining_a_running_batch_match_generate(family, continuous, loaded, tmp_path, monkeypatch):
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.server import batcher as batcher_module
 
     model = loaded if family == "llama" else load_model(make_model_dir(tmp_path / family, family=family))

@@ -19,7 +19,7 @@ from desktop_app.server.row_sampler import SamplingParams
 
 def _engine_beams(loaded, prompt, **settings):
     """GenerationStats of every returned beam of the engine's stream_text, best first."""
-    from desktop_app.engine.generation import stream_text
+    from desktop_app.engine.generate.decode import stream_text
     from desktop_app.engine.specs import GenerateSpec
 
     events = stream_text(loaded, prompt, GenerateSpec(temperature=0.0, **settings), threads=1)

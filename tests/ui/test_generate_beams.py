@@ -8,9 +8,9 @@ import pytest
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from desktop_app.engine.architecture import build_model
+    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.model.architecture import build_model
     from desktop_app.engine.specs import ModelSpec
-    from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
 
     folder = tmp_path_factory.mktemp("beams") / "tiny-beams"
     spec = ModelSpec("llama", 320, 32, 1, 2, 2, 64, 64, init_std=0.2, tie_embeddings=False)
@@ -52,8 +52,8 @@ def test_beams_grey_out_sampling_settings(window):
 def test_generate_with_beams_shows_the_best_beams(window, workspace, tiny_model, qtbot):
     from PySide6.QtWidgets import QGroupBox
 
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.specs import GenerateSpec
 
     gen, target = _with_model(window, workspace, tiny_model)

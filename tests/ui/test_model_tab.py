@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from desktop_app.engine import presets, sizing
+from desktop_app.engine import presets
+from desktop_app.engine.model import sizing
 from desktop_app.engine.specs import ModelSpec
 
 
@@ -92,7 +93,7 @@ def test_bad_spec_files_are_reported_not_loaded(window, tmp_path):
 
 
 def test_start_from_hf_folder(window, tmp_path):
-    from desktop_app.engine.architecture import hf_config
+    from desktop_app.engine.model.architecture import hf_config
 
     folder = tmp_path / "hf"
     folder.mkdir()

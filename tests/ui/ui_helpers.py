@@ -22,7 +22,7 @@ def write_corpus(folder: Path) -> Path:
 
 
 def prepare(folder: Path, out: Path) -> Path:
-    from desktop_app.engine.data import prepare_dataset
+    from desktop_app.engine.data.prepare import prepare_dataset
 
     events = list(prepare_dataset([write_corpus(folder)], out,
                                   DataSpec(vocab_size=320, context_length=32, overlap=0, val_fraction=0.1)))
@@ -31,7 +31,7 @@ def prepare(folder: Path, out: Path) -> Path:
 
 
 def train_run(dataset: Path, run_dir: Path, steps: int = 6, save_every: int = 3) -> Path:
-    from desktop_app.engine.training import train
+    from desktop_app.engine.train.loop import train
 
     config = RunConfig(model=TINY.to_dict(), dataset=str(dataset),
                        train=TrainSpec(steps=steps, batch_size=4, eval_every=3, eval_batches=1, save_every=save_every,

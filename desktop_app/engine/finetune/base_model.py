@@ -1,6 +1,6 @@
 """Base models for fine-tuning: find them, fingerprint them, load them (full precision or 4-bit).
 
-A base is anything `loading.py` opens: a run of ours (its newest checkpoint that verifies), a checkpoint,
+A base is anything `model/loading.py` opens: a run of ours (its newest checkpoint that verifies), a checkpoint,
 an export or a local Hugging Face causal-LM folder of a family transformers knows (llama, mistral, qwen2,
 gpt2, phi3, gemma, ...). It may also be a LoRA/QLoRA run or adapter folder: then its own base is loaded
 and the adapter merged in memory, so pipelines can chain LoRA stages. Rules:
@@ -39,7 +39,7 @@ class BaseModelInfo:
 
     given: str  # what the user named
     folder: Path  # the folder holding the weights (a run resolves to its checkpoint)
-    kind: str  # run | checkpoint | export | hf (loading.py's kinds)
+    kind: str  # run | checkpoint | export | hf (model/loading.py kinds)
     name: str
     model_type: str
     adapter_base: BaseModelInfo | None = None  # set when `folder` holds a PEFT adapter, not full weights
@@ -85,7 +85,7 @@ def check_causal_lm(folder: Path, config: dict[str, Any]) -> str:
     """The model_type of a config that transformers' AutoModelForCausalLM loads without remote code."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from desktop_app.engine.loading import _check_no_remote_code
+    from desktop_app.engine.model.loading import _check_no_remote_code
 
     _check_no_remote_code(folder, config)  # refuses auto_map / unknown model types with a message
     model_type = str(config.get("model_type"))
@@ -101,7 +101,7 @@ def check_causal_lm(folder: Path, config: dict[str, Any]) -> str:
 
 def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
     """What `path` names as a base model (reads configs only, no weights). UserError when it cannot be one."""
-    from desktop_app.engine.loading import _read_config, resolve_model_folder
+    from desktop_app.engine.model.loading import _read_config, resolve_model_folder
 
     if not str(path).strip():
         raise UserError("no base model given")
@@ -126,7 +126,7 @@ def _file_sha(path: Path, manifest: dict[str, Any] | None) -> str:
     if isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str) \
             and recorded.get("bytes") == path.stat().st_size:
         return recorded["sha256"]
-    from desktop_app.engine.checkpoints import sha256_file
+    from desktop_app.engine.train.checkpoints import sha256_file
 
     return sha256_file(path)
 
@@ -134,7 +134,7 @@ def _file_sha(path: Path, manifest: dict[str, Any] | None) -> str:
 def weights_sha256(info: BaseModelInfo) -> str:
     """sha256 over the weight files (and tokenizer.json) of a base; for an adapter, over the adapter's files
     and its base's checksum. Changes whenever a weight or the tokenizer changes."""
-    from desktop_app.engine.loading import _weight_files
+    from desktop_app.engine.model.loading import _weight_files
 
     folder = info.folder
     manifest = _read_json(folder / "manifest.json")
@@ -181,7 +181,7 @@ def quantization_config(adapter: Any, device: Any) -> Any:
 
 @contextlib.contextmanager
 def _quiet() -> Any:
-    from desktop_app.engine.loading import _quiet_transformers
+    from desktop_app.engine.model.loading import _quiet_transformers
 
     with _quiet_transformers():
         yield
@@ -191,7 +191,7 @@ def _load_full(info: BaseModelInfo) -> tuple[Any, Any, list[str]]:
     """fp32 model (adapters merged) and tokenizer of a base, on the CPU."""
     import torch
 
-    from desktop_app.engine.loading import _load_tokenizer, _load_weights, _weight_files, nonfinite_tensors
+    from desktop_app.engine.model.loading import _load_tokenizer, _load_weights, _weight_files, nonfinite_tensors
 
     notes: list[str] = []
     if info.adapter_base is not None:
@@ -226,7 +226,7 @@ def load_base(info: BaseModelInfo, device: Any, *, quantize: Any = None) -> Load
     import torch
     from transformers import AutoModelForCausalLM
 
-    from desktop_app.engine.loading import _load_tokenizer, _weight_files
+    from desktop_app.engine.model.loading import _load_tokenizer, _weight_files
 
     if quantize is None:
         model, tokenizer, notes = _load_full(info)

@@ -579,7 +579,7 @@ def as_hf_tokenizer(obj_or_path: Any) -> Any:
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerBase
 
-    from desktop_app.engine.tokenization import hf_tokenizer
+    from desktop_app.engine.data.tokenization import hf_tokenizer
 
     if isinstance(obj_or_path, PreTrainedTokenizerBase):
         tok = obj_or_path
@@ -590,7 +590,7 @@ def as_hf_tokenizer(obj_or_path: Any) -> Any:
         if p.is_file():
             tok = hf_tokenizer(p)
         else:
-            from desktop_app.engine.loading import _load_tokenizer, resolve_model_folder
+            from desktop_app.engine.model.loading import _load_tokenizer, resolve_model_folder
 
             tok = _load_tokenizer(resolve_model_folder(p)[0])
     if not getattr(tok, "is_fast", False):

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from desktop_app.engine import fused_llama
-from desktop_app.engine.batches import WindowBatchSource, eval_windows
+from desktop_app.engine.data.batches import WindowBatchSource, eval_windows
+from desktop_app.engine.model import fused_llama
 from desktop_app.engine.objectives.base import TrainContext
 
 
@@ -27,7 +27,7 @@ def eos_id(tokenizer: Any, manifest: dict[str, Any]) -> int | None:
         return recorded
     if tokenizer is None:
         return None
-    from desktop_app.engine.tokenization import eos_id as tokenizer_eos_id
+    from desktop_app.engine.data.tokenization import eos_id as tokenizer_eos_id
 
     return tokenizer_eos_id(tokenizer)
 

@@ -41,12 +41,12 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
              train_overrides: dict[str, Any] | None = None) -> Iterator[Event]:
     """The demo within `minutes` (pretraining gets `pretrain_share` of it); `pretrain_steps` and
     `selfplay_steps` cap the phases by steps instead (tests use them for a seeded, time-independent run)."""
-    from desktop_app.engine.data import prepare_dataset
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.data.prepare import prepare_dataset
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.objectives.selfplay import SelfPlayObjective, _Text, heldout_solve_rates, heldout_tasks
     from desktop_app.engine.specs import DataSpec, RunConfig, TrainSpec
     from desktop_app.engine.tasks import get_world
-    from desktop_app.engine.training import config_from_preset, train
+    from desktop_app.engine.train.loop import config_from_preset, train
 
     controls = controls or Controls()
     out = Path(out_dir).expanduser()

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
-from desktop_app.engine.generation import make_runner
-from desktop_app.engine.sampling import Sampler
+from desktop_app.engine.generate.decode import make_runner
+from desktop_app.engine.generate.sampling import Sampler
 
 
 @torch.no_grad()

@@ -44,24 +44,24 @@ def human_size(n: float) -> str:
 
 
 def _scan(paths: list[str]):
-    from desktop_app.engine.data import scan_paths
+    from desktop_app.engine.data.prepare import scan_paths
 
     yield from scan_paths(paths)
 
 
 def _prepare(paths: list[str], out_dir: Path, spec: DataSpec, controls: Controls):
-    from desktop_app.engine.data import prepare_dataset
+    from desktop_app.engine.data.prepare import prepare_dataset
 
     yield from prepare_dataset(paths, out_dir, spec, controls=controls)
     # Stats computed here, in the worker, so the GUI never tokenizes or reads big files.
-    from desktop_app.engine.data import dataset_stats
+    from desktop_app.engine.data.prepare import dataset_stats
 
     if (out_dir / "manifest.json").exists():
         yield ("stats", str(out_dir), dataset_stats(out_dir, preview_chunks=3))
 
 
 def _stats(path: str):
-    from desktop_app.engine.data import dataset_stats
+    from desktop_app.engine.data.prepare import dataset_stats
 
     yield ("stats", path, dataset_stats(Path(path), preview_chunks=3))
 
@@ -186,8 +186,8 @@ class DataTab(QWidget):
 
     # --- files ---
     def add_sample_corpus(self, _checked: bool = False) -> None:
+        from desktop_app.engine.data.sample_corpus import sample_corpus_files
         from desktop_app.engine.paths import sample_corpus_dir
-        from desktop_app.engine.sample_corpus import sample_corpus_files
 
         files = [str(p) for p in sample_corpus_files()]
         if not files:

@@ -52,7 +52,7 @@ class ModelCache:
         self.loaded: Any = None
 
     def get(self, path: str) -> Any:
-        from desktop_app.engine.loading import load_model, resolve_model_folder
+        from desktop_app.engine.model.loading import load_model, resolve_model_folder
 
         # Keyed on the folder a path resolves to: a run's "newest checkpoint" moves on while it trains.
         folder = str(resolve_model_folder(path)[0])
@@ -69,7 +69,7 @@ class ModelCache:
 
 
 def _generate_job(cache: ModelCache, paths: list[str], prompt: str, spec: GenerateSpec, controls: Controls):
-    from desktop_app.engine.generation import stream_text
+    from desktop_app.engine.generate.decode import stream_text
 
     for column, path in enumerate(paths):
         if controls.stop.is_set():

@@ -55,7 +55,7 @@ def _human(n: float) -> str:
 
 
 def _export_job(source: str, fmt: str, out: Path, controls: Controls):
-    from desktop_app.engine.export import export_model
+    from desktop_app.engine.export.hf import export_model
 
     yield from export_model(source, fmt, out, controls=controls)
 

@@ -174,7 +174,7 @@ def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: boo
                sample_paths: list[str] | None, dataset_dir: Path | None, data_spec: DataSpec | None):
     """Runs in the worker thread. Optionally prepares the sample corpus first (first-launch path)."""
     if sample_paths and dataset_dir is not None and data_spec is not None:
-        from desktop_app.engine.data import prepare_dataset
+        from desktop_app.engine.data.prepare import prepare_dataset
 
         done = None
         for event in prepare_dataset(sample_paths, dataset_dir, data_spec, controls=controls):
@@ -188,11 +188,11 @@ def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: boo
             return
         config = config.replace(dataset=str(dataset_dir))
         yield ("dataset", str(dataset_dir))
-    from desktop_app.engine.training import adapt_model_to_dataset, train
+    from desktop_app.engine.train.loop import adapt_model_to_dataset, train
 
     if config.model and not resume:
         # Fit vocab/context to the dataset's tokenizer and windows (and say so), as the CLI's --preset does.
-        from desktop_app.engine.token_store import TokenStore
+        from desktop_app.engine.data.token_store import TokenStore
 
         spec, notes = adapt_model_to_dataset(config.model_spec(), TokenStore(config.dataset))
         for note in notes:
@@ -219,7 +219,7 @@ def _demo_job(out: Path, controls: Controls, minutes: float):
 
 
 def _history_job(run_dir: str):
-    from desktop_app.engine.training import read_metrics
+    from desktop_app.engine.train.loop import read_metrics
 
     yield ("history", run_dir, read_metrics(Path(run_dir)))
 
@@ -556,7 +556,7 @@ class TrainTab(QWidget):
         if self.base_model:
             self.model_label.setText(f"Model: fine-tune {Path(self.base_model).name}")
         elif self.model_spec is not None:
-            from desktop_app.engine.sizing import count_parameters, human_count
+            from desktop_app.engine.model.sizing import count_parameters, human_count
 
             s = self.model_spec
             self.model_label.setText(f"Model: {s.family}, {human_count(count_parameters(s))} parameters, "
@@ -643,8 +643,8 @@ class TrainTab(QWidget):
         dataset = self.dataset_box.currentData() or SAMPLE_DATASET
         sample_paths = dataset_dir = data_spec = None
         if dataset == SAMPLE_DATASET:
+            from desktop_app.engine.data.sample_corpus import sample_corpus_files
             from desktop_app.engine.paths import sample_corpus_dir
-            from desktop_app.engine.sample_corpus import sample_corpus_files
 
             corpus = sample_corpus_dir()
             files = [str(p) for p in sample_corpus_files()]

@@ -31,7 +31,7 @@ def make_tokenizer(*, chat_tokens: bool = True, vocab_size: int = 320, seed: int
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from desktop_app.engine.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 
     if chat_tokens:
         return hf_tokenizer(train_tokenizer(corpus(seed=seed), "byte-bpe", vocab_size, min_frequency=2))
@@ -131,7 +131,7 @@ def file_hashes(folder: Path) -> dict[str, str]:
 
 
 def newest(run_dir: Path) -> Path:
-    from desktop_app.engine.checkpoints import list_committed
+    from desktop_app.engine.train.checkpoints import list_committed
 
     return list_committed(run_dir)[-1]
 

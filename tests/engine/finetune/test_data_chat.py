@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from desktop_app.engine.data.tokenization import CHAT_TEMPLATE, hf_tokenizer, save_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.finetune.data import (
     CHATML_TEMPLATE,
@@ -29,7 +30,6 @@ from desktop_app.engine.finetune.data import (
     render_chat,
     stop_token_ids,
 )
-from desktop_app.engine.tokenization import CHAT_TEMPLATE, hf_tokenizer, save_tokenizer, train_tokenizer
 
 CORPUS = [
     "Hello there, how are you today? I am fine, thanks for asking.",

@@ -8,7 +8,7 @@ import pytest
 import torch
 from ft_helpers import events_of, ft_config, make_base, preference_pairs, write_jsonl
 
-from desktop_app.engine.training import read_metrics, train
+from desktop_app.engine.train.loop import read_metrics, train
 
 DPO_METRICS = ("rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy")
 
@@ -96,8 +96,8 @@ def test_reference_precomputed_or_live_gives_the_same_run_and_metrics_reach_disk
 
 
 def _banned_share(model_dir, prompts: list[str], word: str = "bad") -> float:
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.specs import GenerateSpec
 
     loaded = load_model(model_dir, device="cpu")

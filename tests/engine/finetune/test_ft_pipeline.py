@@ -19,7 +19,7 @@ TRAIN = {"batch_size": 4, "lr": 3e-3, "warmup_steps": 0, "eval_every": 0, "save_
 
 def _pipeline(tmp_path) -> dict:
     dataset = make_dataset(tmp_path / "ds", context=64)
-    from desktop_app.engine.token_store import TokenStore
+    from desktop_app.engine.data.token_store import TokenStore
 
     spec = tiny_model(TokenStore(dataset).vocab_size, 64)
     write_jsonl(tmp_path / "chats.jsonl", repeat_chats(16))
@@ -71,8 +71,8 @@ def test_pretrain_sft_dpo_pipeline_stops_and_resumes_mid_way(tmp_path):
     assert resumed[-1].result["run_dir"] == str(stages[2])
     assert (out / STATE_FILE).is_file()
     # the final model generates
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.specs import GenerateSpec
 
     loaded = load_model(stages[2], device="cpu")

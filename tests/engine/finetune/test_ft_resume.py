@@ -18,8 +18,8 @@ from ft_helpers import ft_config, make_base, make_tokenizer, newest, preference_
 from safetensors.torch import load_file
 from train_helpers import metrics_losses
 
-from desktop_app.engine import checkpoints as ckpt
-from desktop_app.engine.training import train
+from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine.train.loop import train
 
 ROOT = Path(__file__).resolve().parents[3]
 

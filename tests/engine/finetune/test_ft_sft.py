@@ -19,7 +19,7 @@ from ft_helpers import (
     write_jsonl,
 )
 
-from desktop_app.engine.training import read_metrics, train
+from desktop_app.engine.train.loop import read_metrics, train
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def world(tmp_path_factory):
 
 
 def _exact_match(model_dir, held) -> float:
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.specs import GenerateSpec
 
     loaded = load_model(model_dir, device="cpu")
@@ -137,9 +137,9 @@ def test_lora_changes_only_the_adapter_saves_peft_format_merges_exactly_and_gene
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from desktop_app.engine.export import export_model
-    from desktop_app.engine.generation import stream_text
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.export.hf import export_model
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.specs import GenerateSpec
 
     base = world["base"]
@@ -215,7 +215,7 @@ def test_a_tokenizer_without_chat_tokens_gets_them_and_lora_trains_their_rows(tm
     assert events[-1].reason == "completed"
     logs = " ".join(e.message for e in events_of(events, "log"))
     assert "<|im_start|>" in logs and f"from {rows} to {rows + 2} rows" in logs and "row(s) train too" in logs
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(tmp_path / "run", device="cpu")
     assert loaded.model.get_input_embeddings().weight.shape[0] == rows + 2

@@ -18,7 +18,7 @@ from desktop_app.engine.specs import (
     help_text,
     parse_option,
 )
-from desktop_app.engine.training import _canonical, config_diff
+from desktop_app.engine.train.loop import _canonical, config_diff
 
 
 @pytest.mark.parametrize("spec_cls", (AdapterSpec, SFTOptions, DPOOptions))

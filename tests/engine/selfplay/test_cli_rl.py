@@ -10,7 +10,7 @@ from train_helpers import make_dataset, tiny_config
 
 import desktop_app.cli as cli
 from desktop_app.engine.specs import RunConfig
-from desktop_app.engine.training import read_metrics, train
+from desktop_app.engine.train.loop import read_metrics, train
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from train_helpers import make_dataset, tiny_config
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.objectives.grpo import GRPOObjective, load_prompts
-from desktop_app.engine.training import read_metrics, train
+from desktop_app.engine.train.loop import read_metrics, train
 
 
 @pytest.fixture(scope="module")

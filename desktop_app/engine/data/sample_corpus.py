@@ -1,6 +1,6 @@
 """A deterministic generator of varied, learnable English-like text (the embedded sample corpus).
 
-Stdlib only and seeded, so `python -m desktop_app.engine.sample_corpus OUT_DIR` always writes the
+Stdlib only and seeded, so `python -m desktop_app.engine.data.sample_corpus OUT_DIR` always writes the
 same bytes. The text is made from small grammars: short stories with consistent characters, facts
 about animals, colours and places, dialogues, arithmetic and simple lists. It is varied enough that a
 tiny model's loss keeps falling for a long time, and regular enough that the curve drops visibly
@@ -208,7 +208,7 @@ FILES: dict[str, tuple[Callable[[random.Random], str], int]] = {
 README = """# Sample corpus
 
 Generated text (no downloaded data) so a new user can train a model without bringing files.
-Made by `python -m desktop_app.engine.sample_corpus resources/sample_corpus` (deterministic, seed {seed}):
+Made by `python -m desktop_app.engine.data.sample_corpus resources/sample_corpus` (deterministic, seed {seed}):
 small grammars produce short stories with consistent characters, facts (animals, colours, capitals,
 days, numbers), dialogues, arithmetic and simple lists. Documents are separated by blank lines.
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.token_store import TokenStore
 
 
 class WindowBatchSource:

@@ -67,7 +67,7 @@ def _is_checkpoint(folder: Path) -> bool:
 
 def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
     """(folder holding config + weights, kind, display name) for a user-given path; UserError if unusable."""
-    from desktop_app.engine import checkpoints
+    from desktop_app.engine.train import checkpoints
 
     p = Path(path).expanduser()
     if not p.exists():
@@ -176,7 +176,7 @@ def _load_from_pickles(folder: Path, files: list[Path], dtype: Any) -> Any:
 def _load_tokenizer(folder: Path) -> Any:
     from transformers import PreTrainedTokenizerFast
 
-    from desktop_app.engine.tokenization import hf_tokenizer
+    from desktop_app.engine.data.tokenization import hf_tokenizer
 
     has_json = (folder / "tokenizer.json").is_file()
     if (folder / "tokenizer_config.json").is_file():
@@ -294,7 +294,7 @@ def _load_adapter(folder: Path, kind: str, name: str, device: Any, dtype: Any) -
     assert info.adapter_base is not None
     spec = None
     with contextlib.suppress(UserError):
-        from desktop_app.engine.architecture import spec_from_hf_config
+        from desktop_app.engine.model.architecture import spec_from_hf_config
 
         spec = spec_from_hf_config(model.config)
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, kind=kind, path=folder,
@@ -302,7 +302,7 @@ def _load_adapter(folder: Path, kind: str, name: str, device: Any, dtype: Any) -
 
 
 def _spec_of(folder: Path, model: Any) -> ModelSpec | None:
-    from desktop_app.engine.architecture import spec_from_hf_config
+    from desktop_app.engine.model.architecture import spec_from_hf_config
 
     spec_file = folder / "model_spec.json"
     if spec_file.is_file():
@@ -322,7 +322,7 @@ def list_generatable(workspace: Any) -> list[ModelCandidate]:
 
     `workspace` is a Workspace or its root path. Cheap: no checksum is verified and no weights read.
     """
-    from desktop_app.engine import checkpoints
+    from desktop_app.engine.train import checkpoints
     from desktop_app.engine.workspace import Workspace
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))

@@ -35,7 +35,7 @@ import torch
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
-from desktop_app.engine.text_stream import TextStream
+from desktop_app.engine.generate.text_stream import TextStream
 
 MAX_BEAMS = 64
 EARLY_STOPPING = ("false", "true", "never")
@@ -126,7 +126,7 @@ class BeamSearch:
 
     # --- the search ---------------------------------------------------------------------------------
     def _start(self) -> None:
-        from desktop_app.engine.generation import make_runner
+        from desktop_app.engine.generate.decode import make_runner
 
         b, n, dev = len(self.prompts), self.num_beams, self.device
         longest = max(len(p) for p in self.prompts)

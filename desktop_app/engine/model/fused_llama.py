@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from desktop_app.engine.architecture import is_plain_llama
+from desktop_app.engine.model.architecture import is_plain_llama
 
 # Rows per chunk of the fused output projection + loss: ~64 MB of fp32 logits at most per chunk.
 _CHUNK_BYTES = 64 << 20

@@ -31,11 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from desktop_app.engine.errors import UserError
-from desktop_app.engine.events import Controls, Event, FileVerdict, Finished, Log, Progress
-from desktop_app.engine.ingest import Doc, Record, SourceInfo, read_items, scan
-from desktop_app.engine.specs import DataSpec
-from desktop_app.engine.token_store import (
+from desktop_app.engine.data.ingest import Doc, Record, SourceInfo, read_items, scan
+from desktop_app.engine.data.token_store import (
     MANIFEST_NAME,
     SPLITS,
     TOKENIZER_NAME,
@@ -45,6 +42,9 @@ from desktop_app.engine.token_store import (
     token_dtype,
     truncate_stream,
 )
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls, Event, FileVerdict, Finished, Log, Progress
+from desktop_app.engine.specs import DataSpec
 
 FORMAT_VERSION = 1
 BATCH_CHARS = 1 << 20  # text per encode_batch call: big enough to keep every core busy
@@ -111,7 +111,7 @@ def _training_texts(sources: list[SourceInfo], budget: int, stop: threading.Even
 def _train_in_thread(sources: list[SourceInfo], spec: DataSpec, controls: Controls,
                      out: dict[str, Any]) -> Iterator[Event]:
     """Train the tokenizer in a worker thread; yield Progress while it runs (and stay cancellable)."""
-    from desktop_app.engine.tokenization import train_tokenizer
+    from desktop_app.engine.data.tokenization import train_tokenizer
 
     counter = [0]
     budget = min(TOKENIZER_SAMPLE_CHARS, sum(s.chars + 1 for s in sources))
@@ -350,15 +350,15 @@ def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: Data
         raise UserError(f"{out} already exists and is not empty: choose a new folder, or append to it")
     tokenizer_source = None
     if spec.tokenizer_file:
-        from desktop_app.engine.tokenization import load_tokenizer
+        from desktop_app.engine.data.tokenization import load_tokenizer
 
         tokenizer_source = Path(spec.tokenizer_file).expanduser()
         given_tok = load_tokenizer(tokenizer_source)  # a bad tokenizer fails now, before the long work
-        from desktop_app.engine.tokenization import eos_id as _eos_id
+        from desktop_app.engine.data.tokenization import eos_id as _eos_id
 
         _eos_id(given_tok, tokenizer_source)  # and one without an end-of-text token too
     else:
-        from desktop_app.engine.tokenization import min_vocab_size
+        from desktop_app.engine.data.tokenization import min_vocab_size
 
         if spec.vocab_size < min_vocab_size(spec.tokenizer):
             raise UserError(f"vocab size {spec.vocab_size} is too small for a {spec.tokenizer} tokenizer: "
@@ -382,7 +382,7 @@ def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: Data
         tmp.mkdir(parents=True)
 
         # Tokenizer: the given one, or trained on the usable files.
-        from desktop_app.engine.tokenization import (
+        from desktop_app.engine.data.tokenization import (
             eos_id,
             save_tokenizer,
             special_tokens_of,
@@ -517,7 +517,7 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
     Uses the dataset's tokenizer, split seed and chunking. The manifest is committed last; a cancel
     or failure cuts the streams and records back to the last committed state.
     """
-    from desktop_app.engine.tokenization import load_tokenizer, tokenizer_sha256
+    from desktop_app.engine.data.tokenization import load_tokenizer, tokenizer_sha256
 
     controls = _controls(controls)
     folder = Path(dataset_dir).expanduser()
@@ -618,7 +618,7 @@ def dataset_stats(dataset_dir: str | Path, preview_chunks: int = 3, bins: int = 
 
 
 def _preview(store: TokenStore, n: int) -> list[dict[str, Any]]:
-    from desktop_app.engine.tokenization import load_tokenizer
+    from desktop_app.engine.data.tokenization import load_tokenizer
 
     split = "train" if store.num_chunks("train") else "val"
     count = min(n, store.num_chunks(split))

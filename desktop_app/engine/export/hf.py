@@ -32,7 +32,7 @@ DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 def resolve_source(source: str | Path) -> Path:
     """The model folder to export: the folder itself, or a run folder's newest verified checkpoint."""
-    from desktop_app.engine.loading import resolve_model_folder
+    from desktop_app.engine.model.loading import resolve_model_folder
 
     return resolve_model_folder(source)[0]
 
@@ -41,7 +41,7 @@ def _load(path: Path) -> tuple[Any, Any]:
     """(model in fp32 on CPU, transformers tokenizer) of a model folder (same rules as generation)."""
     import torch
 
-    from desktop_app.engine.loading import load_model
+    from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(path, device="cpu", dtype=torch.float32)
     return loaded.model.eval(), loaded.tokenizer
@@ -50,7 +50,7 @@ def _load(path: Path) -> tuple[Any, Any]:
 def gguf_problem(source: str | Path) -> str | None:
     """Why `source` cannot be exported as GGUF (a sentence for the UI to show next to a disabled option),
     or None when it can. Cheap: reads config.json and tokenizer.json only, loads no weights."""
-    from desktop_app.engine.gguf_export import read_tokenizer_json, tokenizer_metadata
+    from desktop_app.engine.export.gguf import read_tokenizer_json, tokenizer_metadata
 
     try:
         folder = resolve_source(source)
@@ -58,7 +58,7 @@ def gguf_problem(source: str | Path) -> str | None:
         if config.get("model_type") != "llama":
             return (f"GGUF export supports llama-family models; this is a {config.get('model_type')!r} model: "
                     "export it as a Hugging Face folder or zip instead")
-        from desktop_app.engine.architecture import spec_from_hf_config
+        from desktop_app.engine.model.architecture import spec_from_hf_config
 
         spec = spec_from_hf_config(config)
         if not (folder / "tokenizer.json").is_file():
@@ -249,7 +249,7 @@ def _write_hf(model: Any, tokenizer: Any, source: Path, folder: Path, max_shard_
               name: str) -> Iterator[Event]:
     from transformers import GenerationConfig
 
-    from desktop_app.engine.architecture import spec_from_hf_config
+    from desktop_app.engine.model.architecture import spec_from_hf_config
 
     folder.mkdir(parents=True)
     ids = _special_ids(tokenizer)
@@ -399,7 +399,7 @@ def export_model(
                     return
                 yield from _write_zip(folder, tmp, out.stem if out.suffix == ".zip" else out.name)
         else:
-            from desktop_app.engine.gguf_export import read_tokenizer_json, write_gguf
+            from desktop_app.engine.export.gguf import read_tokenizer_json, write_gguf
 
             state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
             tok_file = src / "tokenizer.json"

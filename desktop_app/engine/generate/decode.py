@@ -44,18 +44,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from desktop_app.engine.architecture import is_plain_llama
-from desktop_app.engine.beam_search import stream_beams
 from desktop_app.engine.devices import cpu_cores
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
-from desktop_app.engine.sampling import Sampler
+from desktop_app.engine.generate.beam_search import stream_beams
+from desktop_app.engine.generate.sampling import Sampler
+from desktop_app.engine.generate.text_stream import TextStream
+from desktop_app.engine.generate.thread_tuner import ThreadTuner
+from desktop_app.engine.model.architecture import is_plain_llama
 from desktop_app.engine.specs import GenerateSpec
-from desktop_app.engine.text_stream import TextStream
-from desktop_app.engine.thread_tuner import ThreadTuner
 
 if TYPE_CHECKING:
-    from desktop_app.engine.loading import LoadedModel
+    from desktop_app.engine.model.loading import LoadedModel
 
 BACKENDS = ("auto", "lean", "hf")
 # Models up to this many parameters get fused q/k/v and gate/up copies (extra memory = those weights).

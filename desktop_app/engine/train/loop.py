@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from desktop_app.engine import checkpoints as ckpt
-from desktop_app.engine.cpu_alloc import restore_allocator, tune_allocator
+from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.devices import (
     apply_threads,
     choose_precision,
@@ -49,7 +48,10 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.objectives.base import TrainContext
-from desktop_app.engine.optim import (
+from desktop_app.engine.specs import AdapterSpec, ModelSpec, RunConfig, TrainSpec, method_options
+from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine.train.cpu_alloc import restore_allocator, tune_allocator
+from desktop_app.engine.train.optim import (
     build_optimizer,
     lr_at,
     optimizer_state_from_flat,
@@ -57,8 +59,6 @@ from desktop_app.engine.optim import (
     resolve_optimizer,
     set_lr,
 )
-from desktop_app.engine.specs import AdapterSpec, ModelSpec, RunConfig, TrainSpec, method_options
-from desktop_app.engine.token_store import TokenStore
 
 METRICS_FILE = "metrics.jsonl"
 RUN_FILE = "run.json"
@@ -757,7 +757,7 @@ def _store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
     def write_tokenizer(folder: Path) -> None:
         # tokenizer.json + tokenizer_config.json (special tokens, chat template): the checkpoint is a
         # complete HF folder. A failure here fails the save loudly, like any other file of it.
-        from desktop_app.engine.tokenization import hf_tokenizer
+        from desktop_app.engine.data.tokenization import hf_tokenizer
 
         hf_tokenizer(store.tokenizer_path, model_max_length=store.context_length).save_pretrained(str(folder))
 
@@ -766,7 +766,7 @@ def _store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
 
 def _hf_tokenizer_writer(tokenizer: Any, context_length: int | None) -> Callable[[Path], None]:
     def write_tokenizer(folder: Path) -> None:
-        from desktop_app.engine.export import _portable_tokenizer_config
+        from desktop_app.engine.export.hf import _portable_tokenizer_config
 
         tokenizer.save_pretrained(str(folder))
         _portable_tokenizer_config(folder, tokenizer, context_length)
@@ -844,12 +844,12 @@ def _prepare_model(config: RunConfig, base_info: Any, store: TokenStore | None, 
         before = len(tokenizer)
         notes += ensure_chat_tokens(tokenizer, model)
         new_ids = list(range(before, len(tokenizer)))
-        from desktop_app.engine.generation import context_length
+        from desktop_app.engine.generate.decode import context_length
 
         write_tokenizer = _hf_tokenizer_writer(tokenizer, context_length(model))
     elif config.is_rl and store is None:  # rollouts speak the base's own tokenizer (no chat tokens added)
         from desktop_app.engine.finetune.data import as_hf_tokenizer
-        from desktop_app.engine.generation import context_length
+        from desktop_app.engine.generate.decode import context_length
 
         tokenizer = as_hf_tokenizer(base.tokenizer)
         write_tokenizer = _hf_tokenizer_writer(tokenizer, context_length(model))
@@ -863,7 +863,7 @@ def _prepare_model(config: RunConfig, base_info: Any, store: TokenStore | None, 
         write_tokenizer = _store_tokenizer_writer(store)
     model_spec = None
     with contextlib.suppress(Exception):
-        from desktop_app.engine.architecture import spec_from_hf_config
+        from desktop_app.engine.model.architecture import spec_from_hf_config
 
         model_spec = spec_from_hf_config(model.config)
     if adapter.kind != "none":
@@ -892,7 +892,7 @@ def _load_dataset_tokenizer(store: TokenStore) -> Any:
     if not store.tokenizer_path.exists():
         return None
     try:
-        from desktop_app.engine.tokenization import load_tokenizer
+        from desktop_app.engine.data.tokenization import load_tokenizer
 
         return load_tokenizer(store.tokenizer_path)
     except ImportError:  # pragma: no cover - tokenization.py is part of the app
@@ -905,7 +905,7 @@ def _special_ids(tokenizer: Any) -> dict[str, int | None]:
     if tokenizer is None:
         return {}
     try:
-        from desktop_app.engine.tokenization import special_tokens_of
+        from desktop_app.engine.data.tokenization import special_tokens_of
 
         names = special_tokens_of(tokenizer)
     except Exception:
@@ -926,14 +926,14 @@ def _build_model(config: RunConfig, store: TokenStore, tokenizer: Any) -> tuple[
         raise UserError(f"the model's context_length {spec.context_length} is shorter than the dataset's windows "
                         f"of {store.context_length} tokens: set context_length to {store.context_length} or "
                         "prepare the dataset with a shorter context")
-    from desktop_app.engine.architecture import build_model
+    from desktop_app.engine.model.architecture import build_model
 
     return build_model(spec, seed=config.seed, **_special_ids(tokenizer)), spec
 
 
 def _flops_per_token(model: Any, spec: ModelSpec | None) -> float:
     if spec is not None:
-        from desktop_app.engine.sizing import flops_per_token
+        from desktop_app.engine.model.sizing import flops_per_token
 
         return float(flops_per_token(spec))
     return 6.0 * sum(p.numel() for p in model.parameters() if p.dtype.is_floating_point)

@@ -131,7 +131,7 @@ def write_gguf(
     if config.get("model_type") != "llama":
         raise UserError(f"GGUF export supports llama-family models; this is a {config.get('model_type')!r} model: "
                         "export it as a Hugging Face folder (--format hf) or zip instead")
-    from desktop_app.engine.architecture import spec_from_hf_config
+    from desktop_app.engine.model.architecture import spec_from_hf_config
 
     spec = spec_from_hf_config(config)  # refuses llama variants we cannot describe (biases, rope scaling)
     special_ids = special_ids or {}

@@ -1,0 +1,1 @@
+"""Export: Hugging Face folders, zips and GGUF."""

@@ -1,0 +1,1 @@
+"""Generation: streaming decode with a KV cache, sampling, beam search, text deltas, thread tuning."""

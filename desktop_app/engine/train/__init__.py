@@ -1,0 +1,1 @@
+"""Training: the one loop, checkpoints, optimizers, distributed (torchrun) support."""
