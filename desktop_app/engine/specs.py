@@ -37,6 +37,9 @@ LOSS_ON = ("assistant", "last", "all")
 OVERLONG = ("truncate", "drop")
 DPO_LOSSES = ("sigmoid", "ipo")
 REFERENCE_MODES = ("auto", "precompute", "live")
+DISTRIBUTED_STRATEGIES = ("ddp", "fsdp")
+DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
+FSDP_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 class SpecError(UserError, ValueError):
@@ -309,9 +312,13 @@ class TrainSpec(_SpecMixin):
                         "paged_adamw8bit (bitsandbytes: ~4x smaller optimizer state).", choices=OPTIMIZERS)
     sample_prompts: list = _f([""], "Prompts to sample from at each evaluation ('' = start of text).")
     sample_tokens: int = _f(48, "Tokens generated per sample at each evaluation (0 disables).", minimum=0)
+    auto_micro_batch: bool = _f(False, "Find the largest micro-batch that fits in memory (a search on CUDA, a "
+                                "memory model on CPU) and reach the batch size by gradient accumulation.")
 
     def validate(self) -> list[str]:
         p: list[str] = []
+        if not isinstance(self.auto_micro_batch, bool):
+            p.append(f"auto_micro_batch must be true or false, got {self.auto_micro_batch!r}")
         for name in ("steps", "batch_size", "eval_batches", "log_every", "keep_last", "max_nonfinite"):
             _positive(p, name, getattr(self, name))
         for name in ("micro_batch_size", "warmup_steps", "eval_every", "save_every", "threads",
@@ -439,6 +446,44 @@ class AdapterSpec(_SpecMixin):
         _choice(p, "quant_type", self.quant_type, QUANT_TYPES)
         if not isinstance(self.double_quant, bool):
             p.append(f"double_quant must be true or false, got {self.double_quant!r}")
+        return p
+
+
+@dataclass
+class DistributedSpec(_SpecMixin):
+    """How a run spreads over several processes when launched by torchrun (ignored in a single process).
+
+    The batch size stays the global batch: each of N processes takes batch_size / N sequences of every step
+    (its own rows of the same seeded order), so a run's data and maths do not depend on N.
+    """
+
+    strategy: str = _f("ddp", "ddp: every process holds the whole model and gradients are averaged (fastest when "
+                       "the model fits). fsdp: parameters, gradients and optimizer state are sharded across "
+                       "processes (FSDP2), for models that do not fit on one device.",
+                       choices=DISTRIBUTED_STRATEGIES)
+    backend: str = _f("auto", "Communication backend: auto = nccl on CUDA, gloo on CPU.",
+                      choices=DISTRIBUTED_BACKENDS)
+    nproc_per_node: int = _f(2, "Processes per machine in the torchrun command the app shows (usually the number "
+                             "of GPUs); torchrun itself decides how many run.", minimum=1)
+    fsdp_precision: str = _f("auto", "FSDP only: parameter dtype for compute (auto = the run's precision; bf16 "
+                             "halves communication on GPUs). Gradients are reduced in fp32.", choices=FSDP_PRECISIONS)
+    fsdp_cpu_offload: bool = _f(False, "FSDP only: keep sharded parameters and optimizer state in CPU memory "
+                                "(fits far larger models on a GPU, slower).")
+    fsdp_reshard_after_forward: bool = _f(True, "FSDP only: free gathered parameters after each layer's forward "
+                                          "(less memory; gathers them again for backward).")
+    timeout_s: int = _f(300, "Seconds a process waits for the others at a collective before the run ends with "
+                        "an error (a process that died).", minimum=10)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        _choice(p, "strategy", self.strategy, DISTRIBUTED_STRATEGIES)
+        _choice(p, "backend", self.backend, DISTRIBUTED_BACKENDS)
+        _positive(p, "nproc_per_node", self.nproc_per_node)
+        _choice(p, "fsdp_precision", self.fsdp_precision, FSDP_PRECISIONS)
+        for name in ("fsdp_cpu_offload", "fsdp_reshard_after_forward"):
+            if not isinstance(getattr(self, name), bool):
+                p.append(f"{name} must be true or false, got {getattr(self, name)!r}")
+        _in_range(p, "timeout_s", self.timeout_s, 10, 86400)
         return p
 
 
@@ -598,6 +643,7 @@ class RunConfig(_SpecMixin):
                               "object; unset options take their defaults.")
     base_model_sha256: str = _f("", "Checksum of the base model's weights, recorded when the run starts: a run "
                                 "refuses to resume on a base that changed.")
+    distributed: dict = _f({}, "The DistributedSpec (as a JSON object): DDP or FSDP when launched by torchrun.")
 
     def model_spec(self) -> ModelSpec:
         return ModelSpec.from_dict(self.model)
@@ -607,6 +653,9 @@ class RunConfig(_SpecMixin):
 
     def adapter_spec(self) -> AdapterSpec:
         return AdapterSpec.from_dict(self.adapter)
+
+    def distributed_spec(self) -> DistributedSpec:
+        return DistributedSpec.from_dict(self.distributed)
 
     def options(self) -> Any:
         """The typed method options (SFTOptions / DPOOptions; None for objectives without options)."""
@@ -674,6 +723,10 @@ class RunConfig(_SpecMixin):
                     p += [f"method_options: {m}" for m in options.validate()]
             except SpecError as exc:
                 p += [m if m.startswith("method_options") else f"method_options: {m}" for m in exc.problems]
+        try:
+            p += [f"distributed: {m}" for m in self.distributed_spec().validate()]
+        except SpecError as exc:
+            p += [f"distributed: {m}" for m in exc.problems]
         sha = self.base_model_sha256
         if sha and (not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
             p.append("base_model_sha256 must be 64 lowercase hex digits (or empty)")

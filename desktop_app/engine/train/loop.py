@@ -48,7 +48,7 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.objectives.base import TrainContext
-from desktop_app.engine.specs import AdapterSpec, ModelSpec, RunConfig, TrainSpec, method_options
+from desktop_app.engine.specs import AdapterSpec, DistributedSpec, ModelSpec, RunConfig, TrainSpec, method_options
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train.cpu_alloc import restore_allocator, tune_allocator
 from desktop_app.engine.train.optim import (
@@ -94,6 +94,8 @@ def _canonical(config_dict: dict[str, Any]) -> dict[str, Any]:
             out["model"] = ModelSpec.from_dict(out["model"]).to_dict()
     with contextlib.suppress(Exception):
         out["adapter"] = AdapterSpec.from_dict(out.get("adapter", {})).to_dict()
+    with contextlib.suppress(Exception):
+        out["distributed"] = DistributedSpec.from_dict(out.get("distributed", {})).to_dict()
     with contextlib.suppress(Exception):
         options = method_options(out.get("objective", "causal_lm"), out.get("method_options", {}))
         if options is not None:
