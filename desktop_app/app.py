@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: cannot use {args.workspace} as the workspace: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    window = MainWindow(workspace, settings=settings, preload=not (args.no_preload or args.smoke_test))
+    # The smoke test must not stop at the "resume the unfinished run?" question a normal launch may ask.
+    window = MainWindow(workspace, settings=settings, preload=not (args.no_preload or args.smoke_test),
+                        offer_resume=not args.smoke_test)
     if not args.smoke_test:
         _install_sigint(app, window)  # before anything announces the window, so Ctrl+C is always graceful
     window.show()

@@ -10,6 +10,10 @@ With --beams N > 1 the text comes from beam search (transformers' semantics, see
 nothing streams while the beams search; the best beam's text is printed when the search ends, and
 --samples K (at most N) prints the K best beams, best first. Beams need temperature 0, which is the
 default with --beams; an explicit --temperature above 0 with --beams is refused.
+
+With --chat the prompt is the user's message, rendered by the model's chat template; --system adds a system
+message before it. A system prompt is never cut: when the two do not fit the context with room for the
+reply, a one-line error says so.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=d.samples, help=help_text(GenerateSpec, "samples"))
     parser.add_argument("--seed", type=int, default=d.seed, help=help_text(GenerateSpec, "seed"))
     parser.add_argument("--chat", action="store_true", help=help_text(GenerateSpec, "chat"))
+    parser.add_argument("--system", default=None, metavar="TEXT",
+                        help="with --chat: a system message before the user's (the model's instructions)")
     parser.add_argument("--beams", type=int, default=d.num_beams, metavar="N",
                         help=help_text(GenerateSpec, "num_beams"))
     parser.add_argument("--length-penalty", type=float, default=d.length_penalty, metavar="A",
@@ -72,17 +79,25 @@ def run(args: argparse.Namespace) -> int:
                         stop=list(args.stop), samples=args.samples, seed=args.seed, chat=args.chat,
                         num_beams=args.beams, length_penalty=args.length_penalty,
                         early_stopping=args.early_stopping).check()
+    from desktop_app.engine.errors import UserError
+
     if args.threads < 0:
-        from desktop_app.engine.errors import UserError
-
         raise UserError(f"--threads must be 0 (automatic) or more, got {args.threads}")
+    if args.system is not None and not args.chat:
+        raise UserError("--system needs --chat (a system message only exists in a chat conversation)")
 
-    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.generate.decode import context_length, fit_messages, stream_text
     from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(args.model, device=args.device)
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    prompt: Any = args.prompt
+    if args.system is not None:
+        # One conversation (a one-item list of prompts); fitted so the system prompt is never cut.
+        messages = [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
+        prompt = [fit_messages(loaded.tokenizer, messages, context_length(loaded.model),
+                               reply_tokens=spec.max_new_tokens)[0]]
     stop = threading.Event()
     results: dict[int, dict] = {}
     texts: dict[int, str] = {}
@@ -91,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if multi and not args.json:
         out.write("--- sample 0 ---\n")
     try:
-        for event in stream_text(loaded, args.prompt, spec, stop, threads=args.threads or "auto"):
+        for event in stream_text(loaded, prompt, spec, stop, threads=args.threads or "auto"):
             if event.type == "delta":
                 if event.sample == 0 and not args.json:
                     out.write(event.text)

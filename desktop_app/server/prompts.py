@@ -1,16 +1,18 @@
 """Request -> token ids, the way `generate` does it (so the same settings give the same text).
 
 Completions: a string goes through the engine's `encode_prompt` (plain text); token-id arrays are taken
-as they are. Chat: the whole conversation goes through the tokenizer's chat template with the
-assistant's turn opened, like the engine's chat mode does for a single user message. Prompts longer
-than the model's context keep their end (the model cannot attend further back), as in the engine.
+as they are. Chat: the whole conversation goes through the engine's `encode_messages` (the tokenizer's chat
+template with the assistant's turn opened), the one renderer the Generate tab's chat and `generate --chat`
+use too. Prompts longer than the model's context keep their end (the model cannot attend further back), as
+in the engine's plain-text path.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from desktop_app.engine.generate.decode import encode_prompt
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.generate.decode import NoChatTemplateError, encode_messages, encode_prompt
 from desktop_app.server.errors import ApiError
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -67,10 +69,6 @@ def chat_prompt(tokenizer: Any, messages: list[Any], context: int | None, vocab:
     """Token ids of a conversation rendered by the model's chat template, ready for the assistant's reply."""
     if not messages:
         raise ApiError(400, "messages is empty: give at least one message", param="messages")
-    if not getattr(tokenizer, "chat_template", None):
-        raise ApiError(400, "this model's tokenizer has no chat template, so /v1/chat/completions cannot be used; "
-                            "use /v1/completions with a plain-text prompt", param="messages",
-                       code="no_chat_template")
     conversation = []
     for i, m in enumerate(messages):
         role = CHAT_ROLES.get(m.role)
@@ -79,10 +77,11 @@ def chat_prompt(tokenizer: Any, messages: list[Any], context: int | None, vocab:
                                 "tool calls are not supported)", param=f"messages[{i}].role")
         conversation.append({"role": role, "content": _content_text(m.content, f"messages[{i}].content")})
     try:
-        text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
-    except Exception as exc:  # the template itself refused (e.g. roles must alternate)
-        raise ApiError(400, f"the model's chat template refused these messages: {exc}", param="messages") from None
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if not ids:
-        raise ApiError(400, "the conversation renders to no tokens", param="messages")
-    return _fit([int(i) for i in ids], context, vocab)
+        ids = encode_messages(tokenizer, conversation)
+    except NoChatTemplateError:
+        raise ApiError(400, "this model's tokenizer has no chat template, so /v1/chat/completions cannot be used; "
+                            "use /v1/completions with a plain-text prompt", param="messages",
+                       code="no_chat_template") from None
+    except UserError as exc:  # the template refused the messages, or they render to nothing
+        raise ApiError(400, str(exc), param="messages") from None
+    return _fit(ids, context, vocab)

@@ -1,5 +1,8 @@
 """The main window: five tabs and the wiring between them (tabs never import each other).
 
+Closing the window while a run trains stops it gracefully (the engine saves a checkpoint) and remembers the run
+in the settings; the next launch offers to resume it (once), whatever its method: pretraining, SFT, LoRA, DPO...
+
 Kept import-light on purpose: Qt, pyqtgraph and stdlib-only engine modules. torch/transformers are
 imported by the tasks that need them, and preloaded in the background once the window is up.
 """
@@ -30,8 +33,8 @@ from desktop_app import __version__
 from desktop_app.engine.workspace import Workspace
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.data_tab import DataTab
-from desktop_app.ui.tabs.generate_tab import GenerateTab
-from desktop_app.ui.tabs.library_tab import LibraryTab
+from desktop_app.ui.tabs.generate_tab import GenerateTab, checkpoint_folders
+from desktop_app.ui.tabs.library_tab import LibraryTab, resumable, run_outcome
 from desktop_app.ui.tabs.model_tab import ModelTab
 from desktop_app.ui.tabs.train_tab import SAMPLE_DATASET, TrainTab
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
@@ -39,6 +42,7 @@ from desktop_app.ui.widgets.drop_zone import paths_from_mime
 log = logging.getLogger(__name__)
 
 TAB_NAMES = ("model", "data", "train", "generate", "library")
+UNFINISHED_RUN_KEY = "unfinished_run"  # settings key: the run a window close stopped mid-way
 
 
 def app_settings() -> QSettings:
@@ -68,7 +72,7 @@ def _device_name() -> str:
 
 class MainWindow(QMainWindow):
     def __init__(self, workspace: Workspace | None = None, *, settings: QSettings | None = None,
-                 preload: bool = True):
+                 preload: bool = True, offer_resume: bool = True):
         super().__init__()
         from desktop_app.ui import gc_guard
 
@@ -112,6 +116,8 @@ class MainWindow(QMainWindow):
 
         if preload:
             QTimer.singleShot(250, self._start_preload)
+        if offer_resume and self.unfinished_run() is not None:
+            QTimer.singleShot(0, self.offer_unfinished_run)  # once the window is up: the question needs a parent
 
     # --- construction ---
     def _initial_workspace(self) -> Workspace:
@@ -240,6 +246,8 @@ class MainWindow(QMainWindow):
         self.library_tab.show_run_requested.connect(self._show_run)
         self.library_tab.generate_requested.connect(self._generate_from)
         self.library_tab.dataset_requested.connect(self._use_dataset)
+        self.library_tab.resume_requested.connect(self.resume_run)
+        self.library_tab.watch_requested.connect(self.watch_run)
         c.runner.task_started.connect(lambda _k: self._update_actions())
         c.runner.task_finished.connect(self._on_task_finished)
         self._update_actions()
@@ -339,6 +347,40 @@ class MainWindow(QMainWindow):
         self.generate_tab.select_source(path)
         self.tabs.setCurrentWidget(self.generate_tab)
 
+    def resume_run(self, path: str | Path) -> bool:
+        """Continue a run from its newest good checkpoint on the Train tab (Library → Resume, the launch offer)."""
+        self.tabs.setCurrentWidget(self.train_tab)
+        return self.train_tab.resume_run(path)
+
+    def watch_run(self, path: str | Path) -> None:
+        """Follow a run launched outside the window (torchrun, the CLI) live on the Train tab (Library → Watch live)."""
+        self.tabs.setCurrentWidget(self.train_tab)
+        self.train_tab.watch_run(path)
+
+    def unfinished_run(self) -> Path | None:
+        """The run that closing the window stopped, if it can still be resumed: its folder with its run.json and a
+        committed checkpoint, and it did not complete meanwhile (the last step can finish while it stops)."""
+        value = self.settings.value(UNFINISHED_RUN_KEY, "", str)
+        run = Path(value) if value else None
+        if run is None or not resumable(run):
+            return None
+        return None if run_outcome(run) == "completed" else run
+
+    def offer_unfinished_run(self) -> bool:
+        """Ask (once) whether to resume the run the last window close stopped; True when it resumes."""
+        run = self.unfinished_run()
+        self.settings.remove(UNFINISHED_RUN_KEY)  # asked once: "No" is not asked again at every launch
+        self.settings.sync()
+        if run is None or self.train_tab.running:
+            return False
+        digits = checkpoint_folders(run)[-1].name.split("-")[-1]  # step-00000120
+        step = int(digits) if digits.isdigit() else digits
+        if not self.ctx.confirm("Resume the unfinished run?",
+                                f"The run {run.name} was stopped when the window closed; its newest checkpoint is "
+                                f"at step {step}.\n\nResume it now?", self):
+            return False
+        return self.resume_run(run)
+
     def _use_dataset(self, path: str) -> None:
         self.train_tab.select_dataset(path)
         self.data_tab.show_stats(path)
@@ -413,6 +455,10 @@ class MainWindow(QMainWindow):
                 event.ignore()
                 return
             self._close_requested = True
+            if "train" in busy and self.train_tab.run_dir is not None:
+                # The next launch offers to resume it (once its checkpoint is there: unfinished_run checks).
+                self.settings.setValue(UNFINISHED_RUN_KEY, str(self.train_tab.run_dir))
+                self.settings.sync()
             self.statusBar().showMessage("Stopping: finishing the current step and saving a checkpoint…")
             for kind in busy:
                 task = self.ctx.runner.task(kind)

@@ -95,3 +95,27 @@ def test_whole_cli_one_line_error_and_exit_code(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: ")
     assert "does not exist" in proc.stderr
+
+
+def test_chat_with_a_system_prompt(model_dir, capsys, monkeypatch):
+    from desktop_app.engine.generate import decode
+
+    rendered: list[list[dict]] = []
+    real = decode.encode_messages
+    monkeypatch.setattr(decode, "encode_messages", lambda tok, msgs: rendered.append(list(msgs)) or real(tok, msgs))
+    assert _run([str(model_dir), "--chat", "--system", "Be brief.", "--prompt", "hello", "--max-new-tokens", "4",
+                 "--temperature", "0", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert 1 <= len(obj["token_ids"]) <= 4
+    expected = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+    assert rendered[-1] == expected  # what the model saw: the system message, then the user's
+    # Without --system, --chat is unchanged: the prompt alone as the user's turn.
+    assert _run([str(model_dir), "--chat", "--prompt", "hello", "--max-new-tokens", "4", "--temperature", "0"]) == 0
+    assert rendered[-1] == expected[1:]
+
+
+def test_system_prompt_errors(model_dir):
+    with pytest.raises(UserError, match="--system needs --chat"):
+        _run([str(model_dir), "--system", "Be brief.", "--prompt", "hello"])
+    with pytest.raises(UserError, match="does not fit the model's context"):  # never cut: refused whole
+        _run([str(model_dir), "--chat", "--system", "the cat sat on the mat " * 30, "--prompt", "hi"])

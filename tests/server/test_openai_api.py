@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import httpx
+import pytest
 from server_helpers import engine_text
+
+from desktop_app.engine.generate import decode
+from desktop_app.server.errors import ApiError
+from desktop_app.server.prompts import chat_prompt
 
 
 def test_models_list(openai_client, model_dir):
@@ -113,3 +119,28 @@ def test_penalties_and_extensions_are_accepted(openai_client, model_dir):
         max_tokens=8, temperature=0.7, seed=1, presence_penalty=0.5, frequency_penalty=0.5,
         extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1})
     assert r.usage.completion_tokens >= 1
+
+
+def test_multi_turn_chat_equals_the_engines_conversation(openai_client, loaded, model_dir):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"}, {"role": "user", "content": "the cat?"}]
+    ref = engine_text(loaded, [messages], max_new_tokens=8, temperature=0, chat=True)  # one conversation
+    r = openai_client.chat.completions.create(model=model_dir.name, messages=messages, max_tokens=8, temperature=0)
+    assert r.choices[0].message.content == ref.text
+
+
+def test_chat_prompt_renders_through_the_engine(loaded, monkeypatch):
+    seen = []
+    real = decode.encode_messages
+    monkeypatch.setattr("desktop_app.server.prompts.encode_messages",
+                        lambda tok, msgs: seen.append(msgs) or real(tok, msgs))
+    messages = [SimpleNamespace(role="developer", content="be brief"),
+                SimpleNamespace(role="user", content=[{"type": "text", "text": "hi"}])]
+    ids = chat_prompt(loaded.tokenizer, messages, None, 0)
+    assert seen == [[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]]
+    assert ids == real(loaded.tokenizer, seen[0])
+    tokenizer = loaded.tokenizer
+    monkeypatch.setattr(tokenizer, "chat_template", None)
+    with pytest.raises(ApiError) as err:
+        chat_prompt(tokenizer, messages, None, 0)
+    assert err.value.code == "no_chat_template" and "/v1/completions" in str(err.value.message)

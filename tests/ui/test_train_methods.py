@@ -51,7 +51,8 @@ def _wait_idle(qtbot, window):
 
 def test_method_switching_shows_the_right_fields_with_help(window, qtbot):
     tab = window.train_tab
-    assert [tab.method_box.itemText(i) for i in range(tab.method_box.count())] == [m.label for m in METHODS]
+    labels = [tab.method_box.itemText(i) for i in range(tab.method_box.count())]
+    assert labels == [m.label for m in METHODS] + ["Pipeline"]  # a pipeline chains stages of the others
     expected = {  # base, data, adapter, options, sandbox
         "pretraining": (False, False, False, False, False),
         "sft": (True, True, False, True, False),

@@ -3,6 +3,11 @@
 Beams above 1 switch to beam search: the sampling-only settings (temperature, top-k, top-p, min-p, seed) are
 greyed out and not used, length penalty and early stopping become active, and each output shows its beam's
 text when the search ends (beams cannot stream: a beam's past can still change).
+
+Chat mode (the `chat` setting) is a multi-turn conversation: every turn sends the optional system prompt and the
+whole transcript (the user's messages and the replies the model actually gave, a stopped reply as far as it was
+shown) through the model's chat template. When the conversation outgrows the model's context its oldest turns
+are left out of what the model sees (the label says so; the transcript keeps them). "New chat" forgets it.
 """
 
 from __future__ import annotations
@@ -68,8 +73,10 @@ class ModelCache:
             self.path, self.loaded = None, None
 
 
-def _generate_job(cache: ModelCache, paths: list[str], prompt: str, spec: GenerateSpec, controls: Controls):
-    from desktop_app.engine.generate.decode import stream_text
+def _generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[str, str]], spec: GenerateSpec,
+                  controls: Controls):
+    """Stream `prompt` (a text, or a chat conversation: a list of {"role", "content"} messages) from each model."""
+    from desktop_app.engine.generate.decode import context_length, fit_messages, stream_text
 
     for column, path in enumerate(paths):
         if controls.stop.is_set():
@@ -77,7 +84,15 @@ def _generate_job(cache: ModelCache, paths: list[str], prompt: str, spec: Genera
         yield ("loading", column, path)
         loaded = cache.get(path)
         yield ("loaded", column, path)
-        for event in stream_text(loaded, prompt, spec, stop_event=controls.stop):
+        source: Any = prompt
+        if not isinstance(prompt, str):
+            # A conversation: drop its oldest turns rather than cut the system prompt (the engine's policy).
+            kept, dropped = fit_messages(loaded.tokenizer, prompt, context_length(loaded.model),
+                                         reply_tokens=spec.max_new_tokens)
+            if dropped:
+                yield ("trimmed", column, dropped)
+            source = [kept]  # stream_text takes a list of prompts: here one conversation
+        for event in stream_text(loaded, source, spec, stop_event=controls.stop):
             yield (column, event)
 
 
@@ -97,7 +112,10 @@ class GenerateTab(QWidget):
         self.task = None
         self.outputs: list[StreamView] = []
         self.stats: list[GenerationStats] = []
-        self.history: list[tuple[str, str]] = []  # chat transcript (role, text)
+        self.history: list[tuple[str, str]] = []  # chat transcript (role, text), user and assistant turns
+        self._reply: str | None = None  # the reply of the chat turn in flight, as shown so far (None: no chat turn)
+        self._trimmed = 0  # messages of the conversation in flight left out to fit the model's context
+        self._discard = False  # Clear during a generation: ignore what the stopping task still sends
         self._beams = 1  # num_beams of the running generation
 
         self.source_box = QComboBox()
@@ -128,6 +146,14 @@ class GenerateTab(QWidget):
         sl.addWidget(self.compare_check)
         sl.addWidget(self.compare_list)
 
+        self.system_label = QLabel("System prompt")
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setObjectName("systemPromptEdit")
+        self.system_prompt.setPlaceholderText("Optional instructions the model gets before the chat "
+                                              "(e.g. \"Answer in one sentence.\")")
+        self.system_prompt.setToolTip("Sent as the system message with every turn of the chat")
+        self.system_prompt.setMaximumHeight(60)
+        self.system_prompt.setAcceptDrops(False)
         self.prompt = QPlainTextEdit()
         self.prompt.setObjectName("promptEdit")
         self.prompt.setPlaceholderText("Type a prompt (empty = start of text)…  Ctrl+G generates")
@@ -139,6 +165,7 @@ class GenerateTab(QWidget):
         self.stop_btn = QPushButton("Stop")
         self.stop_btn.setEnabled(False)
         self.clear_btn = QPushButton("Clear")
+        self.clear_btn.setObjectName("clearButton")
         self.stats_label = QLabel("")
         self.stats_label.setObjectName("genStats")
         self.stats_label.setProperty("role", "muted")
@@ -153,6 +180,8 @@ class GenerateTab(QWidget):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.system_label)
+        rl.addWidget(self.system_prompt)
         rl.addWidget(QLabel("Prompt"))
         rl.addWidget(self.prompt)
         rl.addLayout(actions)
@@ -180,6 +209,7 @@ class GenerateTab(QWidget):
         self.compare_check.toggled.connect(self.compare_list.setVisible)
         self.form.changed.connect(self._on_form_changed)
         self._sync_beam_controls()
+        self._sync_chat_controls()
         self._make_outputs(["Output"])
         self.refresh_sources()
 
@@ -247,9 +277,20 @@ class GenerateTab(QWidget):
             self.outputs.append(view)
 
     def clear(self) -> None:
+        """Empty the outputs and forget the chat ("New chat" in chat mode); a reply still streaming is dropped."""
+        if self.running:
+            self.task.stop()
+            self._discard = True  # its late events (and the reply) belong to the forgotten outputs
+        self._reply = None
         self.history.clear()
         self._make_outputs(["Output"])
         self.stats_label.setText("")
+
+    def messages(self) -> list[dict[str, str]]:
+        """The conversation the next chat turn sends: the system prompt (when given), then the transcript."""
+        system = self.system_prompt.toPlainText().strip()
+        head = [{"role": "system", "content": system}] if system else []
+        return head + [{"role": role, "content": text} for role, text in self.history]
 
     # --- settings ---
     def settings_spec(self) -> GenerateSpec:
@@ -260,6 +301,7 @@ class GenerateTab(QWidget):
 
     def _on_form_changed(self) -> None:
         self._sync_beam_controls()
+        self._sync_chat_controls()
         self.form.show_problems(self.settings_spec().validate())
 
     def _sync_beam_controls(self) -> None:
@@ -275,6 +317,14 @@ class GenerateTab(QWidget):
             label = layout.labelForField(editor) if hasattr(layout, "labelForField") else None
             if label is not None:
                 label.setEnabled(enabled)
+
+    def _sync_chat_controls(self) -> None:
+        """Chat mode shows the system prompt, and Clear becomes "New chat" (it forgets the conversation)."""
+        chat = bool(self.form.editors["chat"].isChecked())  # type: ignore[attr-defined]
+        self.system_label.setVisible(chat)
+        self.system_prompt.setVisible(chat)
+        self.clear_btn.setText("New chat" if chat else "Clear")
+        self.clear_btn.setToolTip("Forget the conversation and start a new one" if chat else "Empty the outputs")
 
     # --- run ---
     @property
@@ -313,23 +363,33 @@ class GenerateTab(QWidget):
         if prompt is not None:
             self.prompt.setPlainText(prompt)
         chat = spec.chat and not self.compare_check.isChecked()
+        request: str | list[dict[str, str]] = text
         if chat:
-            # The transcript stays visible; the model sees the latest user turn through its chat template.
+            # The transcript stays visible; the model sees all of it (system prompt first) through its chat
+            # template. One reply per turn: the transcript holds one assistant message per user message.
+            spec = spec.replace(samples=1)
             if not self.outputs or len(self.outputs) != 1 or not self.history:
                 self._make_outputs(["Chat"])
+                system = self.system_prompt.toPlainText().strip()
+                if system:
+                    self.outputs[0].append_text(f"System: {system}\n\n")
             self.history.append(("user", text))
+            request = self.messages()
             self.outputs[0].append_text(("\n\n" if self.history[:-1] else "") + f"You: {text}\n\nModel: ")
+            self._reply = ""
         else:
             self.history.clear()
+            self._reply = None
             self._make_outputs(titles)
             for view in self.outputs:
                 view.set_prefix(text)
+        self._trimmed = 0
         self.stats = []
         controls = Controls()
         self._columns = len(paths) > 1
         self._beams = spec.num_beams
-        self.task = self.ctx.runner.start("generate", lambda: _generate_job(self.cache, paths, text, spec, controls),
-                                          controls)
+        self.task = self.ctx.runner.start("generate",
+                                          lambda: _generate_job(self.cache, paths, request, spec, controls), controls)
         self.task.produced.connect(self._on_item)
         self.task.failed.connect(self._on_failed)
         self.task.finished.connect(self._on_finished)
@@ -343,7 +403,7 @@ class GenerateTab(QWidget):
             self.task.stop()
 
     def _on_item(self, item: Any) -> None:
-        if not isinstance(item, tuple):
+        if not isinstance(item, tuple) or self._discard:
             return
         if item[0] == "loading":
             self.stats_label.setText(f"loading {Path(item[2]).name}…")
@@ -352,26 +412,48 @@ class GenerateTab(QWidget):
             beams = self._beams
             self.stats_label.setText(f"beam search ({beams} beams)…" if beams > 1 else "generating…")
             return
+        if item[0] == "trimmed":
+            self._trimmed = item[2]
+            self.stats_label.setText(f"{self._trim_note()} · generating…")
+            return
         column, event = item
         if isinstance(event, TextDelta):
             index = column if self._columns else event.sample
             if 0 <= index < len(self.outputs):
                 self.outputs[index].append_text(event.text)
+            if self._reply is not None:
+                self._reply += event.text
         elif isinstance(event, GenerationStats):
             self.stats.append(event)
-            if self.history:
-                self.history.append(("assistant", event.text))
-            self.stats_label.setText(
-                " · ".join(f"{s.tokens_per_s:.1f} tokens/s, first token {s.ttft_ms:.0f} ms ({s.finish_reason})"
-                           for s in self.stats[-3:]))
+            if self._reply is not None:
+                self._reply = event.text  # the whole reply (equal to what streamed, stopped or not)
+            notes = [self._trim_note()] if self._trimmed else []
+            self.stats_label.setText(" · ".join(
+                notes + [f"{s.tokens_per_s:.1f} tokens/s, first token {s.ttft_ms:.0f} ms ({s.finish_reason})"
+                         for s in self.stats[-3:]]))
+
+    def _trim_note(self) -> str:
+        return f"the {self._trimmed} oldest messages no longer fit the model's context: it did not see them"
 
     def _on_failed(self, message: str, details: str) -> None:
+        if self._discard:
+            return
         self.stats_label.setText("failed")
+        if self._reply == "" and self.history and self.history[-1][0] == "user":
+            # Nothing came back: forget the turn, so a retry does not send two user messages in a row.
+            self.history.pop()
+            self._reply = None
+            if self.outputs:
+                self.outputs[0].append_text("(no reply: the generation failed)")
         self.ctx.report_error(message, details, title="Generation failed")
 
     def _on_finished(self) -> None:
         self.generate_btn.setEnabled(True)
         self.stop_btn.setEnabled(False)
+        if self._reply is not None and not self._discard:
+            # The model's reply joins the transcript the next turn sends; a stopped one as far as it was shown.
+            self.history.append(("assistant", self._reply))
+        self._reply, self._discard = None, False
         for view in self.outputs:
             view.flush()
         if not self.stats and self.task is not None and self.task.error is None:

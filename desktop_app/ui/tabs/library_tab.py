@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.events import Controls, Finished, Log, Progress
+from desktop_app.engine.runs import is_live, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
 
@@ -64,6 +65,8 @@ class LibraryTab(QWidget):
     show_run_requested = Signal(str)
     generate_requested = Signal(str)
     dataset_requested = Signal(str)
+    resume_requested = Signal(str)  # a run to continue from its newest checkpoint (the main window routes it)
+    watch_requested = Signal(str)  # a run another process trains (CLI, torchrun): follow its curves, read-only
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
@@ -83,6 +86,13 @@ class LibraryTab(QWidget):
         self.rename_btn = QPushButton("Rename…")
         self.delete_btn = QPushButton("Delete…")
         self.plots_btn = QPushButton("Show in plots")
+        self.resume_btn = QPushButton("Resume")
+        self.resume_btn.setObjectName("libraryResume")
+        self.resume_btn.setToolTip("Continue the run from its newest good checkpoint (any method), with its curves")
+        self.watch_btn = QPushButton("Watch live")
+        self.watch_btn.setObjectName("libraryWatch")
+        self.watch_btn.setToolTip("Follow the run's curves as another process (CLI, torchrun) trains it; nothing is "
+                                  "written to the run")
         self.generate_btn = QPushButton("Generate with it")
         self.use_btn = QPushButton("Train on it")
         self.format_box = QComboBox()
@@ -101,7 +111,7 @@ class LibraryTab(QWidget):
         for b in (self.refresh_btn, self.open_btn, self.rename_btn, self.delete_btn):
             bar.addWidget(b)
         bar.addStretch(1)
-        for b in (self.plots_btn, self.generate_btn, self.use_btn):
+        for b in (self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.use_btn):
             bar.addWidget(b)
         exp = QHBoxLayout()
         exp.addWidget(QLabel("Export as"))
@@ -127,6 +137,8 @@ class LibraryTab(QWidget):
         self.rename_btn.clicked.connect(lambda _=False: self._rename_dialog())
         self.delete_btn.clicked.connect(lambda _=False: self.delete_selected())
         self.plots_btn.clicked.connect(lambda _=False: self._emit_selected(self.show_run_requested, "runs"))
+        self.resume_btn.clicked.connect(lambda _=False: self._emit_selected(self.resume_requested, "runs"))
+        self.watch_btn.clicked.connect(lambda _=False: self._emit_selected(self.watch_requested, "runs"))
         self.generate_btn.clicked.connect(lambda _=False: self._emit_selected(self.generate_requested, None))
         self.use_btn.clicked.connect(lambda _=False: self._emit_selected(self.dataset_requested, "datasets"))
         self.export_btn.clicked.connect(lambda _=False: self.export_selected())
@@ -195,6 +207,9 @@ class LibraryTab(QWidget):
         for b in (self.open_btn, self.rename_btn, self.delete_btn):
             b.setEnabled(has)
         self.plots_btn.setEnabled(kind == "runs")
+        self.resume_btn.setEnabled(kind == "runs" and (resumable(Path(self.selected_path()))
+                                                       or pipeline_resumable(self.selected_path())))
+        self.watch_btn.setEnabled(kind == "runs")
         self.generate_btn.setEnabled(kind in ("runs", "models", "exports"))
         self.use_btn.setEnabled(kind == "datasets")
         self.export_btn.setEnabled(kind in ("runs", "models"))
@@ -218,6 +233,8 @@ class LibraryTab(QWidget):
                     parts.append(f"<b>{name}</b>: unreadable")
                 break
         if kind == "runs":
+            if is_live(path):
+                parts.insert(1, "<p><b>● live</b>: training now, in a process of its own (Watch live follows it)</p>")
             parts.insert(1, _run_summary(path))
             ckpts = sorted((path / "checkpoints").glob("step-*")) if (path / "checkpoints").is_dir() else []
             parts.insert(1, f"<p>{len(ckpts)} checkpoint(s)"
@@ -353,24 +370,49 @@ def _esc(text: str) -> str:
     return html.escape(text)
 
 
-def _run_summary(run: Path) -> str:
-    """Last training loss and best validation loss, read from the tail of metrics.jsonl."""
+def _tail_records(run: Path) -> list[dict]:
+    """The records at the end of a run's metrics.jsonl (its last 256 kB: enough for the latest of each kind)."""
     path = run / "metrics.jsonl"
     if not path.is_file():
-        return ""
+        return []
     try:
         with path.open("rb") as fh:
             start = max(0, path.stat().st_size - 256_000)
             fh.seek(start)
             lines = fh.read().decode("utf-8", "replace").splitlines()[1 if start else 0:]
     except OSError:
-        return ""
-    last_step, best_val, finished = None, None, None
+        return []
+    out = []
     for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def run_outcome(run: Path) -> str | None:
+    """How the run's last session ended (completed, stopped, failed, ...), or None when it never ended (a crash)
+    or has no metrics. Read from its metrics.jsonl, without loading the engine."""
+    finished = [r for r in _tail_records(run) if r.get("type") == "finished"]
+    return str(finished[-1].get("reason", "")) if finished else None
+
+
+def resumable(run: Path) -> bool:
+    """A run that Resume can continue: its run.json and at least one committed checkpoint are there."""
+    folder = run / "checkpoints"
+    return (run / "run.json").is_file() and folder.is_dir() and any(folder.glob("step-*/manifest.json"))
+
+
+def _run_summary(run: Path) -> str:
+    """Last training loss and best validation loss, read from the tail of metrics.jsonl."""
+    records = _tail_records(run)
+    if not records:
+        return ""
+    last_step, best_val, finished = None, None, None
+    for rec in records:
         if rec.get("type") == "step":
             last_step = rec
         elif rec.get("type") == "eval" and isinstance(rec.get("val_loss"), (int, float)):

@@ -3,11 +3,14 @@
 Methods: pretraining on a prepared dataset (model from the Model tab), and the fine-tuning / reinforcement
 methods on a base model (SFT, LoRA, QLoRA, DPO, GRPO, self-play), whose fields live in `MethodPanel`.
 Every method builds one RunConfig and runs the engine's `train` generator in the background runner.
+A Pipeline (`PipelineEditor`) chains stages of those methods and runs the engine's `run_pipeline` instead.
+Runs launched outside the window (CLI, torchrun) can be watched: their metrics.jsonl feeds the same plots,
+read-only (engine/runs.py `follow_run`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import json
 import shlex
 import sys
@@ -48,18 +51,22 @@ from desktop_app.engine.events import (
     Sample,
     StepMetrics,
 )
-from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
+from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.method_form import (
     METHOD_BY_KEY,
     METHODS,
+    PIPELINE,
     Method,
     MethodPanel,
     default_lr,
+    make_run_config,
     method_defaults,
+    method_key_of,
     options_spec,
 )
 from desktop_app.ui.widgets.method_plots import MethodPlots
+from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
 from desktop_app.ui.widgets.record_preview import RecordPreview
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.task_browser import LOG_NAME as SELFPLAY_LOG
@@ -85,25 +92,6 @@ def format_eta(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def method_key_of(config: RunConfig) -> str:
-    """The selector's method for a run config: (objective, adapter kind) -> pretraining / sft / lora / ..."""
-    objective = config.objective
-    kind = (getattr(config, "adapter", None) or {}).get("kind", "none")
-    if objective == "causal_lm":
-        return "pretraining"
-    if objective == "sft":
-        return {"lora": "lora", "qlora": "qlora"}.get(kind, "sft")
-    return objective if objective in METHOD_BY_KEY else "pretraining"
-
-
-def make_run_config(**fields: Any) -> tuple[RunConfig, list[str]]:
-    """A RunConfig from the fields this engine knows; the names it does not know are returned (an engine that
-    lacks a method's fields refuses to start it by name instead of failing on a TypeError)."""
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    unknown = sorted(k for k, v in fields.items() if k not in known and v not in ("", [], {}, None))
-    return RunConfig(**{k: v for k, v in fields.items() if k in known}), unknown
 
 
 def _flag_value(value: Any) -> str:
@@ -164,10 +152,36 @@ def method_command(config: RunConfig, method: Method, exe: str, out: str = "my-r
                 parts += [CLI_ADAPTER_FLAGS[key], q(_flag_value(value))]
             else:
                 uncovered.append(f"adapter.{key}={_flag_value(value)}")
+    uncovered += [f"distributed.{k}={_flag_value(v)}" for k, v in (getattr(config, "distributed", {}) or {}).items()]
     if config.seed != RunConfig().seed:
         parts += ["--seed", str(config.seed)]
     parts += ["--out", q(out)]
     return " ".join(parts), uncovered
+
+
+def cli_exe() -> str:
+    """How the CLI is called: a frozen app is its own CLI; from source, the module form (no entry point on PATH)."""
+    return shlex.quote(sys.executable) if getattr(sys, "frozen", False) else "python -m desktop_app"
+
+
+def torchrun_command(config: RunConfig, run_json: str = "run.json", out: str = "my-run") -> str:
+    """The torchrun lines for a config: one machine, and the template for several (DDP/FSDP from `distributed`)."""
+    q = shlex.quote
+    try:
+        dist = config.distributed_spec()
+    except SpecError:
+        dist = DistributedSpec()
+    n = dist.nproc_per_node
+    # torchrun starts Python itself; a frozen app is an executable, which torchrun runs with --no-python.
+    target = f"--no-python {q(sys.executable)}" if getattr(sys, "frozen", False) else "-m desktop_app"
+    verb = f"{target} train --config {q(run_json)} --out {q(out)}"
+    return "\n".join([
+        f"# on {n} processes of this machine (distributed.nproc_per_node; {dist.strategy.upper()}):",
+        f"torchrun --standalone --nproc_per_node {n} {verb} --json",
+        "# on M machines: run this on each one, R = its rank 0..M-1, HOST:PORT = machine 0's address:",
+        f"torchrun --nnodes M --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST:PORT --nproc_per_node {n} "
+        f"{verb}",
+    ])
 
 
 def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: bool,
@@ -200,6 +214,12 @@ def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: boo
         config = config.replace(model=spec.to_dict())
     run_dir.mkdir(parents=True, exist_ok=True)
     yield ("run", str(run_dir))
+    if resume:
+        # The curve so far, read here before train() cuts metrics.jsonl back to its checkpoint (a separate history
+        # task could read either side of that cut and plot steps past the checkpoint twice).
+        history = _checkpointed_history(run_dir)
+        if history:
+            yield ("history", str(run_dir), history)
     # interactive: the thread policy leaves a core to the window so the GUI stays responsive.
     yield from train(config, run_dir, controls, resume=resume, interactive=True)
 
@@ -224,6 +244,66 @@ def _history_job(run_dir: str):
     yield ("history", run_dir, read_metrics(Path(run_dir)))
 
 
+def _fit_pretraining_stages(source: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Pretraining stages' model specs fitted to their datasets' tokenizer and windows, as a single run's are."""
+    from desktop_app.engine.data.token_store import TokenStore
+    from desktop_app.engine.train.loop import adapt_model_to_dataset
+
+    stages, notes = [], []
+    for stage in source.get("stages", []):
+        config = stage.get("config") if isinstance(stage, dict) else None
+        if isinstance(config, dict) and config.get("model") and config.get("dataset"):
+            spec, fit = adapt_model_to_dataset(ModelSpec.from_dict(config["model"]), TokenStore(config["dataset"]))
+            stage = {**stage, "config": {**config, "model": spec.to_dict()}}
+            notes += [f"stage {stage.get('name')}: model: {note}" for note in fit]
+        stages.append(stage)
+    return {**source, "stages": stages}, notes
+
+
+def _checkpointed_history(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of a stage up to its newest checkpoint: what a resume keeps of its metrics.jsonl."""
+    from desktop_app.engine.train import checkpoints as ckpt
+    from desktop_app.engine.train.loop import read_metrics
+
+    saved = ckpt.list_committed(run_dir)
+    if not saved:
+        return []
+    last = ckpt.step_of(saved[-1])
+    return [r for r in read_metrics(run_dir) if not isinstance(r.get("step"), (int, float)) or r["step"] <= last]
+
+
+def _pipeline_job(source: dict[str, Any] | None, out: Path, controls: Controls, resume: bool):
+    """Runs in the worker thread: a pipeline (source None: resume the one in `out`), with a ("stage", index, run
+    folder) marker when a stage starts and, when that stage resumes, the history its checkpoint has seen."""
+    from desktop_app.engine.finetune.pipeline import PIPELINE_FILE, load_pipeline, run_pipeline, stage_dir
+
+    if source is not None and not resume:
+        source, notes = _fit_pretraining_stages(source)
+        for note in notes:
+            yield Log("info", note)
+    stages = load_pipeline(out / PIPELINE_FILE if resume else source)
+    yield ("run", str(out))
+    for event in run_pipeline(source, out, controls, resume=resume, interactive=True):
+        if isinstance(event, Progress) and event.stage == "pipeline":
+            index = int(event.done)
+            if index < len(stages):
+                run_dir = stage_dir(out, index, stages[index])
+                yield ("stage", index, str(run_dir))
+                history = _checkpointed_history(run_dir)
+                if history:
+                    yield ("history", str(run_dir), history)
+            continue
+        yield event
+
+
+def _watch_job(run_dir: Path, controls: Controls):
+    """Follows a run written by another process (read-only), a batch of records at a time."""
+    from desktop_app.engine.runs import follow_run_batches
+
+    for batch in follow_run_batches(run_dir, controls.stop, poll_s=0.25):  # ~the plots' own redraw pace
+        yield ("watch", batch)
+
+
 class TrainTab(QWidget):
     run_changed = Signal(str)  # run folder of the current/shown run
     checkpoint_saved = Signal(str)
@@ -246,15 +326,20 @@ class TrainTab(QWidget):
         self._auto_lr: float | None = TrainSpec().lr  # the method default the lr field holds (None: user's own)
         self._sandbox_probed = False
         self.sandbox_dialog = None
+        self.pipeline_dir: Path | None = None  # the pipeline folder of the current / last pipeline run
+        self.pipeline_running = False  # the train task runs a pipeline
+        self.stage_index = -1
+        self.watch_task = None
+        self.watched_dir: Path | None = None
 
         # --- top: what to train on what ---
         self.method_box = QComboBox()
         self.method_box.setObjectName("methodBox")
-        for m in METHODS:
+        for m in (*METHODS, PIPELINE):
             self.method_box.addItem(m.label, m.key)
             self.method_box.setItemData(self.method_box.count() - 1, m.help, Qt.ItemDataRole.ToolTipRole)
         self.method_box.setToolTip("Training method: pretraining from scratch, or fine-tuning / reinforcement "
-                                   "learning on a base model")
+                                   "learning on a base model, or a pipeline of several of them")
         self.method_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.method_box.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.dataset_box = QComboBox()
@@ -281,11 +366,29 @@ class TrainTab(QWidget):
         hl = QVBoxLayout(hyper)
         hl.setContentsMargins(8, 6, 8, 8)
         hl.addWidget(self.form)
+        self.hyper_group = hyper
+        # The config's `distributed` block: used when torchrun launches the run (Show CLI command has the command).
+        self.dist_form = SpecForm(DistributedSpec)
+        self.dist_group = QGroupBox("Distributed (torchrun)")
+        self.dist_group.setObjectName("distributedGroup")
+        dist_note = QLabel("Used when torchrun launches this run on several processes or GPUs (Show CLI command "
+                           "gives the command); a run started in the window uses one process.")
+        dist_note.setProperty("role", "muted")
+        dist_note.setWordWrap(True)
+        dl = QVBoxLayout(self.dist_group)
+        dl.setContentsMargins(8, 6, 8, 8)
+        dl.addWidget(dist_note)
+        dl.addWidget(self.dist_form)
+        self.pipeline_editor = PipelineEditor(lambda: self.ctx.workspace,
+                                              lambda: self.model_spec.to_dict() if self.model_spec else {})
+        self.pipeline_editor.setObjectName("pipelineEditor")
         settings = QWidget()
         sl = QVBoxLayout(settings)
         sl.setContentsMargins(0, 0, 6, 0)
         sl.addWidget(self.method_panel)
+        sl.addWidget(self.pipeline_editor)
         sl.addWidget(hyper)
+        sl.addWidget(self.dist_group)
         sl.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -301,6 +404,10 @@ class TrainTab(QWidget):
         self.save_btn = QPushButton("Save now")
         self.resume_btn = QPushButton("Resume a run…")
         self.cli_btn = QPushButton("Show CLI command")
+        self.watch_btn = QPushButton("Watch a run…")
+        self.watch_btn.setObjectName("watchButton")
+        self.watch_btn.setToolTip("Follow a run launched outside the window (CLI, torchrun): its curves update live "
+                                  "from its metrics.jsonl; nothing is written to it")
         for b in (self.pause_btn, self.stop_btn, self.save_btn):
             b.setEnabled(False)
         left_box = QWidget()
@@ -314,6 +421,7 @@ class TrainTab(QWidget):
         row2 = QHBoxLayout()
         row2.addWidget(self.save_btn)
         row2.addWidget(self.resume_btn)
+        row2.addWidget(self.watch_btn)
         row2.addWidget(self.cli_btn)
         ll.addLayout(row1)
         ll.addLayout(row2)
@@ -346,9 +454,22 @@ class TrainTab(QWidget):
         plot_bar.addStretch(1)
         plot_bar.addWidget(self.png_btn)
         plot_bar.addWidget(self.csv_btn)
+        self.watch_label = QLabel("")
+        self.watch_label.setObjectName("watchLabel")
+        self.watch_label.setWordWrap(True)
+        self.stop_watch_btn = QPushButton("Stop watching")
+        self.stop_watch_btn.setObjectName("stopWatching")
+        self.watch_bar = QWidget()
+        self.watch_bar.setObjectName("watchBar")
+        wl = QHBoxLayout(self.watch_bar)
+        wl.setContentsMargins(0, 0, 0, 0)
+        wl.addWidget(self.watch_label, 1)
+        wl.addWidget(self.stop_watch_btn)
+        self.watch_bar.setVisible(False)
         plots_panel = QWidget()
         pl = QVBoxLayout(plots_panel)
         pl.setContentsMargins(0, 0, 0, 0)
+        pl.addWidget(self.watch_bar)
         pl.addWidget(self.progress)
         pl.addWidget(self.status_label)
         pl.addLayout(plot_bar)
@@ -402,6 +523,10 @@ class TrainTab(QWidget):
         self.save_btn.clicked.connect(lambda _=False: self.save_now())
         self.resume_btn.clicked.connect(self._resume_dialog)
         self.cli_btn.clicked.connect(lambda _=False: self.show_cli_command())
+        self.watch_btn.clicked.connect(self._watch_dialog)
+        self.stop_watch_btn.clicked.connect(lambda _=False: self.stop_watching())
+        self.dist_form.changed.connect(lambda: self.dist_form.validate())
+        self.pipeline_editor.error.connect(lambda message: self.ctx.report_error(message, title="Pipeline"))
         self.log_check.toggled.connect(self.plots.set_log_y)
         self.smooth_slider.valueChanged.connect(self._on_smoothing)
         self.png_btn.clicked.connect(self._export_png)
@@ -428,7 +553,8 @@ class TrainTab(QWidget):
 
     # --- method ---
     def current_method(self) -> Method:
-        return METHOD_BY_KEY[self.method_box.currentData() or "pretraining"]
+        key = self.method_box.currentData() or "pretraining"
+        return PIPELINE if key == PIPELINE.key else METHOD_BY_KEY[key]
 
     def set_method(self, key: str) -> None:
         i = self.method_box.findData(key)
@@ -438,16 +564,27 @@ class TrainTab(QWidget):
 
     def _on_method_changed(self) -> None:
         m = self.current_method()
-        self.method_panel.set_method(m.key)
+        pipeline = m is PIPELINE
+        if not pipeline:
+            self.method_panel.set_method(m.key)
+        self.method_panel.setVisible(not pipeline)
+        self.pipeline_editor.setVisible(pipeline)
+        self.hyper_group.setVisible(not pipeline)  # each stage has its own
+        self.dist_group.setVisible(not pipeline)
         for w in (self.dataset_label, self.dataset_box, self.model_label):
             w.setVisible(not m.finetune)
         self.bottom_tabs.setTabVisible(self.preview_index, m.data in ("sft", "dpo"))
         self.bottom_tabs.setTabVisible(self.browser_index, m.key == "selfplay")
         if not self.running:
-            self.plots.set_method(PLOT_FAMILY[m.key])
+            stages = self.pipeline_editor.stages
+            self.plots.set_method(PLOT_FAMILY[stages[0].method if pipeline and stages else
+                                              "sft" if pipeline else m.key])
             self.status_label.setText(
                 "Press Start: with no dataset chosen, the bundled sample corpus is prepared first."
                 if m.key == "pretraining" else
+                "Pipeline: add stages (or load a pipeline JSON) on the left; each stage starts from the previous "
+                "one's output. Press Start: the stages run one after the other, each with its own run folder."
+                if pipeline else
                 f"{m.label}: choose the base model{' and the data files' if m.data else ''} on the left, then press "
                 "Start. The run folder appears here; curves fill in as the engine reports.")
         self._apply_default_lr()
@@ -524,7 +661,7 @@ class TrainTab(QWidget):
         if self.running:
             self.ctx.info("Stop the running training before choosing another base model.")
             return
-        if not self.current_method().finetune:
+        if not self.current_method().finetune or self.current_method() is PIPELINE:
             self.set_method(method)
         self.method_panel.base_picker.set_path(str(path))
 
@@ -535,22 +672,9 @@ class TrainTab(QWidget):
         self.selfplay_demo_requested.emit()
         out = self.ctx.workspace.folder("runs") / time.strftime("selfplay-demo-%Y%m%d-%H%M%S")
         controls = Controls()
-        self.config, self.run_dir = None, out
-        self.last_finished = None
-        self.steps_seen = 0
-        self.plots.clear()
-        self.samples_view.clear()
-        self.log_view.appendPlainText(f"— {time.strftime('%H:%M:%S')} self-play CPU demo in {out}")
-        self.task = self.ctx.runner.start("train", lambda: _demo_job(out, controls, minutes), controls)
-        self.task.produced.connect(self._on_item)
-        self.task.failed.connect(self._on_failed)
-        self.task.finished.connect(self._on_task_finished)
-        self._t_start = time.perf_counter()
-        self._set_running(True)
-        self.progress.setValue(0)
-        self.progress.setFormat("self-play demo: writing the seed corpus…")
-        self.status_label.setText(f"Demo folder: {out}")
-        return True
+        return self._run_job(lambda: _demo_job(out, controls, minutes), controls, config=None, run_dir=out,
+                             log_line=f"self-play CPU demo in {out}",
+                             progress="self-play demo: writing the seed corpus…", status=f"Demo folder: {out}")
 
     def _update_model_label(self) -> None:
         if self.base_model:
@@ -566,6 +690,7 @@ class TrainTab(QWidget):
 
     def refresh_datasets(self) -> None:
         self.method_panel.base_picker.refresh()  # runs and models of the Library are bases too
+        self.pipeline_editor.refresh()
         current = self.dataset_box.currentData()
         self.dataset_box.blockSignals(True)
         self.dataset_box.clear()
@@ -606,27 +731,35 @@ class TrainTab(QWidget):
         if not m.finetune:
             return RunConfig(model=self.model_spec.to_dict() if (self.model_spec and not self.base_model) else {},
                              base_model=self.base_model, dataset=dataset, objective=m.objective,
-                             train=tspec.to_dict()), []
-        panel = self.method_panel
-        return make_run_config(base_model=panel.base_model(), objective=m.objective, data=panel.data_files(),
-                               adapter=panel.adapter_dict(), method_options=panel.options_dict(),
-                               train=tspec.to_dict())
+                             train=tspec.to_dict(), distributed=self.distributed_dict()), []
+        return make_run_config(**self.method_panel.config_fields(), train=tspec.to_dict(),
+                               distributed=self.distributed_dict())
+
+    def distributed_dict(self) -> dict[str, Any]:
+        """The Distributed fields that differ from DistributedSpec's defaults ({} = all defaults): run.json stays
+        as the CLI would write it unless the user set something."""
+        defaults = DistributedSpec().to_dict()
+        return {k: v for k, v in self.dist_form.spec().to_dict().items() if v != defaults.get(k)}
 
     def apply_config(self, config: RunConfig) -> None:
         """Show a run config in the form (resume, Library): method, base, data, adapter, options, hyperparameters."""
         key = method_key_of(config)
         self.set_method(key)
         if METHOD_BY_KEY[key].finetune:
-            self.method_panel.apply(base_model=getattr(config, "base_model", ""), data=getattr(config, "data", []),
-                                    adapter=getattr(config, "adapter", {}),
-                                    options=getattr(config, "method_options", {}))
+            self.method_panel.apply_config(config)
         self.form.set_spec(config.train_spec())
+        try:
+            self.dist_form.set_spec(config.distributed_spec())
+        except SpecError as exc:  # shown, not fatal: a resume runs the config as it is
+            self._log("warning", f"the Distributed fields cannot show this run's settings: {exc}")
         self._auto_lr = None  # the run's own learning rate, never replaced by a method default
 
     def start(self) -> bool:
         if self.running:
             self.ctx.info("Training is already running.")
             return False
+        if self.current_method() is PIPELINE:
+            return self._start_pipeline()
         tspec = self.form.spec()
         problems = tspec.validate()
         self.form.show_problems(problems)
@@ -694,6 +827,11 @@ class TrainTab(QWidget):
         if self.running:
             self.ctx.info("Training is already running.")
             return False
+        from desktop_app.engine.runs import pipeline_root
+
+        root = pipeline_root(run_dir)  # a pipeline, or one of its stages: the pipeline goes on from there
+        if root is not None:
+            return self._resume_pipeline(root)
         run_dir = Path(run_dir)
         try:
             config = RunConfig.load(run_dir / "run.json")
@@ -704,32 +842,106 @@ class TrainTab(QWidget):
             self.apply_config(config)
         except Exception as exc:  # a config of a method this window does not know: resume it as it is
             self._log("warning", f"the form cannot show this run's settings: {exc}")
-        self.show_run_history(str(run_dir))
-        return self._launch(config, run_dir, resume=True, clear=False)
+        return self._launch(config, run_dir, resume=True)
 
     def _launch(self, config: RunConfig, run_dir: Path, *, resume: bool, sample_paths=None, dataset_dir=None,
                 data_spec=None, clear: bool = True) -> bool:
         controls = Controls()
+        return self._run_job(
+            lambda: _train_job(config, run_dir, controls, resume, sample_paths, dataset_dir, data_spec), controls,
+            config=config, run_dir=run_dir, clear=clear,
+            log_line=f"{'resuming' if resume else 'starting'} run {run_dir.name}",
+            progress="starting… (loading the engine)", status=f"Run folder: {run_dir}")
+
+    def _run_job(self, factory, controls: Controls, *, config: RunConfig | None, run_dir: Path, log_line: str,
+                 progress: str, status: str, clear: bool = True, pipeline: bool = False) -> bool:
+        """Start a training job (a run, a pipeline, the demo) in the background runner, the tab following it."""
+        self.stop_watching()  # the plots now belong to this job
         self.config, self.run_dir = config, run_dir
+        self.pipeline_running = pipeline
         self.last_finished = None
         self.steps_seen = 0
         if clear:
             self.plots.clear()
             self.samples_view.clear()
-        self.log_view.appendPlainText(f"— {time.strftime('%H:%M:%S')} {'resuming' if resume else 'starting'} "
-                                      f"run {run_dir.name}")
-        self.task = self.ctx.runner.start(
-            "train", lambda: _train_job(config, run_dir, controls, resume, sample_paths, dataset_dir, data_spec),
-            controls)
+        self.log_view.appendPlainText(f"— {time.strftime('%H:%M:%S')} {log_line}")
+        self.task = self.ctx.runner.start("train", factory, controls)
         self.task.produced.connect(self._on_item)
         self.task.failed.connect(self._on_failed)
         self.task.finished.connect(self._on_task_finished)
         self._t_start = time.perf_counter()
         self._set_running(True)
         self.progress.setValue(0)
-        self.progress.setFormat("starting… (loading the engine)")
-        self.status_label.setText(f"Run folder: {run_dir}")
+        self.progress.setFormat(progress)
+        self.status_label.setText(status)
         return True
+
+    # --- pipelines ---
+    def _start_pipeline(self) -> bool:
+        editor = self.pipeline_editor
+        problems = editor.problems()
+        if problems:
+            self.ctx.report_error("The pipeline cannot start yet:\n" + "\n".join(f"• {p}" for p in problems),
+                                  title="Check the pipeline")
+            return False
+        out = self.ctx.workspace.new_run_dir("pipeline-" + "-".join(s.name for s in editor.stages)[:48])
+        editor.set_states([("waiting", "")] * len(editor.stages))
+        return self._launch_pipeline(editor.pipeline(), out, resume=False)
+
+    def _resume_pipeline(self, root: Path) -> bool:
+        if not self._show_pipeline(root):
+            return False
+        if all(state == "done" for state in self.pipeline_editor.stage_states()):
+            self.ctx.info(f"Every stage of {root.name} is done: nothing to resume.")
+            return False
+        return self._launch_pipeline(None, root, resume=True)
+
+    def _show_pipeline(self, root: Path) -> bool:
+        """The pipeline folder's stages in the editor, with their states (from its pipeline_state.json)."""
+        from desktop_app.engine.finetune.pipeline import PIPELINE_FILE, read_state
+
+        self.set_method(PIPELINE.key)
+        try:
+            self.pipeline_editor.set_pipeline(root / PIPELINE_FILE)
+        except SpecError as exc:
+            self.ctx.report_error(f"Cannot read the pipeline in {root}:\n" + "\n".join(f"• {p}" for p in exc.problems),
+                                  title="Pipeline")
+            return False
+        self.pipeline_editor.set_engine_states(read_state(root), ended=True)
+        self.pipeline_dir = root
+        return True
+
+    def _launch_pipeline(self, source: dict[str, Any] | None, out: Path, *, resume: bool) -> bool:
+        controls = Controls()
+        self.pipeline_dir, self.stage_index = out, -1
+        n = len(self.pipeline_editor.stages)
+        return self._run_job(lambda: _pipeline_job(source, out, controls, resume), controls, config=None, run_dir=out,
+                             log_line=f"{'resuming' if resume else 'starting'} pipeline {out.name} ({n} stages)",
+                             progress="starting the pipeline… (loading the engine)", status=f"Pipeline folder: {out}",
+                             pipeline=True)
+
+    def _on_stage_started(self, index: int, run_dir: str) -> None:
+        editor = self.pipeline_editor
+        self.stage_index = index
+        # The stage's run folder: what the window remembers when closed mid-run; resuming a stage folder resumes
+        # its pipeline (resume_run), so the next launch's offer continues the pipeline.
+        self.run_dir = Path(run_dir)
+        before = editor.states or [("waiting", "")] * len(editor.stages)
+        editor.set_states([(before[j] if before[j][0] == "done" else ("done", "")) if j < index else
+                           ("running", "") if j == index else ("waiting", "") for j in range(len(editor.stages))])
+        editor.select_stage(index)
+        if 0 <= index < len(editor.stages):
+            self.plots.set_method(PLOT_FAMILY[editor.stages[index].method])
+        self.plots.clear()  # the curves of this stage (its steps start again at 1)
+        self.progress.setValue(0)
+        self.progress.setFormat(f"{self._stage_prefix()}starting…")
+        self.status_label.setText(f"Pipeline folder: {self.pipeline_dir} · stage folder: {run_dir}")
+
+    def _stage_prefix(self) -> str:
+        stages = self.pipeline_editor.stages
+        if not (self.pipeline_running and 0 <= self.stage_index < len(stages)):
+            return ""
+        return f"stage {self.stage_index + 1}/{len(stages)} '{stages[self.stage_index].name}' · "
 
     def toggle_pause(self) -> None:
         if not self.running:
@@ -761,6 +973,9 @@ class TrainTab(QWidget):
         self.form.setEnabled(not on)
         self.method_box.setEnabled(not on)
         self.method_panel.setEnabled(not on)
+        self.dist_form.setEnabled(not on)
+        self.pipeline_editor.set_editable(not on)
+        self.watch_btn.setEnabled(not on)
         if not on:
             self.pause_btn.setText("Pause")
 
@@ -779,7 +994,10 @@ class TrainTab(QWidget):
             loss = item.metrics.get("loss")
             reward = item.metrics.get("reward")
             paused = " · paused" if self.task and self.task.controls and self.task.controls.pause.is_set() else ""
-            self.progress.setFormat(f"step {item.step:,}/{item.total_steps:,} · {frac:.0%} · ETA "
+            if self.pipeline_running:
+                self.pipeline_editor.set_stage_state(self.stage_index, "running",
+                                                     f"step {item.step:,}/{item.total_steps:,}")
+            self.progress.setFormat(f"{self._stage_prefix()}step {item.step:,}/{item.total_steps:,} · {frac:.0%} · ETA "
                                     f"{format_eta(item.eta_s)}" + (f" · loss {loss:.3f}" if isinstance(loss, float)
                                                                   else "")
                                     + (f" · reward {reward:+.3f}" if isinstance(reward, float) else "") + paused)
@@ -798,9 +1016,11 @@ class TrainTab(QWidget):
             self._log(item.level, item.message)
         elif isinstance(item, Finished):
             self.last_finished = item
+            where = "" if self.pipeline_running else f" at step {item.step:,}"  # a pipeline's step: stages done
             self._log("info" if item.reason != "failed" else "error",
-                      f"finished: {item.reason} at step {item.step}" + (f" — {item.message}" if item.message else ""))
-            self.progress.setFormat(f"{item.reason.replace('_', ' ')} at step {item.step:,}")
+                      f"finished: {item.reason}{where}" + (f" — {item.message}" if item.message else ""))
+            self.progress.setFormat(("pipeline " if self.pipeline_running else "")
+                                    + f"{item.reason.replace('_', ' ')}{where}")
             if item.reason == "completed":
                 self.progress.setValue(1000)
             if item.reason == "failed":
@@ -826,6 +1046,8 @@ class TrainTab(QWidget):
                     self.task_browser.start_live(item[1])
             elif kind == "history":
                 self._replay(item[2])
+            elif kind == "stage":
+                self._on_stage_started(item[1], item[2])
             elif kind == "reset":
                 self.plots.clear()
             elif kind == "selfplay-run":
@@ -840,6 +1062,11 @@ class TrainTab(QWidget):
     def _on_task_finished(self) -> None:
         self._set_running(False)
         self.plots.flush()
+        if self.pipeline_running and self.pipeline_dir is not None:
+            from desktop_app.engine.finetune.pipeline import read_state
+
+            self.pipeline_editor.set_engine_states(read_state(self.pipeline_dir), ended=True)  # the engine's record
+        self.pipeline_running = False
         if self.task_browser.timer.isActive():
             self.task_browser.stop_live()
         if self.run_dir is not None:
@@ -851,10 +1078,28 @@ class TrainTab(QWidget):
 
     # --- history ---
     def show_run_history(self, run_dir: str) -> None:
-        """Replay a run's metrics.jsonl into the plots (Library → 'show in plots', resume)."""
+        """Replay a run's metrics.jsonl into the plots (Library → 'show in plots', resume). A pipeline folder: its
+        stages and their states, and the curves of its latest stage."""
         if self.running:
             self.ctx.info("Stop the running training before showing another run.")
             return
+        self.stop_watching()
+        from desktop_app.engine.finetune.pipeline import is_pipeline_dir
+
+        if is_pipeline_dir(run_dir):
+            if not self._show_pipeline(Path(run_dir)):
+                return
+            stages = [i for i, state in enumerate(self.pipeline_editor.stage_states()) if state != "waiting"]
+            if not stages:
+                self.plots.clear()
+                self.status_label.setText(f"Pipeline {run_dir}: no stage has run yet")
+                return
+            from desktop_app.engine.finetune.pipeline import stage_dir
+
+            stage = self.pipeline_editor.stages[stages[-1]]
+            self.pipeline_editor.select_stage(stages[-1])
+            self.plots.set_method(PLOT_FAMILY[stage.method])
+            run_dir = str(stage_dir(Path(run_dir), stages[-1], stage))
         self.plots.clear()
         self.samples_view.clear()
         self.run_dir = Path(run_dir)
@@ -865,10 +1110,16 @@ class TrainTab(QWidget):
         task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Cannot read the run's metrics"))
         self.status_label.setText(f"Showing the history of {run_dir}")
 
-    def _replay(self, records: list[dict[str, Any]]) -> None:
-        last = None
+    def _replay(self, records: list[dict[str, Any]], *, live: bool = False) -> None:
+        """metrics.jsonl records into the plots and samples; live (a watched run): also its log lines, checkpoints,
+        its end, and the reset marker of a file cut back by a resume."""
+        last, ended = None, False
         for rec in records:
             kind = rec.get("type")
+            if live and kind in ("reset", "log", "checkpoint", "finished"):
+                self._on_watched_record(rec)
+                ended = kind == "finished"  # its words stay on the bar
+                continue
             step = rec.get("step")
             if step is None:
                 continue
@@ -882,10 +1133,106 @@ class TrainTab(QWidget):
             elif kind == "sample":
                 self.samples_view.append(f"<p><b>step {step}</b><br>{_esc(str(rec.get('text', '')))}</p>")
         self.plots.flush()
-        if last and last.get("total_steps"):
+        if last and last.get("total_steps") and not ended:
             frac = last["step"] / last["total_steps"]
             self.progress.setValue(int(frac * 1000))
-            self.progress.setFormat(f"history: step {last['step']:,}/{last['total_steps']:,} · {frac:.0%}")
+            loss = last.get("loss")
+            self.progress.setFormat(f"{'watching' if live else 'history'}: step {last['step']:,}/"
+                                    f"{last['total_steps']:,} · {frac:.0%}"
+                                    + (f" · loss {loss:.3f}" if live and isinstance(loss, float) else ""))
+
+    # --- watching a run launched outside the window ---
+    @property
+    def watching(self) -> bool:
+        return self.watch_task is not None and self.watch_task.running
+
+    def watch_run(self, run_dir: str | Path) -> bool:
+        """Follow a run another process trains (CLI, torchrun): its metrics.jsonl feeds the plots as it grows,
+        until it finishes or Stop watching. Read-only: nothing is written to the run."""
+        if self.running:
+            self.ctx.info("Stop the running training before watching another run.")
+            return False
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            self.ctx.report_error(f"{run_dir} is not a folder.", title="Cannot watch this run")
+            return False
+        from desktop_app.engine.finetune.pipeline import is_pipeline_dir, read_state
+
+        if is_pipeline_dir(run_dir):  # a pipeline writes its metrics per stage: follow the stage it is at
+            state = read_state(run_dir)
+            stages, current = state.get("stages") or [], state.get("current", 0)
+            if not (isinstance(current, int) and 0 <= current < len(stages) and stages[current].get("run_dir")):
+                self.ctx.report_error(f"No stage of the pipeline {run_dir.name} has started yet.",
+                                      title="Cannot watch this run")
+                return False
+            self._log("info", f"{run_dir.name} is a pipeline: watching its stage {current + 1} "
+                              f"'{stages[current].get('name')}' (the watch ends with that stage)")
+            run_dir = Path(stages[current]["run_dir"])
+        self.stop_watching()
+        # run.json may not be written yet, or be another version's: the curves still come, in the default panels
+        with contextlib.suppress(SpecError, OSError):
+            self.plots.set_method(PLOT_FAMILY[method_key_of(RunConfig.load(run_dir / "run.json"))])
+        self.plots.clear()
+        self.samples_view.clear()
+        self.run_dir, self.watched_dir, self.last_finished = run_dir, run_dir, None
+        controls = Controls()
+        self.watch_task = self.ctx.runner.start("watch", lambda: _watch_job(run_dir, controls), controls)
+        self.watch_task.produced.connect(self._on_watch_item)
+        self.watch_task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Cannot watch this run"))
+        self.watch_task.finished.connect(self._on_watch_finished)
+        self.watch_label.setText(f"<b>Watching {_esc(run_dir.name)}</b> (launched outside the window) — read-only: "
+                                 f"the curves follow its metrics.jsonl; nothing is written to the run.")
+        self.watch_label.setToolTip(str(run_dir))
+        self.watch_bar.setVisible(True)
+        self.progress.setValue(0)
+        self.progress.setFormat(f"watching {run_dir.name}: waiting for its metrics…")
+        self.status_label.setText(f"Watching the run folder {run_dir}")
+        self._log("info", f"watching {run_dir} (launched outside the window)")
+        return True
+
+    def stop_watching(self) -> None:
+        """Stop following the watched run (its process goes on; only the window stops reading)."""
+        task, self.watch_task = self.watch_task, None
+        if task is not None and task.running:
+            task.silence()  # nothing it still yields reaches the plots that now show something else
+            task.cancel()
+            self._log("info", f"stopped watching {self.watched_dir.name if self.watched_dir else 'the run'}")
+            self.progress.setFormat(self.progress.format().replace("watching", "watched", 1))
+        self.watch_bar.setVisible(False)
+
+    def _on_watch_item(self, item: Any) -> None:
+        if isinstance(item, tuple) and item and item[0] == "watch":
+            self._replay(item[1], live=True)
+
+    def _on_watched_record(self, rec: dict[str, Any]) -> None:
+        kind = rec.get("type")
+        if kind == "reset":  # cut back (a resume) or replaced (a fresh run): its records come again from the start
+            self.plots.clear()
+            self.samples_view.clear()
+            self._log("info", "the watched run's metrics were cut back (resumed from a checkpoint): replaying")
+        elif kind == "log":
+            self._log(str(rec.get("level", "info")), str(rec.get("message", "")))
+        elif kind == "checkpoint":
+            self._log("info", f"checkpoint saved at step {rec.get('step')}: {rec.get('path', '')}")
+        elif kind == "finished":
+            done = Finished(reason=str(rec.get("reason", "")), step=int(rec.get("step") or 0),
+                            message=str(rec.get("message", "")))
+            self.last_finished = done
+            self._log("info", f"the watched run finished: {done.reason} at step {done.step}")
+            self.progress.setFormat(f"watched run {done.reason.replace('_', ' ')} at step {done.step:,}")
+            if done.reason == "completed":
+                self.progress.setValue(1000)
+
+    def _on_watch_finished(self) -> None:
+        self.plots.flush()
+        self.watch_bar.setVisible(False)
+        self.watch_task = None
+
+    def _watch_dialog(self, _checked: bool = False) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a run folder to watch (a run launched outside the "
+                                                  "window)", str(self.ctx.workspace.folder("runs")))
+        if folder:
+            self.watch_run(folder)
 
     # --- CLI, exports ---
     def _shown_config(self) -> RunConfig:
@@ -894,11 +1241,26 @@ class TrainTab(QWidget):
             return self.config
         return self.build_config(self.dataset_box.currentData() or "<prepared sample corpus>")
 
+    def _pipeline_shown(self) -> bool:
+        """The CLI dialog is about a pipeline: one runs, or the Pipeline method is chosen."""
+        return self.pipeline_running if self.running else self.current_method() is PIPELINE
+
+    def pipeline_command(self) -> str:
+        """The terminal equivalent of the pipeline: `train --pipeline pipeline.json`, and how to continue ours."""
+        exe = cli_exe()
+        lines = [f"{exe} train --pipeline pipeline.json --out my-pipeline"]
+        run = self.pipeline_dir
+        if run is not None and (run / "pipeline.json").is_file():
+            lines += [f"# continue pipeline {run.name} (completed stages are skipped, the interrupted one resumes):",
+                      f"{exe} train --resume {shlex.quote(str(run))}"]
+        return "\n".join(lines)
+
     def cli_command(self, config: RunConfig | None = None) -> str:
         """The terminal equivalent: `train --method ...` for the methods, `train --config` for every run."""
+        if config is None and self._pipeline_shown():
+            return self.pipeline_command()
         run = self.run_dir
-        # A frozen app is its own CLI; from source, the module form works without the entry point on PATH.
-        exe = shlex.quote(sys.executable) if getattr(sys, "frozen", False) else "python -m desktop_app"
+        exe = cli_exe()
         lines = []
         config = config or self._shown_config()
         method = METHOD_BY_KEY.get(method_key_of(config), METHODS[0])
@@ -917,24 +1279,37 @@ class TrainTab(QWidget):
         return "\n".join(lines)
 
     def show_cli_command(self) -> None:
+        if self._pipeline_shown():
+            editor = self.pipeline_editor
+            self._cli_dialog("The same pipeline, headless (save the pipeline below as pipeline.json):",
+                             self.pipeline_command(), editor.pipeline_json(), "Save pipeline.json…",
+                             lambda _=False: editor._save_dialog())
+            return
         config = self._shown_config()
+        command = self.cli_command(config) + "\n" + torchrun_command(config)
+        self._cli_dialog("The same run, headless (save the config below as run.json):", command,
+                         json.dumps(config.to_dict(), indent=2), "Save run.json…",
+                         lambda _=False: self._save_config(config))
+
+    def _cli_dialog(self, title: str, command: str, json_text: str, save_label: str, save) -> None:
         dlg = QDialog(self)
         dlg.setWindowTitle("Run this from a terminal")
         lay = QVBoxLayout(dlg)
-        lay.addWidget(QLabel("The same run, headless (save the config below as run.json):"))
-        cmd = QPlainTextEdit(self.cli_command(config))
+        lay.addWidget(QLabel(title))
+        cmd = QPlainTextEdit(command)
         cmd.setObjectName("cliCommand")
         cmd.setReadOnly(True)
-        cmd.setMaximumHeight(130)
-        text = QPlainTextEdit(json.dumps(config.to_dict(), indent=2))
+        cmd.setMaximumHeight(170)
+        text = QPlainTextEdit(json_text)
+        text.setObjectName("cliJson")
         text.setReadOnly(True)
         lay.addWidget(cmd)
         lay.addWidget(text, 1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         copy = buttons.addButton("Copy command", QDialogButtonBox.ButtonRole.ActionRole)
-        save = buttons.addButton("Save run.json…", QDialogButtonBox.ButtonRole.ActionRole)
+        save_btn = buttons.addButton(save_label, QDialogButtonBox.ButtonRole.ActionRole)
         copy.clicked.connect(lambda _=False: _clipboard(cmd.toPlainText()))
-        save.clicked.connect(lambda _=False: self._save_config(config))
+        save_btn.clicked.connect(save)
         buttons.rejected.connect(dlg.reject)
         lay.addWidget(buttons)
         dlg.resize(760, 520)

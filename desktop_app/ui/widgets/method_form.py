@@ -83,6 +83,11 @@ METHODS: tuple[Method, ...] = (
            "and a task world checks every answer; rewards flow to both roles. No data needed."),
 )
 METHOD_BY_KEY = {m.key: m for m in METHODS}
+# Not a method of one run: a list of stages, each one of METHODS (the Train tab lists it after them).
+PIPELINE = Method("pipeline", "Pipeline", "pipeline", None, "",
+                  "Several stages in a row (e.g. pretraining -> SFT -> DPO), each one of the methods above with its "
+                  "own data and settings; each stage starts from the previous stage's output. Stop it any time: "
+                  "Resume continues the interrupted stage.")
 ADAPTER_CHOICES = (("none", "Full weights"), ("lora", "LoRA adapters"), ("qlora", "QLoRA (4-bit base + LoRA)"))
 DATA_TITLES = {
     "sft": "Data: chat, ShareGPT or Alpaca files",
@@ -178,6 +183,25 @@ def default_lr(method: Method, adapter: str) -> float | None:
     table = getattr(specs, "METHOD_LR", {}) or {}
     key = (method.objective, adapter)
     return table.get(key, FALLBACK_LR.get(key))
+
+
+def method_key_of(config: specs.RunConfig) -> str:
+    """The selector's method for a run config: (objective, adapter kind) -> pretraining / sft / lora / ..."""
+    objective = config.objective
+    kind = (getattr(config, "adapter", None) or {}).get("kind", "none")
+    if objective == "causal_lm":
+        return "pretraining"
+    if objective == "sft":
+        return {"lora": "lora", "qlora": "qlora"}.get(kind, "sft")
+    return objective if objective in METHOD_BY_KEY else "pretraining"
+
+
+def make_run_config(**fields: Any) -> tuple[specs.RunConfig, list[str]]:
+    """A RunConfig from the fields this engine knows; the names it does not know are returned (an engine that
+    lacks a method's fields refuses to start it by name instead of failing on a TypeError)."""
+    known = {f.name for f in dataclasses.fields(specs.RunConfig)}
+    unknown = sorted(k for k, v in fields.items() if k not in known and v not in ("", [], {}, None))
+    return specs.RunConfig(**{k: v for k, v in fields.items() if k in known}), unknown
 
 
 # --- data files ------------------------------------------------------------------------------------------------
@@ -922,6 +946,11 @@ class MethodPanel(QWidget):
             return {k: v for k, v in values.items() if k not in HIDDEN_OPTIONS.get(self.method.objective, ())}
         return form.spec().to_dict()
 
+    def config_fields(self) -> dict[str, Any]:
+        """The run-config fields this panel sets for a fine-tuning method (make_run_config's keywords)."""
+        return {"base_model": self.base_model(), "objective": self.method.objective, "data": self.data_files(),
+                "adapter": self.adapter_dict(), "method_options": self.options_dict()}
+
     def loss_on(self) -> str:
         form = self.options_form()
         if isinstance(form, SpecForm) and "loss_on" in form.editors:
@@ -978,6 +1007,11 @@ class MethodPanel(QWidget):
             else:
                 form.set_spec(form.spec_cls.from_dict(options))
         self._update_adapter()
+
+    def apply_config(self, config: specs.RunConfig) -> None:
+        """`apply` with a run config's parts (resume, Library, a pipeline stage)."""
+        self.apply(base_model=getattr(config, "base_model", ""), data=getattr(config, "data", []),
+                   adapter=getattr(config, "adapter", {}), options=getattr(config, "method_options", {}))
 
     def _choose_files(self, _checked: bool = False) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, "Add data files", "",

@@ -1,0 +1,148 @@
+"""Generate tab chat: a system prompt, every turn sends the whole conversation (with the replies the model
+gave, a stopped one as shown), "New chat" forgets it, and an outgrown context drops the oldest turns."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+SYSTEM = "You are terse."
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    """A tiny random llama with a chat template and a 128-token context (room for a few turns)."""
+    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.model.architecture import build_model
+    from desktop_app.engine.specs import ModelSpec
+
+    folder = tmp_path_factory.mktemp("chat") / "chatty"
+    spec = ModelSpec("llama", 320, 32, 1, 2, 2, 64, 128, init_std=0.2, tie_embeddings=False)
+    build_model(spec, seed=3).save_pretrained(folder)
+    hf_tokenizer(train_tokenizer(["the cat sat on the mat. hello, and then?"] * 30, "byte-bpe", 320)).save_pretrained(
+        folder)
+    return folder
+
+
+@pytest.fixture
+def chat_tab(window, chat_model, monkeypatch):
+    """The Generate tab on the chat model in chat mode, with every conversation the engine renders recorded."""
+    from desktop_app.engine.generate import decode
+
+    model = shutil.copytree(chat_model, window.ctx.workspace.folder("models") / "chatty")
+    window.ctx.workspace_items_changed.emit()
+    gen = window.generate_tab
+    gen.select_source(str(model))
+    assert gen.source_box.currentData() == str(model)
+    gen.rendered = []  # (messages, ids) of each rendering, in order; the last one per turn is what was sent
+    lock = threading.Lock()
+    real = decode.encode_messages
+
+    def spy(tokenizer, messages):
+        ids = real(tokenizer, messages)
+        with lock:  # called in the worker thread
+            gen.rendered.append(([dict(m) for m in messages], ids))
+        return ids
+
+    monkeypatch.setattr(decode, "encode_messages", spy)
+    gen.form.set_spec(gen.form.spec().replace(max_new_tokens=6, temperature=0.0, chat=True))
+    return gen
+
+
+def _turn(gen, qtbot, text: str) -> str:
+    assert gen.generate(text)
+    qtbot.waitUntil(lambda: not gen.running, timeout=60000)
+    assert not gen.ctx.errors, gen.ctx.errors
+    assert gen.history[-2:] == [("user", text), ("assistant", gen.stats[-1].text)]
+    return gen.stats[-1].text
+
+
+def _reference_ids(model_dir, messages) -> list[int]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_two_turns_send_the_whole_conversation_then_new_chat_forgets_it(chat_tab, chat_model, qtbot):
+    gen = chat_tab
+    assert gen.system_prompt.isVisibleTo(gen) and gen.clear_btn.text() == "New chat"
+    gen.system_prompt.setPlainText(SYSTEM)
+    first = _turn(gen, qtbot, "hello")
+    assert first, "the tiny model should answer something"  # seeded and greedy: always the same
+    _turn(gen, qtbot, "and then?")
+    messages, ids = gen.rendered[-1]
+    expected = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": first}, {"role": "user", "content": "and then?"}]
+    assert messages == expected
+    assert ids == _reference_ids(chat_model, expected)  # the model's own template over the whole conversation
+    shown = gen.output_text(0)
+    assert shown.startswith(f"System: {SYSTEM}\n\nYou: hello\n\nModel: {first}\n\nYou: and then?\n\nModel: ")
+
+    gen.clear_btn.click()  # "New chat"
+    assert gen.history == [] and gen.output_text(0) == ""
+    _turn(gen, qtbot, "hello")
+    assert gen.rendered[-1][0] == expected[:2]  # the system prompt, and only the new turn
+
+    gen.form.set_spec(gen.form.spec().replace(chat=False))
+    assert not gen.system_prompt.isVisibleTo(gen) and gen.clear_btn.text() == "Clear"
+
+
+def test_a_stopped_reply_is_kept_as_shown(chat_tab, qtbot, monkeypatch):
+    from desktop_app.engine.events import TextDelta
+    from desktop_app.ui.tabs import generate_tab
+
+    real_job = generate_tab._generate_job
+
+    def press_stop_after_three_pieces(cache, paths, prompt, spec, controls):
+        # What Stop does (Task.stop sets controls.stop), at a known point: decoding a tiny model outruns a click.
+        pieces = 0
+        for item in real_job(cache, paths, prompt, spec, controls):
+            yield item
+            pieces += isinstance(item[-1], TextDelta)
+            if pieces == 3:
+                controls.stop.set()
+
+    monkeypatch.setattr(generate_tab, "_generate_job", press_stop_after_three_pieces)
+    gen = chat_tab
+    gen.form.set_spec(gen.form.spec().replace(max_new_tokens=100, temperature=1.0, top_k=20, seed=5))
+    _turn(gen, qtbot, "hello")
+    assert gen.stats[-1].finish_reason == "cancelled"
+    reply = gen.history[-1][1]
+    assert reply and gen.output_text(0).endswith("Model: " + reply.replace("\r", "\n"))  # Qt shows \r as \n
+    gen.form.set_spec(gen.form.spec().replace(max_new_tokens=4))
+    _turn(gen, qtbot, "more")
+    assert gen.rendered[-1][0] == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": reply},
+                                   {"role": "user", "content": "more"}]
+
+
+def test_an_outgrown_context_drops_the_oldest_turns_and_says_so(chat_tab, qtbot):
+    gen = chat_tab
+    gen.system_prompt.setPlainText(SYSTEM)
+    gen.history[:] = [turn for i in range(4) for turn in
+                      (("user", f"question {i}: where does the cat sit?"), ("assistant", f"answer {i}: on the mat."))]
+    _turn(gen, qtbot, "and the dog?")
+    sent = gen.rendered[-1][0]
+    assert sent[0] == {"role": "system", "content": SYSTEM} and sent[-1] == {"role": "user", "content": "and the dog?"}
+    assert {"role": "user", "content": "question 0: where does the cat sit?"} not in sent  # the oldest went first
+    assert len(sent) < 2 + 8 and sent[1]["role"] == "user"  # whole turns dropped: a question opens
+    assert "did not see them" in gen.stats_label.text() and "tokens/s" in gen.stats_label.text()
+    assert len(gen.history) == 10  # the transcript keeps every turn
+
+
+def test_a_failed_turn_leaves_no_dangling_message(chat_tab, qtbot):
+    gen = chat_tab
+    gen.system_prompt.setPlainText("the cat sat on the mat " * 20)  # more than the model's context can hold
+    assert gen.generate("hello")
+    qtbot.waitUntil(lambda: not gen.running, timeout=60000)
+    message, details = gen.ctx.errors[-1]
+    assert "does not fit the model's context" in message and details == ""  # a UserError: one clear line
+    assert gen.history == []  # a retry will not send two user messages in a row
+    assert gen.output_text(0).endswith("(no reply: the generation failed)")
+    gen.ctx.errors.clear()
+    gen.system_prompt.setPlainText(SYSTEM)
+    _turn(gen, qtbot, "hello")
+    assert gen.rendered[-1][0] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
