@@ -11,15 +11,18 @@
 MODEL is a run folder (its newest good checkpoint), a checkpoint, an export or a local Hugging Face folder.
 --method lora / qlora are SFT with LoRA / QLoRA adapters; --adapter puts adapters under dpo (or sft) too.
 
-Ctrl+C stops gracefully (finish the step, save, exit); a second Ctrl+C exits at once (the last
-committed checkpoint stays intact). SIGUSR1 saves a checkpoint now (POSIX). With --json, every event
-is one JSON object per line on stdout; otherwise a progress bar runs on stderr.
+Ctrl+C (or SIGTERM) stops gracefully (finish the step, save, exit); a second Ctrl+C exits at once (the last
+committed checkpoint stays intact). SIGUSR1 saves a checkpoint now, SIGUSR2 pauses / resumes (POSIX). With
+--json, every event is one JSON object per line on stdout; otherwise a progress bar runs on stderr.
+
+Several processes: `torchrun --standalone --nproc_per_node N -m desktop_app train --config run.json --out RUN`
+(any of the forms above). Process 0 prints what one process would; the others print only their errors, on stderr,
+as "[process K] ...". A signal sent to any process reaches all of them at the next step.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import signal
@@ -223,7 +226,28 @@ def run(args: argparse.Namespace) -> int:
     controls = Controls()
     with _signals(controls):
         events = train(config, run_dir, controls, resume=resume, accept_config_change=args.accept_config_change)
+        if _other_process():
+            return _consume_quietly(events)
         return _consume(events, notes, as_json=args.json, Log=Log)
+
+
+def _other_process() -> bool:
+    """A process torchrun started besides process 0: it trains, process 0 reports."""
+    from desktop_app.engine.train.distributed import launched_rank, launched_world_size
+
+    return launched_world_size() > 1 and launched_rank() != 0
+
+
+def _consume_quietly(events: Any) -> int:
+    from desktop_app.cli import _process_prefix
+
+    reason = "failed"
+    for event in events:
+        if event.type == "log" and event.level == "error":
+            print(f"{_process_prefix()}{event.message}", file=sys.stderr, flush=True)
+        elif event.type == "finished":
+            reason = event.reason
+    return 1 if reason == "failed" else 0
 
 
 def _is_pipeline(path: str) -> bool:
@@ -236,7 +260,10 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.events import Controls, Log
     from desktop_app.engine.finetune.pipeline import run_pipeline
+    from desktop_app.engine.train.distributed import launched_world_size
 
+    if launched_world_size() > 1:
+        raise UserError("a pipeline runs in one process; under torchrun, run each stage's run.json with train --config")
     if args.preset or args.base or _overrides(args) or args.seed is not None or args.accept_config_change:
         raise UserError("a pipeline takes its settings from the pipeline file; only --out and --json go with it")
     if args.resume:
@@ -253,32 +280,41 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 
 
 class _signals:
-    """Ctrl+C = graceful stop (a second one exits at once); SIGUSR1 = save a checkpoint now."""
+    """Ctrl+C / SIGTERM = graceful stop (a second Ctrl+C exits at once); SIGUSR1 = save a checkpoint now;
+    SIGUSR2 = pause / resume. torchrun passes Ctrl+C on to every process as SIGINT, and SIGTERM when it ends the
+    others because one of them died."""
 
     def __init__(self, controls: Any):
         self.controls = controls
         self.interrupts = 0
+        self.old: dict[int, Any] = {}
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        self.interrupts += 1
-        if self.interrupts == 1:
+    def _on_stop(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1:
+                os._exit(130)  # committed checkpoints are intact by construction (atomic rename)
+        if not self.controls.stop.is_set():
             self.controls.stop.set()
-            print("\nstopping after this step and saving (Ctrl+C again to quit at once)", file=sys.stderr,
-                  flush=True)
-        else:
-            os._exit(130)  # committed checkpoints are intact by construction (atomic rename)
+            again = " (Ctrl+C again to quit at once)" if signum == signal.SIGINT else ""
+            print(f"\nstopping after this step and saving{again}", file=sys.stderr, flush=True)
+
+    def _on_pause(self, signum: int, frame: Any) -> None:
+        pause = self.controls.pause
+        pause.clear() if pause.is_set() else pause.set()
 
     def __enter__(self) -> _signals:
-        self.old_int = signal.signal(signal.SIGINT, self._on_sigint)
-        self.old_usr1 = None
-        if hasattr(signal, "SIGUSR1"):
-            self.old_usr1 = signal.signal(signal.SIGUSR1, lambda s, f: self.controls.save_now.set())
+        handlers = {"SIGINT": self._on_stop, "SIGTERM": self._on_stop, "SIGUSR2": self._on_pause,
+                    "SIGUSR1": lambda s, f: self.controls.save_now.set()}
+        for name, handler in handlers.items():
+            if hasattr(signal, name):  # SIGUSR1/2 are POSIX only
+                number = getattr(signal, name)
+                self.old[number] = signal.signal(number, handler)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGINT, self.old_int)
-        if self.old_usr1 is not None:
-            signal.signal(signal.SIGUSR1, self.old_usr1)
+        for number, handler in self.old.items():
+            signal.signal(number, handler)
 
 
 def _consume(events: Any, notes: list[str], *, as_json: bool, Log: Any) -> int:
@@ -286,9 +322,11 @@ def _consume(events: Any, notes: list[str], *, as_json: bool, Log: Any) -> int:
     bar = None
     try:
         first = next(iter(events), None)  # setup errors surface here, before any note is printed
+        if first is not None:
+            _show(first, as_json, bar)  # a run's first event says how many processes train it
         for note in notes:
             _show(Log("info", note), as_json, bar)
-        for event in itertools.chain([first] if first is not None else [], events):
+        for event in events:
             if event.type == "step" and not as_json:
                 if bar is not None and (bar.total != event.total_steps or event.step < bar.n):
                     bar.close()  # the next stage of a pipeline: a fresh bar

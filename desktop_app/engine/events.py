@@ -55,6 +55,17 @@ class FileVerdict(Event):
 
 
 @dataclass
+class Started(Event):
+    """The first event of a training run: how many processes train it (torchrun) and where."""
+
+    type: ClassVar[str] = "start"
+    world_size: int = 1
+    strategy: str = "single"  # single | ddp | fsdp
+    device: str = "cpu"
+    start_step: int = 0  # the checkpoint's step when resuming
+
+
+@dataclass
 class StepMetrics(Event):
     """Training metrics of one logged step. `metrics` holds any named scalar (loss, lr, reward...)."""
 

@@ -2,7 +2,9 @@
 
 The training order is a pure function of (seed, epoch): epoch e visits every window of the split in
 the order `default_rng([seed, e]).permutation(n)`. The position is just (epoch, cursor), so a
-checkpoint stores three integers and resume continues with exactly the same batches.
+checkpoint stores three integers and resume continues with exactly the same batches. Several processes
+(torchrun) walk the same order and each reads only its rows of every batch, so the order and the position
+do not depend on how many processes train.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class WindowBatchSource:
         self.epoch = 0
         self.cursor = 0
         self.skipped: set[tuple[int, int]] = set()
+        self.shard: tuple[int, int] | None = None  # (rank, processes): take() returns that rank's rows only
         self._perm_epoch = -1
         self._perm: np.ndarray | None = None
 
@@ -58,11 +61,20 @@ class WindowBatchSource:
                 self.cursor = 0
         return np.concatenate(out)
 
+    def set_shard(self, rank: int, processes: int) -> None:
+        """From now on take(count) advances by count windows but reads and returns only rows
+        rank*count/processes .. (rank+1)*count/processes (count must divide evenly)."""
+        self.shard = (int(rank), int(processes)) if processes > 1 else None
+
     def take(self, count: int) -> tuple[torch.Tensor, list[int]]:
         while (self.epoch, self.cursor) in self.skipped:
             self._indices(count)  # step over a batch marked bad
         position = [self.epoch, self.cursor]
         idx = self._indices(count)
+        if self.shard is not None:
+            rank, processes = self.shard
+            per = count // processes
+            idx = idx[rank * per:(rank + 1) * per]
         return self._gather(idx), position
 
     def _gather(self, idx: np.ndarray) -> torch.Tensor:

@@ -145,19 +145,21 @@ def _input_embedding_name(model: Any) -> str:
     return "embed_tokens"
 
 
-def adapter_state(model: Any) -> dict[str, Any]:
-    """The adapter's tensors under PEFT's saved names (what adapter_model.safetensors holds), on the CPU."""
+def adapter_state(model: Any, full_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The adapter's tensors under PEFT's saved names (what adapter_model.safetensors holds), on the CPU.
+    full_state: the whole model's state when the model holds only a shard of it (FSDP)."""
     from peft import get_peft_model_state_dict
 
-    state = get_peft_model_state_dict(model, save_embedding_layers="auto")
+    state = get_peft_model_state_dict(model, state_dict=full_state, save_embedding_layers="auto")
     return {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
 
 
-def save_adapter(model: Any, folder: Path) -> None:
-    """adapter_config.json + adapter_model.safetensors (PEFT's own format and file names) into `folder`."""
+def save_adapter(model: Any, folder: Path, state: dict[str, Any] | None = None) -> None:
+    """adapter_config.json + adapter_model.safetensors (PEFT's own format and file names) into `folder`.
+    state: the whole model's state when the model holds only a shard of it (FSDP)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "setting save_embedding_layers to True": intended when rows were added
-        model.save_pretrained(str(folder), safe_serialization=True)
+        model.save_pretrained(str(folder), safe_serialization=True, state_dict=state)
     readme = folder / "README.md"  # peft's generated card names no data; the checkpoint's files say it all
     if readme.exists():
         readme.unlink()

@@ -136,9 +136,10 @@ def supports(model: Any) -> bool:
 
 
 def usable(model: Any, device: torch.device) -> bool:
-    """Whether training `model` on `device` goes through this forward: CPU, fp32, no autocast."""
+    """Whether training `model` on `device` goes through this forward: CPU, fp32, no autocast, not sharded (FSDP's
+    weights are gathered only inside each module's own forward, which this path calls around)."""
     return (device.type == "cpu" and not torch.is_autocast_enabled("cpu") and supports(model)
-            and model.lm_head.weight.dtype == torch.float32)
+            and model.lm_head.weight.dtype == torch.float32 and not hasattr(model.lm_head.weight, "to_local"))
 
 
 def _layer(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dropout: float) -> torch.Tensor:

@@ -102,6 +102,15 @@ class IndexBatchSource:
         self._perm_epoch = -1
 
 
+class _Shard(list):
+    """One process's example indices of a step, with what the whole step's normalisation needs."""
+
+    def __init__(self, indices: list[int], *, loss_tokens: int, world: int):
+        super().__init__(indices)
+        self.loss_tokens = loss_tokens
+        self.world = world
+
+
 def held_out_split(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """(train indices, validation indices): a seeded `fraction` of n held out, at least one example kept to
     train on; none held out when that would be less than one example."""
@@ -344,13 +353,23 @@ class SFTObjective:
     def batch_source(self, ctx: TrainContext) -> IndexBatchSource:
         return IndexBatchSource(len(self._rows), ctx.seed)
 
+    def _loss_tokens(self, batch: list[int]) -> int:
+        return sum(sum(1 for t in self._rows[i][1][1:] if t != IGNORE_INDEX) for i in batch)
+
+    def shard(self, batch: list[int], rank: int, world: int) -> _Shard:
+        """Process `rank`'s rows of a step (several processes): the loss stays normalised by the whole step's
+        loss-bearing tokens, so N processes compute the gradient of one (DDP averages over them: hence x world)."""
+        per = len(batch) // world
+        return _Shard(batch[rank * per:(rank + 1) * per], loss_tokens=self._loss_tokens(batch), world=world)
+
     def split(self, batch: list[int], micro_batch: int) -> list[TokenBatch]:
         rows = [self._rows[i] for i in batch]
-        loss_tokens = sum(sum(1 for t in r[1][1:] if t != IGNORE_INDEX) for r in rows)
+        loss_tokens = batch.loss_tokens if isinstance(batch, _Shard) else self._loss_tokens(batch)
+        world = batch.world if isinstance(batch, _Shard) else 1
         pieces = []
         for start in range(0, len(rows), micro_batch):
             piece = collate(rows[start:start + micro_batch], self._pad)
-            piece.scale = len(rows) / (len(piece) * max(1, loss_tokens))
+            piece.scale = len(rows) * world / (len(piece) * max(1, loss_tokens))
             pieces.append(piece)
         return pieces
 

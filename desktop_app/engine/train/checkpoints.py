@@ -76,6 +76,8 @@ class CheckpointPayload:
     rng_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     # Writes the tokenizer files into a folder (e.g. hf_tokenizer(...).save_pretrained, or a copy).
     write_tokenizer: Callable[[Path], None] | None = None
+    # The model's whole state when `model` itself holds only a shard of it (FSDP: gathered on process 0).
+    model_state: dict[str, torch.Tensor] | None = None
 
 
 def checkpoints_dir(run_dir: str | Path) -> Path:
@@ -119,17 +121,21 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def model_state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def model_state_for_saving(model: torch.nn.Module, state: dict[str, torch.Tensor] | None = None
+                           ) -> dict[str, torch.Tensor]:
     """HF state-dict names, tied duplicates dropped (the first name of shared storage is kept, which is
-    the input embedding for tied LM heads, as `from_pretrained` expects)."""
+    the input embedding for tied LM heads, as `from_pretrained` expects). `state`: the whole state of a sharded
+    `model` (FSDP), whose tensors are separate copies: which names are tied is read off the model itself."""
     out: dict[str, torch.Tensor] = {}
-    seen: set[tuple[int, int, tuple[int, ...]]] = set()
+    seen: set[Any] = set()
     for name, tensor in model.state_dict().items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key in seen:
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # an FSDP shard (DTensor)
+        key = (id(tensor), local.untyped_storage().data_ptr(), local.storage_offset(), tuple(tensor.shape))
+        if key in seen or (key[1:] in seen and local.numel()):
             continue
-        seen.add(key)
-        out[name] = tensor.detach().to("cpu").contiguous()
+        seen.update((key, key[1:]))
+        source = tensor if state is None else state[name]
+        out[name] = source.detach().to("cpu").contiguous()
     return out
 
 
@@ -141,9 +147,9 @@ def estimate_checkpoint_bytes(payload: CheckpointPayload) -> int:
     if _is_adapter_model(payload.model):
         from desktop_app.engine.finetune.adapters import adapter_state
 
-        state = adapter_state(payload.model)
+        state = adapter_state(payload.model, payload.model_state)
     else:
-        state = model_state_for_saving(payload.model)
+        state = model_state_for_saving(payload.model, payload.model_state)
     model_bytes = sum(t.numel() * t.element_size() for t in state.values())
     opt_bytes = sum(t.numel() * t.element_size() for t in payload.optimizer_tensors.values())
     return model_bytes + opt_bytes + (4 << 20)  # + tokenizer, JSON, RNG (generous)
@@ -213,9 +219,10 @@ def _stage(staging: Path, p: CheckpointPayload) -> None:
         # sees an adapter folder and loads its base from adapter_config.json.
         from desktop_app.engine.finetune.adapters import save_adapter
 
-        save_adapter(p.model, staging)
+        save_adapter(p.model, staging, state=p.model_state)
     else:
-        _write_tensors(staging / "model.safetensors", model_state_for_saving(p.model), {"format": "pt"})
+        _write_tensors(staging / "model.safetensors", model_state_for_saving(p.model, p.model_state),
+                       {"format": "pt"})
         config = getattr(p.model, "config", None)
         if config is not None:
             config.save_pretrained(staging)

@@ -30,6 +30,7 @@ from desktop_app.engine.devices import (
     apply_threads,
     choose_precision,
     choose_threads,
+    cpu_cores,
     free_device_memory,
     is_out_of_memory,
     measure_matmul_peak,
@@ -45,12 +46,15 @@ from desktop_app.engine.events import (
     Log,
     Progress,
     Sample,
+    Started,
     StepMetrics,
 )
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.specs import AdapterSpec, DistributedSpec, ModelSpec, RunConfig, TrainSpec, method_options
 from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine.train import distributed as dist_mod
 from desktop_app.engine.train.cpu_alloc import restore_allocator, tune_allocator
+from desktop_app.engine.train.distributed import DistContext, PeerLostError
 from desktop_app.engine.train.optim import (
     build_optimizer,
     lr_at,
@@ -219,8 +223,21 @@ class _Run:
         self.last_saved_step = -1
         self.last_checkpoint: Path | None = None
         self.micro = self.spec.micro_batch
+        self.rank_batch = self.spec.batch_size
         self.flushed_denormals = False
         self.tuned_allocator = False
+        self.dist: DistContext | None = None  # several processes (torchrun); None in one process
+        self.finished_cleanly = False
+        # One process reads its Controls directly; several act on the flags all of them agreed on at the last
+        # step's sync (a signal reaching one rank between syncs must not make it leave the others).
+        self.synced = {"stop": False, "save_now": False, "pause": False}
+
+    @property
+    def is_main(self) -> bool:
+        return self.dist is None or self.dist.is_main
+
+    def flag(self, name: str) -> bool:
+        return self.synced[name] if self.dist is not None else getattr(self.controls, name).is_set()
 
     # events go to metrics.jsonl (flushed) before they reach the caller, so history survives a crash
     def emit(self, event: Event) -> Event:
@@ -261,11 +278,21 @@ def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = No
             torch.set_flush_denormal(False)  # the process default (torch has no getter to save it)
         if run.tuned_allocator:
             restore_allocator()
+        if run.dist is not None:
+            run.dist.close(clean=run.finished_cleanly)
 
 
 def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Event]:
     config, run_dir, spec = run.config, run.run_dir, run.spec
     pending: list[Event] = []  # setup notes, emitted once metrics.jsonl is open
+
+    # Several processes (torchrun): join them first, on this process's own GPU.
+    device = resolve_device(spec.device)
+    if dist_mod.launched_world_size() > 1:
+        device = _rank_device(device)
+        run.dist = DistContext.start(config.distributed_spec(), device)
+        _check_distributed(run.dist, config, spec)
+        pending.append(Log("info", run.dist.describe()))
 
     # 0. The base model (fine-tuning, or pretraining continued from a model): where its weights are and their
     # checksum. run.json records both, so the run is reproducible and refuses to resume on a changed base.
@@ -287,6 +314,10 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
             loaded = ckpt.load_checkpoint(path, verify=False)  # verified just above
             _check_same_base(loaded.run_config, config)
             diff = config_diff(_canonical(loaded.run_config), _canonical(config.to_dict()))
+            moved = [d for d in diff if d.startswith("distributed.")]  # how many processes, DDP or FSDP: free
+            if moved:
+                pending.append(Log("info", "continuing with other distributed settings: " + "; ".join(moved)))
+            diff = [d for d in diff if d not in moved]
             if diff:
                 model_changed = [d for d in diff if d.startswith(("model.", "base_model", "objective", "adapter."))]
                 if model_changed:
@@ -304,6 +335,8 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
     # 2. run.json, and metrics.jsonl cut back to what the checkpoint had seen (consistent replayed history).
     metrics_path = run_dir / METRICS_FILE
     try:
+        if not run.is_main:
+            raise _NotMain  # only process 0 writes the run folder
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.sweep_staging(run_dir)
         config.save(run_dir / RUN_FILE)
@@ -315,16 +348,19 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
         elif metrics_path.exists():
             metrics_path.unlink()
         run.metrics_fh = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in train()'s finally
+    except _NotMain:
+        pass
     except OSError as exc:
         raise UserError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a folder you can "
                         "write to (with free space)") from None
 
-    # 3. Device, threads, precision.
-    device = resolve_device(spec.device)
-    threads, why_threads = choose_threads(spec.threads, interactive=run.interactive)
+    # 3. Threads, precision (the device was chosen above). Processes on one machine share its cores.
+    local = run.dist.local_world if run.dist is not None else 1
+    threads, why_threads = choose_threads(spec.threads, interactive=run.interactive, cores=max(1, cpu_cores() // local))
     apply_threads(threads)
     precision = choose_precision(device, spec.precision)
-    pending.append(Log("info", f"device {device.type}; {why_threads}"))
+    shared = f" ({local} processes share this machine's cores)" if local > 1 and device.type == "cpu" else ""
+    pending.append(Log("info", f"device {device.type}; {why_threads}{shared}"))
     if device.type == "cpu":
         pending.extend(_thread_warnings(spec.threads, threads, loaded))
         # Many epochs over little data drive gradients and Adam's second moments into denormal floats,
@@ -359,12 +395,27 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         pending.append(Log("info", "gradient checkpointing on: less memory, ~30% more compute"))
     model.train()
+    if run.dist is not None and run.dist.fsdp:  # shard after loading, quantizing and adapters; before the optimizer
+        pending.extend(Log("info", note) for note in
+                       dist_mod.shard_fsdp(model, run.dist, device, autocast_dtype=precision.autocast_dtype))
     forward_model: Any = model
     if spec.compile:
         pending.append(Log("info", "compiling the model with torch.compile (the first steps are slow)"))
         forward_model = torch.compile(model)
 
+    objective = run.objective
+    if objective is None:
+        from desktop_app.engine.objectives import make_objective
+
+        objective = make_objective(config.objective)
+    wrapped = dist_mod.wrap(model, forward_model, objective.loss, run.dist, device)
+    pending.extend(Log("info", note) for note in wrapped.notes)
+
     optimizer_kind, optimizer_why = resolve_optimizer(spec.optimizer, device, quantized=prepared.quantized)
+    if run.dist is not None and run.dist.fsdp and optimizer_kind != "adamw":  # auto on a 4-bit base (checked above)
+        optimizer_kind, optimizer_why = "adamw", "AdamW (8-bit AdamW cannot update FSDP's sharded parameters)"
+    if loaded is not None:
+        check_optimizer_state(loaded.optimizer_tensors, optimizer_kind)
     if optimizer_kind != "adamw":
         pending.append(Log("info", f"optimizer: {optimizer_why}"))
     optimizer = build_optimizer(model, spec, device, kind=optimizer_kind)
@@ -377,11 +428,6 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
         def autocast() -> Any:
             return contextlib.nullcontext()
 
-    objective = run.objective
-    if objective is None:
-        from desktop_app.engine.objectives import make_objective
-
-        objective = make_objective(config.objective)
     ctx = TrainContext(run_dir=run_dir, dataset_dir=Path(config.dataset) if config.dataset else None, store=store,
                        train_spec=spec, model_spec=model_spec, seed=config.seed, device=device, autocast=autocast,
                        tokenizer=tokenizer, config=config,
@@ -390,38 +436,50 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
     objective.setup(ctx, model)
     pending.extend(getattr(objective, "notes", []) or [])
     source = objective.batch_source(ctx)
+    if run.dist is not None and hasattr(source, "set_shard"):
+        source.set_shard(run.dist.rank, run.dist.world)  # reads only this process's rows of each batch
+    run.rank_batch = spec.batch_size // (run.dist.world if run.dist is not None else 1)
 
     # MFU reference: the measured matmul peak of this machine (cached per process; before seeding, and
     # with its own generator, so it cannot disturb the training RNG).
     flops_per_token = _flops_per_token(model, model_spec)
     if prepared.adapter:
         flops_per_token *= 2.0 / 3.0  # frozen base: no weight gradients (forward 2N + input gradients 2N)
-    peak = measure_matmul_peak(device, precision.autocast_dtype or torch.float32) if device.type != "mps" else 0.0
+    # A GPU reaches its peak only on large matmuls (a 1024-wide probe under-reads an H100 several-fold).
+    peak = measure_matmul_peak(device, precision.autocast_dtype or torch.float32,
+                               size=8192 if device.type == "cuda" else 1024) if device.type != "mps" else 0.0
 
     # 5. Seed, then overwrite with the checkpoint's exact state when resuming.
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     np.random.seed(config.seed % (2**32))
     if loaded is not None:
-        _apply_loaded(run, loaded, optimizer, scaler, source, device, objective=objective)
+        _apply_loaded(run, loaded, optimizer, scaler, source, device, objective=objective, model=model)
         run.last_checkpoint = loaded.path
         pending.append(Log("info", f"resumed from {loaded.path.name} (step {loaded.step})"))
-    else:
+    elif run.is_main:
         _remember_checkpoint_vals(run)
+    run.micro = min(run.micro, run.rank_batch)  # a step's rows per process (the whole batch in one process)
+    if spec.auto_micro_batch:
+        run.micro, why = _auto_micro_batch(run, model, model_spec, wrapped, objective, source, ctx, store,
+                                           precision.name, optimizer)
+        pending.append(Log("info", why))
 
+    yield run.emit(Started(world_size=run.dist.world if run.dist is not None else 1,
+                           strategy=run.dist.spec.strategy if run.dist is not None else "single",
+                           device=str(device), start_step=run.step))
     for event in pending:
         yield run.emit(event)
 
-
-    yield from _loop(run, model, forward_model, optimizer, scaler, objective, source, ctx, autocast,
+    yield from _loop(run, model, wrapped, optimizer, scaler, objective, source, ctx, autocast,
                      flops_per_token, peak, prepared.write_tokenizer, model_spec)
 
 
-def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Optimizer, scaler: Any,
+def _loop(run: _Run, model: Any, wrapped: Any, optimizer: torch.optim.Optimizer, scaler: Any,
           objective: Any, source: Any, ctx: TrainContext, autocast: Callable[[], Any], flops_per_token: float,
           peak: float, write_tokenizer: Callable[[Path], None] | None,
           model_spec: ModelSpec | None) -> Iterator[Event]:
-    spec, controls, device = run.spec, run.controls, ctx.device
+    spec, controls, device, dist = run.spec, run.controls, ctx.device, run.dist
     params = [p for p in model.parameters() if p.requires_grad]
     clip = spec.grad_clip if spec.grad_clip > 0 else float("inf")
     session_start = time.perf_counter()
@@ -429,54 +487,71 @@ def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Opti
     paused_s = 0.0
     log_t0, log_tokens = time.perf_counter(), 0
     start_step = run.step
+    # FSDP: every process takes part in each forward (evaluation too); DDP: process 0 evaluates alone.
+    evaluates = run.is_main or (dist is not None and dist.fsdp)
 
     def save(reason: str) -> Iterator[Event]:
+        problem = ""
+        path: Path | None = None
         try:
             path = _save(run, model, optimizer, scaler, source, objective, device, write_tokenizer, model_spec,
                          elapsed=run.elapsed_before + time.perf_counter() - session_start - paused_s)
         except ckpt.CheckpointError as exc:
-            raise _SaveFailed(str(exc)) from exc
-        best = _best_step(run) == run.step
-        yield run.emit(CheckpointSaved(step=run.step, path=str(path), best=best))
+            problem = str(exc)
+        if dist is not None and not dist.agree(not problem, "saving a checkpoint"):
+            problem = problem or "process 0 could not save the checkpoint (its message says why)"
+        if problem:
+            raise _SaveFailed(problem)
+        if path is not None:
+            best = _best_step(run) == run.step
+            yield run.emit(CheckpointSaved(step=run.step, path=str(path), best=best))
 
     try:
         while run.step < spec.steps:
-            if controls.pause.is_set() and not controls.stop.is_set():
+            if run.flag("pause") and not run.flag("stop"):
                 yield run.emit(Log("info", f"paused at step {run.step}"))
                 t = time.perf_counter()
-                controls.wait_while_paused()
+                _wait_while_paused(run)
                 paused_s += time.perf_counter() - t
-                if not controls.stop.is_set():
+                if not run.flag("stop"):
                     yield run.emit(Log("info", "resumed"))
-            if controls.stop.is_set():
+            if run.flag("stop"):
                 break
 
             step = run.step + 1
             batch, position = source.take(spec.batch_size)
+            batch = _my_rows(run, objective, source, batch)
             optimizer.zero_grad(set_to_none=True)
             # --- forward/backward over micro-batches (retried smaller on out-of-memory) ---
             while True:
                 try:
                     loss_sum, metric_sums, step_tokens = _accumulate(
-                        objective, forward_model, batch, run.micro, device, autocast, scaler)
+                        objective, None, batch, run.micro, device, autocast, scaler, wrapped=wrapped)
                     break
                 except Exception as exc:
                     if not is_out_of_memory(exc):
                         raise
                     optimizer.zero_grad(set_to_none=True)
                     free_device_memory(device)
-                    smaller = next_micro_batch(run.micro, spec.batch_size)
+                    smaller = next_micro_batch(run.micro, run.rank_batch)
                     if smaller is None:
                         raise UserError(f"out of memory even with a micro-batch of 1 on {device.type}: use a "
                                         "smaller model or context length") from exc
                     yield run.emit(Log("warning", f"out of memory at step {step} with micro-batch {run.micro}: "
-                                       f"retrying with {smaller} x {spec.batch_size // smaller} accumulation "
+                                       f"retrying with {smaller} x {run.rank_batch // smaller} accumulation "
                                        "(same effective batch)"))
                     run.micro = smaller
             if scaler is not None:
                 scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-            loss_value, norm_value = torch.stack([loss_sum.float(), grad_norm.float().to(loss_sum.device)]).tolist()
+            if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor; the global norm is its full value
+                grad_norm = grad_norm.full_tensor()
+            if dist is None:
+                loss_value, norm_value = torch.stack([loss_sum.float(),
+                                                      grad_norm.float().to(loss_sum.device)]).tolist()
+            else:
+                loss_value, norm_value, metric_sums, step_tokens = _sync_step(run, loss_sum, grad_norm, metric_sums,
+                                                                              step_tokens)
 
             if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
                 optimizer.zero_grad(set_to_none=True)
@@ -493,6 +568,7 @@ def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Opti
                                "learning rate, a longer warm-up or fp32.")
                     yield run.emit(Log("error", message))
                     yield run.emit(Finished("failed", step=run.step, message=message, result=_result(run)))
+                    run.finished_cleanly = True
                     return
                 continue
 
@@ -528,16 +604,19 @@ def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Opti
             early_stop = False
             if spec.eval_every and (step % spec.eval_every == 0 or step == spec.steps):
                 t_eval = time.perf_counter()
-                for event in _evaluate(run, model, objective, ctx):
-                    yield event
+                if evaluates:
+                    for event in _evaluate(run, model, objective, ctx):
+                        yield event
+                early_stop = bool(spec.early_stopping_patience and run.evals_since_best >= spec.early_stopping_patience)
+                if dist is not None:  # process 0's verdict (it holds the validation history)
+                    early_stop = dist.from_main([float(early_stop)])[0] > 0
                 log_t0 += time.perf_counter() - t_eval  # ...but not in tokens/s
-                if spec.early_stopping_patience and run.evals_since_best >= spec.early_stopping_patience:
-                    early_stop = True
 
-            wants_save = (spec.save_every and step % spec.save_every == 0) or controls.save_now.is_set() \
-                or controls.stop.is_set() or early_stop or step == spec.steps
+            wants_save = (spec.save_every and step % spec.save_every == 0) or run.flag("save_now") \
+                or run.flag("stop") or early_stop or step == spec.steps
             if wants_save:
                 controls.save_now.clear()
+                run.synced["save_now"] = False
                 t_save = time.perf_counter()
                 yield from save("step")
                 log_t0 += time.perf_counter() - t_save
@@ -546,6 +625,7 @@ def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Opti
                            f"(best {run.best_val:.4f})")
                 yield run.emit(Log("info", f"early stopping: {message}"))
                 yield run.emit(Finished("early_stopped", step=step, message=message, result=_result(run)))
+                run.finished_cleanly = True
                 return
         # loop left: completed, or stopped between steps
         if run.step != run.last_saved_step and run.step > 0:
@@ -556,31 +636,196 @@ def _loop(run: _Run, model: Any, forward_model: Any, optimizer: torch.optim.Opti
         else:
             yield run.emit(Finished("stopped", step=run.step, message=f"stopped at step {run.step}",
                                     result=_result(run)))
+        run.finished_cleanly = True
     except _SaveFailed as exc:
         message = f"{exc}. Training stopped; free some space or choose another folder, then resume."
         yield run.emit(Log("error", message))
         yield run.emit(Finished("failed", step=run.step, message=message, result=_result(run)))
+        run.finished_cleanly = True
+    except Exception as exc:
+        if dist is None or not (isinstance(exc, PeerLostError) or dist_mod.is_communication_error(exc)):
+            raise
+        if not isinstance(exc, PeerLostError):  # raised inside DDP's backward or an FSDP gather
+            exc = PeerLostError(dist_mod.lost_peer_message(dist.rank, f"training step {run.step + 1}", exc))
+        where = f" ({run.last_checkpoint.name})" if run.last_checkpoint is not None else " (none yet)"
+        message = str(exc).replace("The last committed checkpoint", f"The last committed checkpoint{where}", 1)
+        yield run.emit(Log("error", message))
+        yield run.emit(Finished("failed", step=run.step, message=message, result=_result(run)))
+
+
+# --- several processes (torchrun) ------------------------------------------------------------------------
+
+def _auto_micro_batch(run: _Run, model: Any, model_spec: ModelSpec | None, wrapped: Any, objective: Any,
+                      source: Any, ctx: TrainContext, store: TokenStore | None, precision: str,
+                      optimizer: torch.optim.Optimizer) -> tuple[int, str]:
+    """TrainSpec.auto_micro_batch: searched on CUDA (a trial step per candidate), a memory model elsewhere."""
+    from desktop_app.engine.train import auto_batch
+
+    device, dist = ctx.device, run.dist
+    if device.type != "cuda":
+        import psutil
+
+        from desktop_app.engine.generate.decode import context_length
+
+        total = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        fixed, per_row = auto_batch.estimate_cpu_bytes(
+            model_spec, model, seq_len=store.context_length if store is not None else (context_length(model) or 1024),
+            precision=precision, trainable_share=trainable / max(1, total),
+            shards=dist.world if dist is not None and dist.fsdp else 1)
+        return auto_batch.cpu_micro_batch(run.rank_batch, fixed_bytes=fixed, bytes_per_row=per_row,
+                                          available_bytes=psutil.virtual_memory().available,
+                                          processes=dist.local_world if dist is not None else 1)
+    if run.config.is_rl:
+        return run.micro, "auto micro-batch: not searched for rollout methods (their batches are made by the model)"
+    state = source.state_dict()
+    batch, _ = source.take(run.spec.batch_size)
+    batch = _my_rows(run, objective, source, batch)
+    source.load_state_dict(state)  # the trial steps must not move the data order
+
+    def try_micro(m: int) -> bool:
+        ok = True
+        try:
+            with torch.random.fork_rng(devices=[device]), wrapped.no_sync(), ctx.autocast():
+                piece = objective.to_device(objective.split(batch, m)[0], device)
+                wrapped.loss(piece)[0].backward()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            ok = False
+        finally:
+            optimizer.zero_grad(set_to_none=True)
+            free_device_memory(device)
+        return dist.agree(ok, "searching the micro-batch") if dist is not None else ok
+
+    return auto_batch.search_micro_batch(run.rank_batch, try_micro)
+
+
+def check_optimizer_state(tensors: dict[str, torch.Tensor], kind: str) -> None:
+    """A checkpoint's optimizer state must be of the optimizer that resumes it (8-bit AdamW keeps other tensors
+    than AdamW; loading one into the other would fail later or train on garbage)."""
+    eight_bit = any(".state1" in k or "__bnb_optimizer_quant_state__" in k for k in tensors)
+    if eight_bit and kind == "adamw":
+        raise UserError("cannot resume: the checkpoint holds 8-bit AdamW state but this run now uses AdamW (FSDP "
+                        "trains with AdamW): resume it in one process or with distributed.strategy ddp")
+    if not eight_bit and kind != "adamw" and any(k.endswith(".exp_avg") for k in tensors):
+        raise UserError("cannot resume: the checkpoint holds AdamW state but this run now uses 8-bit AdamW: set "
+                        "optimizer to adamw to continue it")
+
+
+def _rank_device(device: torch.device) -> torch.device:
+    """This process's GPU under torchrun (cuda:LOCAL_RANK); the CPU stays the CPU."""
+    if device.type != "cuda":
+        return device
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if local >= torch.cuda.device_count():
+        raise UserError(f"process {local} on this machine has no GPU of its own ({torch.cuda.device_count()} "
+                        "visible): start at most one process per GPU (--nproc_per_node)")
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
+
+
+def _check_distributed(dist: DistContext | None, config: RunConfig, spec: TrainSpec) -> None:
+    if dist is None:
+        return
+    if config.is_rl:
+        raise UserError(f"{config.objective} generates its own episodes in one process; run it without torchrun")
+    if spec.batch_size % dist.world:
+        raise UserError(f"batch_size {spec.batch_size} cannot be split over {dist.world} processes: use a multiple of "
+                        f"{dist.world} (each process trains batch_size / {dist.world} sequences of every step)")
+    if dist.fsdp and spec.optimizer in ("adamw8bit", "paged_adamw8bit"):
+        raise UserError(f"optimizer {spec.optimizer} (bitsandbytes) cannot update FSDP's sharded parameters: set "
+                        "optimizer to adamw or auto, or use distributed.strategy ddp")
+    if dist.fsdp and spec.nonfinite_policy == "rollback":
+        raise UserError("nonfinite_policy rollback reloads a checkpoint into the model mid-run, which FSDP's "
+                        "sharded model does not support here: use skip, or distributed.strategy ddp")
+
+
+def _my_rows(run: _Run, objective: Any, source: Any, batch: Any) -> Any:
+    """This process's share of a step's batch (rows rank*B/N .. (rank+1)*B/N of the global order).
+
+    An objective whose loss is normalised over the whole step (SFT: by its loss-bearing tokens) shards the batch
+    itself (`shard(batch, rank, world)`), keeping what it needs of the whole; other batches are row-sliced."""
+    dist = run.dist
+    if dist is None or getattr(source, "shard", None) is not None:
+        return batch  # one process, or a source that read only this process's rows
+    if hasattr(objective, "shard"):
+        return objective.shard(batch, dist.rank, dist.world)
+    if isinstance(batch, (list, tuple, torch.Tensor)) and len(batch) == run.spec.batch_size:
+        return batch[dist.rank * run.rank_batch:(dist.rank + 1) * run.rank_batch]
+    raise UserError(f"the {run.config.objective} method cannot split its batches over several processes")
+
+
+def _sync_step(run: _Run, loss_sum: torch.Tensor, grad_norm: torch.Tensor, metric_sums: dict[str, Any],
+               tokens: int) -> tuple[float, float, dict[str, float], int]:
+    """One all-reduce per step: the mean loss and metrics over processes, the tokens of all of them, and the
+    control flags (any process's stop / save now / pause reaches all). The gradient norm is the same everywhere
+    (gradients are averaged before it is taken)."""
+    assert run.dist is not None
+    names = sorted(metric_sums)
+    flags = [float(getattr(run.controls, f).is_set()) for f in ("stop", "save_now", "pause")]
+    values = [float(loss_sum), *(float(metric_sums[n]) for n in names), float(tokens), *flags]
+    total = run.dist.sum(values)
+    world = run.dist.world
+    loss = total[0] / world
+    metrics = {n: total[1 + i] / world for i, n in enumerate(names)}
+    stop, save_now, pause = (v > 0 for v in total[-3:])
+    _set_synced(run, stop=stop, save_now=save_now, pause=pause)
+    return loss, float(grad_norm), metrics, int(total[1 + len(names)])
+
+
+def _set_synced(run: _Run, *, stop: bool, save_now: bool, pause: bool) -> None:
+    run.synced.update(stop=stop, save_now=save_now, pause=pause)
+    if stop:
+        run.controls.stop.set()  # so this process's own checks (and its caller) see it too
+    if save_now:
+        run.controls.save_now.set()
+
+
+def _wait_while_paused(run: _Run, poll_s: float = 0.25) -> None:
+    """Pause: one process waits on its flags; several ask each other every poll_s until none is paused."""
+    if run.dist is None:
+        run.controls.wait_while_paused()
+        return
+    while True:
+        stop, pause = run.dist.sum([float(run.controls.stop.is_set()), float(run.controls.pause.is_set())])
+        if stop or not pause:
+            run.synced["pause"] = False
+            if stop:
+                _set_synced(run, stop=True, save_now=run.synced["save_now"], pause=False)
+            return
+        run.controls.stop.wait(poll_s)
 
 
 class _SaveFailed(Exception):
     pass
 
 
+class _NotMain(Exception):
+    """Control flow: a process other than 0 skips writing the run folder."""
+
+
 def _accumulate(objective: Any, model: Any, batch: Any, micro: int, device: torch.device,
-                autocast: Callable[[], Any], scaler: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
-    """Forward+backward of one step's batch in micro-batches; gradients sum to the full-batch gradient."""
+                autocast: Callable[[], Any], scaler: Any, *,
+                wrapped: Any = None) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+    """Forward+backward of one step's batch in micro-batches; gradients sum to the full-batch gradient.
+
+    wrapped (distributed.Wrapped): computes each loss (through DDP/FSDP when several processes train) and keeps
+    gradients local until the last micro-batch, whose backward averages them across processes once."""
     pieces = objective.split(batch, micro)
     total = sum(len(p) for p in pieces)
     loss_sum: torch.Tensor | None = None
     metric_sums: dict[str, torch.Tensor] = {}
     tokens = 0
-    for piece in pieces:
+    for i, piece in enumerate(pieces):
         weight = len(piece) / total  # mean of means = global mean when pieces are weighted by size
         piece = objective.to_device(piece, device)
-        with autocast():
-            loss, metrics = objective.loss(model, piece)
-        scaled = loss * weight
-        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        last = i == len(pieces) - 1
+        with contextlib.nullcontext() if wrapped is None or last else wrapped.no_sync():
+            with autocast():
+                loss, metrics = objective.loss(model, piece) if wrapped is None else wrapped.loss(piece)
+            scaled = loss * weight
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
         detached = loss.detach() * weight
         loss_sum = detached if loss_sum is None else loss_sum + detached
         for name, value in metrics.items():
@@ -597,7 +842,9 @@ def _evaluate(run: _Run, model: Any, objective: Any, ctx: TrainContext) -> Itera
     try:
         with torch.no_grad():
             metrics = objective.evaluate(model, ctx)
-        samples = objective.samples(model, ctx) if hasattr(objective, "samples") else []
+        # Sampling reads weights outside the modules' forward, which FSDP's sharded weights do not allow.
+        samples = objective.samples(model, ctx) if hasattr(objective, "samples") and not (
+            run.dist is not None and run.dist.fsdp) else []
     finally:
         model.train(was_training)
     if not metrics:
@@ -646,9 +893,14 @@ def _nonfinite(run: _Run, step: int, position: list[int], loss_value: float, nor
 
 
 def _apply_loaded(run: _Run, loaded: ckpt.LoadedCheckpoint, optimizer: torch.optim.Optimizer, scaler: Any,
-                  source: Any, device: torch.device, truncate_metrics: bool = False, objective: Any = None) -> None:
+                  source: Any, device: torch.device, truncate_metrics: bool = False, objective: Any = None,
+                  model: Any = None) -> None:
     state = loaded.trainer_state
-    optimizer.load_state_dict(optimizer_state_from_flat(loaded.optimizer_tensors, loaded.optimizer_meta))
+    optimizer_state = optimizer_state_from_flat(loaded.optimizer_tensors, loaded.optimizer_meta)
+    if model is not None and dist_mod.is_fsdp(model):
+        dist_mod.load_optimizer_state(model, optimizer, optimizer_state)  # each process keeps its shard
+    else:
+        optimizer.load_state_dict(optimizer_state)
     if scaler is not None and state.get("grad_scaler"):
         scaler.load_state_dict(state["grad_scaler"])
     source.load_state_dict(state["data"])
@@ -694,13 +946,20 @@ def _best_step(run: _Run) -> int | None:
 
 def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, source: Any, objective: Any,
           device: torch.device, write_tokenizer: Callable[[Path], None] | None, model_spec: ModelSpec | None,
-          elapsed: float) -> Path:
+          elapsed: float) -> Path | None:
+    sharded = dist_mod.is_fsdp(model)
+    # FSDP: every process hands its shards to process 0 (collectives: all of them call this), which writes.
+    full_model = dist_mod.gathered_model_state(model) if sharded else None
+    full_optimizer = dist_mod.gathered_optimizer_state(model, optimizer) if sharded else None
+    if not run.is_main:
+        run.last_saved_step = run.step
+        return None
     if run.metrics_fh is not None:
         with contextlib.suppress(OSError):
             run.metrics_fh.flush()
     metrics_offset = (run.run_dir / METRICS_FILE).stat().st_size if (run.run_dir / METRICS_FILE).exists() else 0
     rng_tensors, rng_meta = capture_rng(device)
-    opt_tensors, opt_meta = optimizer_state_to_flat(optimizer)
+    opt_tensors, opt_meta = optimizer_state_to_flat(full_optimizer if sharded else optimizer)
     state = {
         "format_version": TRAINER_STATE_VERSION, "step": run.step, "total_steps": run.spec.steps,
         "lr_scale": run.lr_scale, "schedule": {"name": run.spec.schedule, "step": run.step},
@@ -715,7 +974,7 @@ def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, 
     payload = ckpt.CheckpointPayload(
         step=run.step, model=model, optimizer_tensors=opt_tensors, optimizer_meta=opt_meta, trainer_state=state,
         run_config=run.config.to_dict(), model_spec=model_spec.to_dict() if model_spec else None,
-        rng_tensors=rng_tensors, write_tokenizer=write_tokenizer)
+        rng_tensors=rng_tensors, write_tokenizer=write_tokenizer, model_state=full_model)
     path = ckpt.save_checkpoint(run.run_dir, payload)
     run.last_saved_step = run.step
     run.last_checkpoint = path

@@ -111,14 +111,15 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 # --- optimizer state without pickle: tensors -> safetensors, the rest -> JSON -------------------------
 
-def optimizer_state_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split `optimizer.state_dict()` into flat tensors ("state.<i>.<key>") and JSON-safe metadata.
+def optimizer_state_to_flat(optimizer: torch.optim.Optimizer | dict[str, Any]
+                            ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split `optimizer.state_dict()` (or such a dict) into flat tensors ("state.<i>.<key>") and JSON-safe metadata.
 
     Every tensor (exp_avg, exp_avg_sq and AdamW's 0-d `step` tensor) goes to safetensors bit-exact;
     plain Python values (param group hyperparameters) go to JSON. Nested dicts (bitsandbytes keeps its
     8-bit state under one key) become dotted names ("state.<i>.<key>.<subkey>").
     """
-    sd = optimizer.state_dict()
+    sd = optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     seen: set[int] = set()
