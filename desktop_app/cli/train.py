@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "float (your own code, run in this process)")
     parser.add_argument("--optimizer", choices=("auto", "adamw", "adamw8bit", "paged_adamw8bit"),
                         help="optimizer (auto: AdamW, 8-bit AdamW for QLoRA)")
+    parser.add_argument("--allow-download", action="store_true", help="--base may be a Hugging Face Hub id "
+                        "(organisation/name): fetch it once into the Hugging Face cache (needs a connection); the run "
+                        "records the local folder")
     parser.add_argument("--out", metavar="RUN_DIR", help="run folder to create (required unless --resume)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per event on stdout")
     parser.add_argument("--accept-config-change", action="store_true",
@@ -102,6 +105,8 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
     finetune_flags = [f"--{f.replace('_', '-')}" for f in _FINETUNE_FLAGS if getattr(args, f) not in (None, [])]
     if args.option:
         finetune_flags.append("--option")
+    if getattr(args, "allow_download", False) and not args.base:
+        raise UserError("--allow-download goes with --base ORGANISATION/NAME (a Hugging Face Hub model to fine-tune)")
     if finetune_flags and not args.base:
         raise UserError(f"{', '.join(finetune_flags)} go with --base MODEL (fine-tuning); a run config, pipeline or "
                         "resumed run already says how it trains")
@@ -208,7 +213,16 @@ def finetune_config(args: argparse.Namespace) -> Any:
     missing = [d for d in args.data or [] if not Path(d).expanduser().exists()]
     if missing:
         raise UserError(f"data file {missing[0]} does not exist")
-    config = RunConfig(base_model=str(Path(args.base).expanduser().resolve()), objective=objective,
+    base = Path(args.base).expanduser()
+    if getattr(args, "allow_download", False) and not base.exists():
+        from desktop_app.engine.finetune.base_model import download_base
+
+        base = download_base(args.base)
+    elif not base.exists():
+        from desktop_app.engine.finetune.base_model import resolve_base
+
+        resolve_base(args.base)  # says what is wrong (a Hub id without --allow-download, a missing folder)
+    config = RunConfig(base_model=str(base.resolve()), objective=objective,
                        data=[str(Path(d).expanduser().resolve()) for d in args.data or []], adapter=adapter,
                        method_options=options, train=TrainSpec(**train).to_dict(),
                        seed=1337 if args.seed is None else args.seed)

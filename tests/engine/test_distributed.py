@@ -248,3 +248,14 @@ def test_a_killed_process_ends_the_run_clearly_and_it_resumes(runs, tmp_path):
                                   "--accept-config-change", "--json"])
     assert rc == 0, stderr[-3000:]
     assert events[0]["start_step"] == ckpt.step_of(saved[-1]) and events[-1]["reason"] == "completed"
+
+
+def test_early_stopping_is_decided_by_process_zero_for_both(runs, tmp_path):
+    # lr 0: the validation loss never improves, so with patience 1 the run stops at the second evaluation
+    config = write_config(tmp_path, runs["dataset"], "early", "ddp", steps=50, lr=0.0, eval_every=1,
+                          early_stopping_patience=1, save_every=0)
+    events, stderr, rc = run_cli(torchrun("--config", str(config), "--out", str(tmp_path / "run"), "--json"))
+    assert rc == 0, stderr[-3000:]
+    assert events[-1]["type"] == "finished" and events[-1]["reason"] == "early_stopped" and events[-1]["step"] == 2
+    assert "[process 1]" not in stderr
+    assert ckpt.step_of(ckpt.list_committed(tmp_path / "run")[-1]) == 2

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -105,6 +106,10 @@ def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
 
     if not str(path).strip():
         raise UserError("no base model given")
+    if looks_like_hub_id(path) and not Path(path).expanduser().exists():
+        raise UserError(f"{path} is not a folder here; it looks like a Hugging Face Hub id. Nothing is downloaded "
+                        "unless you say so: add --allow-download (when online) to fetch it once into the Hugging "
+                        "Face cache, or give the local folder of the model")
     if _depth > 8:
         raise UserError(f"{path}: adapters nest more than 8 levels deep (an adapter whose base is itself?)")
     folder, kind, name = resolve_model_folder(path)
@@ -119,6 +124,34 @@ def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
     config = _read_config(folder)
     model_type = check_causal_lm(folder, config)
     return BaseModelInfo(str(path), folder, kind, name, model_type)
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+# What a causal LM needs from a Hub repository: configs, safetensors weights, tokenizer files (never pickles).
+_HUB_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja"]
+
+
+def looks_like_hub_id(path: str | Path) -> bool:
+    """'org/name' (a Hugging Face Hub repository id) rather than a path."""
+    return bool(_HUB_ID.match(str(path))) and not str(path).startswith((".", "/", "~"))
+
+
+def download_base(repo_id: str, revision: str | None = None) -> Path:
+    """Fetch a Hub model's configs, safetensors weights and tokenizer into the Hugging Face cache (the user asked
+    for it: --allow-download) and return the local folder, which the run then records, so it resumes offline.
+    Models that need remote code are refused by resolve_base afterwards, as any local folder is."""
+    if not looks_like_hub_id(repo_id):
+        raise UserError(f"{repo_id!r} is not a Hugging Face Hub id (expected organisation/name)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:  # pragma: no cover - transformers depends on huggingface_hub
+        raise UserError(f"cannot download: huggingface_hub is not available ({exc})") from None
+    try:
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_FILES)
+    except Exception as exc:
+        raise UserError(f"could not download {repo_id} from the Hugging Face Hub ({type(exc).__name__}: {exc}); "
+                        "check the name and the connection, or give a local folder") from None
+    return Path(folder)
 
 
 def _file_sha(path: Path, manifest: dict[str, Any] | None) -> str:

@@ -621,8 +621,8 @@ def _loop(run: _Run, model: Any, wrapped: Any, optimizer: torch.optim.Optimizer,
                 yield from save("step")
                 log_t0 += time.perf_counter() - t_save
             if early_stop:
-                message = (f"validation loss has not improved for {spec.early_stopping_patience} evaluations "
-                           f"(best {run.best_val:.4f})")
+                best = f"best {run.best_val:.4f}" if run.best_val is not None else "process 0 holds the history"
+                message = f"validation loss has not improved for {spec.early_stopping_patience} evaluations ({best})"
                 yield run.emit(Log("info", f"early stopping: {message}"))
                 yield run.emit(Finished("early_stopped", step=step, message=message, result=_result(run)))
                 run.finished_cleanly = True

@@ -1,0 +1,70 @@
+"""A Hugging Face Hub id as the base: refused with a clear message unless the user says --allow-download; with
+it, the model is fetched once (configs, safetensors, tokenizer; never pickles) and the run records the local
+folder, so it resumes offline. The download itself is replaced by a local copy here (no network in tests)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from ft_helpers import make_base, repeat_chats, write_jsonl
+
+from desktop_app.cli import main
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.finetune.base_model import download_base, looks_like_hub_id, resolve_base
+from desktop_app.engine.specs import RunConfig
+
+
+def test_hub_ids_and_paths_are_told_apart(tmp_path):
+    assert looks_like_hub_id("Qwen/Qwen2.5-0.5B") and looks_like_hub_id("org/name_1")
+    assert not looks_like_hub_id("./org/name") and not looks_like_hub_id("/abs/path")
+    assert not looks_like_hub_id("a/b/c") and not looks_like_hub_id("name")
+    with pytest.raises(UserError, match="looks like a Hugging Face Hub id.*--allow-download"):
+        resolve_base("someorg/somemodel")
+
+
+def test_cli_refuses_a_hub_id_without_allow_download(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "chats.jsonl", repeat_chats(8))
+    out = tmp_path / "run"
+    code = main(["train", "--method", "sft", "--base", "someorg/somemodel", "--data", str(data), "--out", str(out)])
+    assert code == 2 and "--allow-download" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["train", "--dataset", str(tmp_path), "--allow-download", "--out", str(out)]) == 2
+    assert "--allow-download goes with --base" in capsys.readouterr().err
+
+
+def test_allow_download_fetches_once_and_records_the_local_folder(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    local = make_base(tmp_path / "source", "llama")
+    calls = []
+
+    def fake_snapshot(repo_id, revision=None, allow_patterns=None):
+        calls.append((repo_id, allow_patterns))
+        cache = tmp_path / "cache" / repo_id.replace("/", "--")
+        if not cache.exists():
+            shutil.copytree(local, cache)
+        return str(cache)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    data = write_jsonl(tmp_path / "chats.jsonl", repeat_chats(8))
+    out = tmp_path / "run"
+    assert main(["train", "--method", "lora", "--base", "someorg/tiny", "--allow-download", "--data", str(data),
+                 "--steps", "1", "--batch-size", "2", "--out", str(out), "--json"]) == 0
+    assert calls and calls[0][0] == "someorg/tiny" and "*.safetensors" in calls[0][1]
+    assert not any(p.endswith((".bin", ".pt", ".pkl")) for p in calls[0][1])  # no pickled weights
+    recorded = RunConfig.load(out / "run.json").base_model
+    assert recorded == str((tmp_path / "cache" / "someorg--tiny").resolve())
+
+
+def test_a_failed_download_says_why(monkeypatch):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise OSError("no connection")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(UserError, match="could not download someorg/x .*no connection"):
+        download_base("someorg/x")
+    with pytest.raises(UserError, match="not a Hugging Face Hub id"):
+        download_base("../x")
