@@ -19,7 +19,7 @@ def test_hub_ids_and_paths_are_told_apart(tmp_path):
     assert looks_like_hub_id("Qwen/Qwen2.5-0.5B") and looks_like_hub_id("org/name_1")
     assert not looks_like_hub_id("./org/name") and not looks_like_hub_id("/abs/path")
     assert not looks_like_hub_id("a/b/c") and not looks_like_hub_id("name")
-    with pytest.raises(UserError, match="looks like a Hugging Face Hub id.*--allow-download"):
+    with pytest.raises(UserError, match=r"looks like a Hugging Face Hub id.*--allow-download"):
         resolve_base("someorg/somemodel")
 
 
@@ -64,7 +64,7 @@ def test_a_failed_download_says_why(monkeypatch):
         raise OSError("no connection")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    with pytest.raises(UserError, match="could not download someorg/x .*no connection"):
+    with pytest.raises(UserError, match=r"could not download someorg/x .*no connection"):
         download_base("someorg/x")
     with pytest.raises(UserError, match="not a Hugging Face Hub id"):
         download_base("../x")
