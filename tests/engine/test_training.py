@@ -86,6 +86,7 @@ def test_accumulation_4x4_equals_batch_16(dataset, tmp_path):
     from desktop_app.engine.data.batches import WindowBatchSource
     from desktop_app.engine.data.token_store import TokenStore
     from desktop_app.engine.model.architecture import build_model
+    from desktop_app.engine.train.distributed import wrap
     from desktop_app.engine.train.loop import _accumulate
 
     config = tiny_config(dataset)
@@ -94,7 +95,9 @@ def test_accumulation_4x4_equals_batch_16(dataset, tmp_path):
     for micro in (16, 4):
         model = build_model(config.model_spec(), seed=0)
         model.train()
-        loss, _, tokens = _accumulate(CausalLMObjective(), model, batch, micro, torch.device("cpu"),
+        objective = CausalLMObjective()
+        wrapped = wrap(model, model, objective.loss, None, torch.device("cpu"))  # one process: the loss as is
+        loss, _, tokens = _accumulate(objective, wrapped, batch, micro, torch.device("cpu"),
                                       contextlib.nullcontext, None)
         losses.append(loss.item())
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})

@@ -128,13 +128,12 @@ class DistContext:
         except Exception as exc:  # gloo/nccl raise RuntimeError subclasses when a peer is gone or times out
             raise PeerLostError(lost_peer_message(self.rank, what, exc)) from None
 
-    def sum(self, values: list[float] | torch.Tensor) -> list[float]:
+    def sum(self, values: list[float], what: str = "exchanging step results") -> list[float]:
         """Element-wise sum over all ranks of a few floats (one all-reduce, float64)."""
         import torch.distributed as dist
 
-        t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.float64)
-        t = t.to(self._comm_device(), torch.float64)
-        self._collective("exchanging step results", lambda: dist.all_reduce(t))
+        t = torch.tensor(values, dtype=torch.float64, device=self._comm_device())
+        self._collective(what, lambda: dist.all_reduce(t))
         return t.tolist()
 
     def from_main(self, values: list[float]) -> list[float]:
@@ -147,7 +146,7 @@ class DistContext:
 
     def agree(self, ok: bool, what: str) -> bool:
         """True when every rank says ok (a setup or save step that may fail on one of them)."""
-        return self.sum([0.0 if ok else 1.0])[0] == 0.0
+        return self.sum([0.0 if ok else 1.0], what)[0] == 0.0
 
 
 def is_communication_error(exc: BaseException) -> bool:

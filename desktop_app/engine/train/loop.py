@@ -333,26 +333,8 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
                         "or choose a new output folder")
 
     # 2. run.json, and metrics.jsonl cut back to what the checkpoint had seen (consistent replayed history).
-    metrics_path = run_dir / METRICS_FILE
-    try:
-        if not run.is_main:
-            raise _NotMain  # only process 0 writes the run folder
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.sweep_staging(run_dir)
-        config.save(run_dir / RUN_FILE)
-        if loaded is not None:
-            offset = int(loaded.trainer_state.get("metrics_offset", 0))
-            if metrics_path.exists() and metrics_path.stat().st_size > offset:
-                with open(metrics_path, "r+b") as fh:
-                    fh.truncate(offset)
-        elif metrics_path.exists():
-            metrics_path.unlink()
-        run.metrics_fh = open(metrics_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in train()'s finally
-    except _NotMain:
-        pass
-    except OSError as exc:
-        raise UserError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a folder you can "
-                        "write to (with free space)") from None
+    if run.is_main:  # only process 0 writes the run folder
+        run.metrics_fh = _open_run_folder(run_dir, config, loaded)
 
     # 3. Threads, precision (the device was chosen above). Processes on one machine share its cores.
     local = run.dist.local_world if run.dist is not None else 1
@@ -526,7 +508,7 @@ def _loop(run: _Run, model: Any, wrapped: Any, optimizer: torch.optim.Optimizer,
             while True:
                 try:
                     loss_sum, metric_sums, step_tokens = _accumulate(
-                        objective, None, batch, run.micro, device, autocast, scaler, wrapped=wrapped)
+                        objective, wrapped, batch, run.micro, device, autocast, scaler)
                     break
                 except Exception as exc:
                     if not is_out_of_memory(exc):
@@ -788,7 +770,8 @@ def _wait_while_paused(run: _Run, poll_s: float = 0.25) -> None:
         run.controls.wait_while_paused()
         return
     while True:
-        stop, pause = run.dist.sum([float(run.controls.stop.is_set()), float(run.controls.pause.is_set())])
+        stop, pause = run.dist.sum([float(run.controls.stop.is_set()), float(run.controls.pause.is_set())],
+                                   "waiting out a pause")
         if stop or not pause:
             run.synced["pause"] = False
             if stop:
@@ -801,16 +784,31 @@ class _SaveFailed(Exception):
     pass
 
 
-class _NotMain(Exception):
-    """Control flow: a process other than 0 skips writing the run folder."""
+def _open_run_folder(run_dir: Path, config: RunConfig, loaded: ckpt.LoadedCheckpoint | None) -> Any:
+    """Write run.json, cut metrics.jsonl back to the checkpoint's offset (or start it afresh) and open it."""
+    metrics_path = run_dir / METRICS_FILE
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.sweep_staging(run_dir)
+        config.save(run_dir / RUN_FILE)
+        if loaded is not None:
+            offset = int(loaded.trainer_state.get("metrics_offset", 0))
+            if metrics_path.exists() and metrics_path.stat().st_size > offset:
+                with open(metrics_path, "r+b") as fh:
+                    fh.truncate(offset)
+        elif metrics_path.exists():
+            metrics_path.unlink()
+        return open(metrics_path, "a", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a folder you can "
+                        "write to (with free space)") from None
 
 
-def _accumulate(objective: Any, model: Any, batch: Any, micro: int, device: torch.device,
-                autocast: Callable[[], Any], scaler: Any, *,
-                wrapped: Any = None) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+def _accumulate(objective: Any, wrapped: dist_mod.Wrapped, batch: Any, micro: int, device: torch.device,
+                autocast: Callable[[], Any], scaler: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
     """Forward+backward of one step's batch in micro-batches; gradients sum to the full-batch gradient.
 
-    wrapped (distributed.Wrapped): computes each loss (through DDP/FSDP when several processes train) and keeps
+    wrapped (distributed.wrap): computes each loss (through DDP/FSDP when several processes train) and keeps
     gradients local until the last micro-batch, whose backward averages them across processes once."""
     pieces = objective.split(batch, micro)
     total = sum(len(p) for p in pieces)
@@ -821,9 +819,9 @@ def _accumulate(objective: Any, model: Any, batch: Any, micro: int, device: torc
         weight = len(piece) / total  # mean of means = global mean when pieces are weighted by size
         piece = objective.to_device(piece, device)
         last = i == len(pieces) - 1
-        with contextlib.nullcontext() if wrapped is None or last else wrapped.no_sync():
-            with autocast():
-                loss, metrics = objective.loss(model, piece) if wrapped is None else wrapped.loss(piece)
+        with contextlib.nullcontext() if last else wrapped.no_sync():
+            with autocast():  # the forward only: backward runs outside autocast, as torch recommends
+                loss, metrics = wrapped.loss(piece)
             scaled = loss * weight
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         detached = loss.detach() * weight
