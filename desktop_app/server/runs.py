@@ -77,30 +77,24 @@ class LiveRun:
 
 def disk_status(run_dir: Path) -> dict[str, Any]:
     """What a run's folder says about it (for runs this server did not start)."""
-    from desktop_app.engine.train import checkpoints
-    from desktop_app.engine.train.loop import read_metrics
+    from desktop_app.engine import run_folder
 
-    step, total, metrics, eval_metrics, eta, state, message = 0, 0, {}, {}, None, "incomplete", ""
-    for record in read_metrics(run_dir):
-        kind = record.get("type")
-        if kind == "step":
-            step, total = int(record.get("step", 0)), int(record.get("total_steps", 0))
-            eta = record.get("eta_s")
-            metrics = {k: v for k, v in record.items() if k not in _STEP_KEYS}
-        elif kind == "eval":
-            eval_metrics = {k: v for k, v in record.items() if k not in ("type", "step")}
-        elif kind == "finished":
-            state, message = str(record.get("reason", "finished")), str(record.get("message", ""))
-            step = max(step, int(record.get("step", 0) or 0))
+    summary = run_folder.MetricsSummary.of(run_folder.read_metrics(run_dir))
+    last = summary.last_step
+    step, total, eta = int(last.get("step", 0)), int(last.get("total_steps", 0)), last.get("eta_s")
+    metrics = {k: v for k, v in last.items() if k not in _STEP_KEYS}
+    eval_metrics = {k: v for k, v in summary.last_eval.items() if k not in ("type", "step")}
+    state, message = "incomplete", ""
+    if summary.finished is not None:
+        state = str(summary.finished.get("reason", "finished"))
+        message = str(summary.finished.get("message", ""))
+        step = max(step, int(summary.finished.get("step", 0) or 0))
     if not total:
-        try:
-            import json
-
-            total = int(json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("train", {}).get("steps", 0))
-        except (OSError, ValueError, TypeError, AttributeError):
-            total = 0
-    committed = checkpoints.list_committed(run_dir) if (run_dir / "checkpoints").is_dir() else []
-    if state == "incomplete" and not (run_dir / "run.json").exists():
+        recorded = run_folder.read_json(run_dir / run_folder.RUN_FILE)
+        train = recorded.get("train") if isinstance(recorded, dict) else None
+        total = int(train.get("steps", 0)) if isinstance(train, dict) and isinstance(train.get("steps"), int) else 0
+    committed = run_folder.list_committed(run_dir)
+    if state == "incomplete" and not (run_dir / run_folder.RUN_FILE).exists():
         state = "unknown"
     return {"id": run_dir.name, "path": str(run_dir), "state": state, "step": step, "total_steps": total,
             "metrics": metrics, "eval": eval_metrics, "eta_s": eta if state == "incomplete" else 0.0,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from desktop_app.engine import run_folder as rf
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.specs import ModelSpec, TrainSpec
 from desktop_app.engine.train import checkpoints as ckpt
@@ -29,11 +30,11 @@ def _payload(step: int, model=None) -> ckpt.CheckpointPayload:
 def test_save_commits_a_loadable_hf_folder(tmp_path: Path):
     path = ckpt.save_checkpoint(tmp_path, _payload(3))
     assert path.name == "step-00000003"
-    manifest = ckpt.verify_checkpoint(path)
-    assert set(ckpt.REQUIRED_FILES) <= set(manifest["files"])
+    manifest = rf.verify_checkpoint(path)
+    assert set(rf.REQUIRED_FILES) <= set(manifest["files"])
     assert "manifest.json" not in manifest["files"]
-    assert ckpt.list_committed(tmp_path) == [path]
-    assert not [p for p in ckpt.checkpoints_dir(tmp_path).iterdir() if p.name.startswith(".")]
+    assert rf.list_committed(tmp_path) == [path]
+    assert not [p for p in rf.checkpoints_dir(tmp_path).iterdir() if p.name.startswith(".")]
     from transformers import AutoModelForCausalLM
 
     loaded = AutoModelForCausalLM.from_pretrained(str(path))
@@ -44,11 +45,11 @@ def test_save_commits_a_loadable_hf_folder(tmp_path: Path):
 
 def test_folder_without_manifest_is_not_committed(tmp_path: Path):
     good = ckpt.save_checkpoint(tmp_path, _payload(1))
-    half = ckpt.checkpoints_dir(tmp_path) / "step-00000002"
+    half = rf.checkpoints_dir(tmp_path) / "step-00000002"
     half.mkdir()
     (half / "model.safetensors").write_bytes(b"partial")
-    assert ckpt.list_committed(tmp_path) == [good]
-    assert ckpt.latest_checkpoint(tmp_path) == good
+    assert rf.list_committed(tmp_path) == [good]
+    assert rf.latest_checkpoint(tmp_path) == good
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "manifest"])
@@ -67,9 +68,9 @@ def test_corrupt_newest_falls_back_naming_the_bad_file(tmp_path: Path, damage: s
         target.unlink()
     else:
         target.write_text("{not json", encoding="utf-8")
-    with pytest.raises(ckpt.CheckpointError, match=str(target).replace("+", r"\+")):
-        ckpt.verify_checkpoint(second)
-    path, problems = ckpt.find_resumable(tmp_path)
+    with pytest.raises(rf.CheckpointError, match=str(target).replace("+", r"\+")):
+        rf.verify_checkpoint(second)
+    path, problems = rf.find_resumable(tmp_path)
     assert path == first
     assert len(problems) == 1 and str(target) in problems[0]
 
@@ -79,9 +80,9 @@ def test_retention_keeps_last_k_plus_best(tmp_path: Path):
     for step in range(1, 7):
         ckpt.save_checkpoint(tmp_path, _payload(step, model))
     removed = ckpt.apply_retention(tmp_path, keep_last=2, keep_steps={2})
-    assert [ckpt.step_of(p) for p in ckpt.list_committed(tmp_path)] == [2, 5, 6]
-    assert {ckpt.step_of(p) for p in removed} == {1, 3, 4}
-    assert not [p for p in ckpt.checkpoints_dir(tmp_path).iterdir() if p.name.startswith(".")]
+    assert [rf.step_of(p) for p in rf.list_committed(tmp_path)] == [2, 5, 6]
+    assert {rf.step_of(p) for p in removed} == {1, 3, 4}
+    assert not [p for p in rf.checkpoints_dir(tmp_path).iterdir() if p.name.startswith(".")]
 
 
 def test_disk_full_names_path_and_space_and_keeps_previous(tmp_path: Path, monkeypatch):
@@ -92,19 +93,19 @@ def test_disk_full_names_path_and_space_and_keeps_previous(tmp_path: Path, monke
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(ckpt, "_write_tensors", full)
-    with pytest.raises(ckpt.CheckpointError) as info:
+    with pytest.raises(rf.CheckpointError) as info:
         ckpt.save_checkpoint(tmp_path, _payload(2, model))
     msg = str(info.value)
-    assert "disk is full" in msg and str(ckpt.checkpoints_dir(tmp_path)) in msg
+    assert "disk is full" in msg and str(rf.checkpoints_dir(tmp_path)) in msg
     assert "needs about" in msg and "MB" in msg and "free" in msg and first.name in msg
-    assert ckpt.list_committed(tmp_path) == [first]
-    ckpt.verify_checkpoint(first)
-    assert not [p for p in ckpt.checkpoints_dir(tmp_path).iterdir() if p.name.startswith(".")]
+    assert rf.list_committed(tmp_path) == [first]
+    rf.verify_checkpoint(first)
+    assert not [p for p in rf.checkpoints_dir(tmp_path).iterdir() if p.name.startswith(".")]
 
 
 def test_unwritable_location_is_a_clear_error(tmp_path: Path):
     (tmp_path / "checkpoints").write_text("a file where the folder should be")  # fails even as root
-    with pytest.raises(ckpt.CheckpointError, match="could not save the step 1 checkpoint"):
+    with pytest.raises(rf.CheckpointError, match="could not save the step 1 checkpoint"):
         ckpt.save_checkpoint(tmp_path, _payload(1))
 
 
@@ -119,14 +120,14 @@ def test_crash_inside_save_leaves_only_a_hidden_staging_folder(tmp_path: Path, m
     with pytest.raises(KeyboardInterrupt):
         ckpt.save_checkpoint(tmp_path, _payload(1))
     assert "model.safetensors" in seen[0] and "manifest.json" not in seen[0]
-    assert ckpt.list_committed(tmp_path) == []
-    assert ckpt.latest_checkpoint(tmp_path) is None
+    assert rf.list_committed(tmp_path) == []
+    assert rf.latest_checkpoint(tmp_path) is None
 
 
 def test_saving_the_same_step_twice_replaces_it(tmp_path: Path):
     model = build_model(ModelSpec("llama", 64, 16, 1, 2, 2, 32, 16), seed=0)
     ckpt.save_checkpoint(tmp_path, _payload(4, model))
     path = ckpt.save_checkpoint(tmp_path, _payload(4, model))
-    assert ckpt.list_committed(tmp_path) == [path]
-    ckpt.verify_checkpoint(path)
+    assert rf.list_committed(tmp_path) == [path]
+    rf.verify_checkpoint(path)
     assert json.loads((path / "trainer_state.json").read_text())["step"] == 4

@@ -13,8 +13,8 @@ import pytest
 from train_helpers import make_dataset, tiny_config
 
 from desktop_app.cli import main
+from desktop_app.engine import run_folder as rf
 from desktop_app.engine.specs import RunConfig
-from desktop_app.engine.train import checkpoints as ckpt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,8 +43,8 @@ def test_flags_form_writes_run_json_and_prints_json_events(dataset, tmp_path, ca
     config = RunConfig.load(out / "run.json")
     assert config.seed == 7 and config.train["steps"] == 3 and config.train["batch_size"] == 4
     assert config.model["vocab_size"] == json.loads((dataset / "manifest.json").read_text())["tokenizer"]["vocab_size"]
-    latest = ckpt.latest_checkpoint(out)
-    ckpt.verify_checkpoint(latest)
+    latest = rf.latest_checkpoint(out)
+    rf.verify_checkpoint(latest)
     # The checkpoint is a plain Hugging Face folder: transformers loads model and tokenizer offline.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -91,7 +91,7 @@ def test_bad_input_is_one_clear_line(dataset, tmp_path, capsys, argv, message):
     code = main(["train", *[a.format(**subst) for a in argv]])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and message in err and "Traceback" not in err
-    assert not ckpt.list_committed(tmp_path / "out")
+    assert not rf.list_committed(tmp_path / "out")
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
@@ -125,5 +125,5 @@ def test_sigusr1_saves_and_ctrl_c_stops_gracefully(dataset, tmp_path):
     assert final["type"] == "finished" and final["reason"] == "stopped" and final["step"] == saves[-1]
     assert max(e["step"] for e in events if e["type"] == "step") == saves[-1]
     assert "stopping after this step" in proc.stderr.read()
-    for path in ckpt.list_committed(out):
-        ckpt.verify_checkpoint(path)
+    for path in rf.list_committed(out):
+        rf.verify_checkpoint(path)

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from train_helpers import make_dataset, metrics_losses, tiny_config
 
-from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine import run_folder as rf
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, SAVE_EVERY = 8, 4
@@ -71,9 +71,9 @@ def close(a: dict[int, float], b: dict[int, float], tol: float) -> bool:
 
 def drop_newest_checkpoint(run: Path) -> int:
     """Keep the run as it was at its previous checkpoint (as a kill after that save would have left it)."""
-    saved = ckpt.list_committed(run)
+    saved = rf.list_committed(run)
     shutil.rmtree(saved[-1])
-    return ckpt.step_of(saved[-2])
+    return rf.step_of(saved[-2])
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +116,10 @@ def test_process_zero_prints_what_one_process_prints_once(runs):
 def test_checkpoints_of_two_processes_hold_the_whole_model(runs):
     from safetensors.torch import load_file
 
-    one = load_file(ckpt.list_committed(runs["folder"] / "one")[-1] / "model.safetensors")
+    one = load_file(rf.list_committed(runs["folder"] / "one")[-1] / "model.safetensors")
     for name, tol in (("ddp", 1e-4), ("fsdp", 1e-4)):
-        path = ckpt.list_committed(runs["folder"] / name)[-1]
-        ckpt.verify_checkpoint(path)
+        path = rf.list_committed(runs["folder"] / name)[-1]
+        rf.verify_checkpoint(path)
         got = load_file(path / "model.safetensors")
         assert got.keys() == one.keys()
         assert max((got[k] - one[k]).abs().max().item() for k in one) < tol
@@ -215,9 +215,9 @@ def test_signals_reach_every_process_save_pause_stop(runs, tmp_path):
     # (torchrun itself exits 1 after a Ctrl+C, whatever its processes did: their own words are what counts)
     assert finished and finished[-1]["reason"] == "stopped", stderr[-3000:]
     assert not re.search(r"\[rank\d\]: Traceback", stderr), stderr[-3000:]  # no process died on the way
-    last = ckpt.list_committed(tmp_path / "run")[-1]
-    assert ckpt.step_of(last) == finished[-1]["step"]
-    ckpt.verify_checkpoint(last)
+    last = rf.list_committed(tmp_path / "run")[-1]
+    assert rf.step_of(last) == finished[-1]["step"]
+    rf.verify_checkpoint(last)
 
 
 def test_a_killed_process_ends_the_run_clearly_and_it_resumes(runs, tmp_path):
@@ -237,17 +237,17 @@ def test_a_killed_process_ends_the_run_clearly_and_it_resumes(runs, tmp_path):
     assert failed and failed[-1]["reason"] == "failed", (run.events[-3:], stderr[-5000:])
     assert "lost contact with the other processes" in failed[-1]["message"]
     assert "--resume" in failed[-1]["message"]
-    saved = ckpt.list_committed(tmp_path / "run")
+    saved = rf.list_committed(tmp_path / "run")
     for path in saved:
-        ckpt.verify_checkpoint(path)  # every committed checkpoint is intact
+        rf.verify_checkpoint(path)  # every committed checkpoint is intact
     # ...and the run resumes (on one process here) from the newest of them
     cfg = json.loads((tmp_path / "run" / "run.json").read_text())
-    cfg["train"]["steps"] = ckpt.step_of(saved[-1]) + 2
+    cfg["train"]["steps"] = rf.step_of(saved[-1]) + 2
     (tmp_path / "run" / "run.json").write_text(json.dumps(cfg))
     events, stderr, rc = run_cli([sys.executable, "-m", "desktop_app", "train", "--resume", str(tmp_path / "run"),
                                   "--accept-config-change", "--json"])
     assert rc == 0, stderr[-3000:]
-    assert events[0]["start_step"] == ckpt.step_of(saved[-1]) and events[-1]["reason"] == "completed"
+    assert events[0]["start_step"] == rf.step_of(saved[-1]) and events[-1]["reason"] == "completed"
 
 
 def test_early_stopping_is_decided_by_process_zero_for_both(runs, tmp_path):
@@ -258,4 +258,4 @@ def test_early_stopping_is_decided_by_process_zero_for_both(runs, tmp_path):
     assert rc == 0, stderr[-3000:]
     assert events[-1]["type"] == "finished" and events[-1]["reason"] == "early_stopped" and events[-1]["step"] == 2
     assert "[process 1]" not in stderr
-    assert ckpt.step_of(ckpt.list_committed(tmp_path / "run")[-1]) == 2
+    assert rf.step_of(rf.list_committed(tmp_path / "run")[-1]) == 2

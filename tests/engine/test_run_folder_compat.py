@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from desktop_app.engine.run_folder import list_committed, read_metrics, verify_checkpoint
 from desktop_app.engine.specs import RunConfig
-from desktop_app.engine.train.checkpoints import list_committed, verify_checkpoint
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.train.loop import train
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs_v1"
 RELOCATED = ("run.json", "adapter_config.json")

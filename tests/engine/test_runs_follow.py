@@ -10,14 +10,8 @@ import queue
 import threading
 import time
 
-from desktop_app.engine.runs import (
-    MetricsReader,
-    follow_run,
-    is_live,
-    last_record,
-    pipeline_resumable,
-    pipeline_root,
-)
+from desktop_app.engine.run_folder import MetricsReader, last_record
+from desktop_app.engine.runs import follow_run, is_live, pipeline_resumable, pipeline_root
 
 
 def _line(step: int, kind: str = "step", **extra) -> str:
@@ -150,9 +144,9 @@ def test_following_in_a_thread_sees_a_resume_truncation(tmp_path):
 
 
 def test_a_long_history_arrives_in_batches(tmp_path, monkeypatch):
-    from desktop_app.engine import runs
+    from desktop_app.engine import run_folder, runs
 
-    monkeypatch.setattr(runs, "_READ_CAP", 100)
+    monkeypatch.setattr(run_folder, "_READ_CAP", 100)
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(_line(s) for s in range(1, 41)), encoding="utf-8")
     stop = threading.Event()

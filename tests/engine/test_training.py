@@ -13,11 +13,13 @@ import pytest
 import torch
 from train_helpers import final_weights, make_dataset, metrics_losses, step_losses, tiny_config
 
+from desktop_app.engine import run_folder as rf
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls
 from desktop_app.engine.objectives.causal_lm import CausalLMObjective
+from desktop_app.engine.run_folder import read_metrics
 from desktop_app.engine.train import checkpoints as ckpt
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.train.loop import train
 from desktop_app.engine.train.optim import lr_at
 
 
@@ -69,7 +71,7 @@ def test_exact_resume_in_process_after_abandoned_steps(dataset, tmp_path, precis
         if event.type == "step" and event.step >= 9:
             break
     gen.close()
-    assert [ckpt.step_of(p) for p in ckpt.list_committed(run_dir)] == [6]
+    assert [rf.step_of(p) for p in rf.list_committed(run_dir)] == [6]
     assert max(metrics_losses(run_dir)) > 6  # steps after the checkpoint were recorded before the "crash"
 
     resumed = list(train(config, run_dir, resume=True))
@@ -152,7 +154,7 @@ def test_nonfinite_rollback_reloads_lowers_lr_and_skips_batch(dataset, tmp_path)
     recorded = [r for r in read_metrics(tmp_path / "run") if r["type"] == "step"]
     assert [r["step"] for r in recorded] == list(range(1, 9))  # history rewound: no duplicate steps
     assert recorded[2]["lr"] == pytest.approx(3e-3) and recorded[-1]["lr"] == pytest.approx(1.5e-3)
-    state = json.loads((ckpt.list_committed(tmp_path / "run")[-1] / "trainer_state.json").read_text())
+    state = json.loads((rf.list_committed(tmp_path / "run")[-1] / "trainer_state.json").read_text())
     assert state["lr_scale"] == 0.5 and state["data"]["skipped"] == [[0, 32]]
 
 
@@ -196,7 +198,7 @@ def test_stop_ends_within_one_step_and_saves(dataset, tmp_path):
     assert max(steps) == 4
     assert [e.type for e in events[-2:]] == ["checkpoint", "finished"]
     assert events[-1].reason == "stopped" and events[-1].step == 4
-    ckpt.verify_checkpoint(ckpt.latest_checkpoint(tmp_path / "run"))
+    rf.verify_checkpoint(rf.latest_checkpoint(tmp_path / "run"))
 
 
 def test_save_now_and_pause(dataset, tmp_path):
@@ -229,9 +231,9 @@ def test_retention_keeps_last_k_plus_best_in_a_run(dataset, tmp_path):
     events = list(train(config, tmp_path / "run"))
     evals = {e.step: e.metrics["val_loss"] for e in events if e.type == "eval"}
     best = min(evals, key=evals.get)
-    kept = [ckpt.step_of(p) for p in ckpt.list_committed(tmp_path / "run")]
+    kept = [rf.step_of(p) for p in rf.list_committed(tmp_path / "run")]
     assert kept[-2:] == [10, 12] and best in kept and len(kept) <= 3
-    assert events[-1].result["best_checkpoint"].endswith(ckpt.checkpoint_name(best))
+    assert events[-1].result["best_checkpoint"].endswith(rf.checkpoint_name(best))
 
 
 def test_resume_with_changed_config_is_refused_with_a_diff(dataset, tmp_path):
@@ -292,8 +294,8 @@ def test_disk_full_during_training_fails_cleanly(dataset, tmp_path, monkeypatch)
     assert final.reason == "failed" and final.step == 4
     assert "disk is full" in final.message and "needs about" in final.message
     assert "step-00000002" in final.message  # the previous checkpoint is named as intact
-    assert [ckpt.step_of(p) for p in ckpt.list_committed(tmp_path / "run")] == [2]
-    ckpt.verify_checkpoint(ckpt.list_committed(tmp_path / "run")[0])
+    assert [rf.step_of(p) for p in rf.list_committed(tmp_path / "run")] == [2]
+    rf.verify_checkpoint(rf.list_committed(tmp_path / "run")[0])
 
 
 def test_model_too_small_for_dataset_is_refused(dataset, tmp_path):

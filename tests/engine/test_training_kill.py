@@ -20,6 +20,7 @@ import pytest
 import torch
 from train_helpers import final_weights, make_dataset, metrics_losses, tiny_config
 
+from desktop_app.engine import run_folder as rf
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train.loop import train
 
@@ -49,7 +50,7 @@ def _start(config_file: Path, run_dir: Path, *extra: str, pause: float = 0.0) ->
 
 
 def _staging(run_dir: Path) -> list[Path]:
-    parent = ckpt.checkpoints_dir(run_dir)
+    parent = rf.checkpoints_dir(run_dir)
     return [p for p in parent.iterdir() if p.name.startswith(".tmp-")] if parent.exists() else []
 
 
@@ -81,11 +82,11 @@ def test_kill_9_anywhere_then_resume_is_exact(setup, tmp_path):
         if mode == "save":
             assert _staging(run_dir), f"the kill missed the save window ({where})"
         # No half checkpoint is ever visible: every non-hidden entry is a committed, verifying checkpoint.
-        visible = [p for p in ckpt.checkpoints_dir(run_dir).iterdir() if not p.name.startswith(".")] \
-            if ckpt.checkpoints_dir(run_dir).exists() else []
+        visible = [p for p in rf.checkpoints_dir(run_dir).iterdir() if not p.name.startswith(".")] \
+            if rf.checkpoints_dir(run_dir).exists() else []
         for p in visible:
-            ckpt.verify_checkpoint(p)
-            assert ckpt.step_of(p) % SAVE_EVERY == 0, where
+            rf.verify_checkpoint(p)
+            assert rf.step_of(p) % SAVE_EVERY == 0, where
 
         if trial == len(modes) - 1:  # resume across processes too
             proc = _start(config_file, run_dir, "resume")

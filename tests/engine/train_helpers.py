@@ -88,7 +88,7 @@ def step_losses(events: list[Any]) -> dict[int, float]:
 
 
 def metrics_losses(run_dir: Path) -> dict[int, float]:
-    from desktop_app.engine.train.loop import read_metrics
+    from desktop_app.engine.run_folder import read_metrics
 
     return {r["step"]: r["loss"] for r in read_metrics(run_dir) if r["type"] == "step"}
 
@@ -96,6 +96,6 @@ def metrics_losses(run_dir: Path) -> dict[int, float]:
 def final_weights(run_dir: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    from desktop_app.engine.train.checkpoints import list_committed
+    from desktop_app.engine.run_folder import list_committed
 
     return load_file(str(list_committed(run_dir)[-1] / "model.safetensors"))

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from desktop_app.engine import run_folder as rf
 from desktop_app.engine.specs import RunConfig
-from desktop_app.engine.train import checkpoints as ckpt
 
 WORDS = ["red", "blue", "cat", "dog", "sun", "moon"]
 CHATS = [{"messages": [{"role": "user", "content": f"say {a}"}, {"role": "assistant", "content": f"{a} {b}"}]}
@@ -50,7 +50,7 @@ def _start_lora(win, qtbot, base: str, data: str) -> None:
 
 
 def _losses(run) -> list[int]:
-    from desktop_app.engine.train.loop import read_metrics
+    from desktop_app.engine.run_folder import read_metrics
 
     return [r["step"] for r in read_metrics(run) if r.get("type") == "step"]
 
@@ -71,8 +71,8 @@ def test_closing_mid_lora_run_saves_and_the_next_launch_resumes_it(qtbot, worksp
     assert [t for t, _ in first.asked] == ["Training is running"]
     assert tab.last_finished is not None and tab.last_finished.reason == "stopped"
     run, stopped = tab.run_dir, tab.last_finished.step
-    saved = ckpt.list_committed(run)
-    assert saved and ckpt.step_of(saved[-1]) == stopped
+    saved = rf.list_committed(run)
+    assert saved and rf.step_of(saved[-1]) == stopped
     assert (saved[-1] / "adapter_model.safetensors").exists()  # a LoRA checkpoint: the adapter, not a full model
     assert not first.ctx.errors, first.ctx.errors
 

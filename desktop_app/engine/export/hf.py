@@ -9,7 +9,6 @@ new one is complete).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -22,6 +21,7 @@ from typing import Any
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
 from desktop_app.engine.fileio import fsync_dir
+from desktop_app.engine.run_folder import METRICS_FILE, MetricsSummary, read_json, read_metrics
 
 FORMATS = ("hf", "zip", "gguf")
 GGUF_TYPES = ("f32", "f16", "q8_0")
@@ -79,48 +79,28 @@ def _source_config(folder: Path) -> dict[str, Any]:
         while base is not None and base.adapter_base is not None:
             base = base.adapter_base
         if base is not None:
-            return _read_json(base.folder / "config.json") or {}
-    return _read_json(folder / "config.json") or {}
+            return read_json(base.folder / "config.json") or {}
+    return read_json(folder / "config.json") or {}
 
 
 # --- model card ----------------------------------------------------------------------------------------
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
 
 def _run_info(source: Path) -> dict[str, Any]:
     """What the run that made this checkpoint knew: run config, step, final metrics, dataset summary."""
     info: dict[str, Any] = {}
     run_dir = source.parent.parent if source.parent.name == "checkpoints" else None
-    run = _read_json(source / "run.json") or (_read_json(run_dir / "run.json") if run_dir else None)
+    run = read_json(source / "run.json") or (read_json(run_dir / "run.json") if run_dir else None)
     if isinstance(run, dict):
         info["run"] = run
-    state = _read_json(source / "trainer_state.json")
+    state = read_json(source / "trainer_state.json")
     if isinstance(state, dict) and isinstance(state.get("step"), int):
         info["step"] = state["step"]
-    if run_dir is not None and (run_dir / "metrics.jsonl").is_file():
-        last_step: dict[str, Any] = {}
-        last_eval: dict[str, Any] = {}
-        with contextlib.suppress(OSError), open(run_dir / "metrics.jsonl", encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    event = json.loads(line)
-                except ValueError:  # a crash can leave a torn last line
-                    continue
-                if not isinstance(event, dict):
-                    continue
-                if event.get("type") == "step":
-                    last_step = event
-                elif event.get("type") == "eval":
-                    last_eval = event
-        info["last_step"], info["last_eval"] = last_step, last_eval
+    if run_dir is not None and (run_dir / METRICS_FILE).is_file():
+        summary = MetricsSummary.of(read_metrics(run_dir))
+        info["last_step"], info["last_eval"] = summary.last_step, summary.last_eval
     dataset = info.get("run", {}).get("dataset") if isinstance(info.get("run"), dict) else None
     if dataset:
-        manifest = _read_json(Path(dataset) / "manifest.json")
+        manifest = read_json(Path(dataset) / "manifest.json")
         if isinstance(manifest, dict):
             info["dataset"] = {"path": dataset, "manifest": manifest}
     return info
@@ -233,7 +213,7 @@ def _portable_tokenizer_config(folder: Path, tokenizer: Any, context_length: int
     its own class name ("TokenizersBackend") and keeps the chat template only in chat_template.jinja;
     4.x needs "PreTrainedTokenizerFast" and the template inside tokenizer_config.json."""
     path = folder / "tokenizer_config.json"
-    config = _read_json(path)
+    config = read_json(path)
     if not isinstance(config, dict):
         return
     config["tokenizer_class"] = "PreTrainedTokenizerFast"

@@ -179,14 +179,14 @@ def load_adapter_state(model: Any, state: dict[str, Any]) -> None:
 
     unexpected = [k for k in getattr(result, "unexpected_keys", []) or [] if not tied_copy(k)]
     if unexpected:
-        from desktop_app.engine.train.checkpoints import CheckpointError
+        from desktop_app.engine.run_folder import CheckpointError
 
         raise CheckpointError(f"the checkpoint's adapter does not fit this model (unexpected {unexpected[:5]}): "
                               "was the run's adapter configuration changed?")
     missing = [k for k in getattr(result, "missing_keys", []) or []
                if ("lora_" in k or "trainable_tokens" in k) and not tied_copy(k)]
     if missing:
-        from desktop_app.engine.train.checkpoints import CheckpointError
+        from desktop_app.engine.run_folder import CheckpointError
 
         raise CheckpointError(f"the checkpoint's adapter lacks weights of this model ({missing[:5]})")
 

@@ -159,7 +159,7 @@ def _file_sha(path: Path, manifest: dict[str, Any] | None) -> str:
     if isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str) \
             and recorded.get("bytes") == path.stat().st_size:
         return recorded["sha256"]
-    from desktop_app.engine.train.checkpoints import sha256_file
+    from desktop_app.engine.run_folder import sha256_file
 
     return sha256_file(path)
 

@@ -160,8 +160,9 @@ def run_pipeline(source: str | Path | dict[str, Any] | None, out: str | Path, co
     """Run (or resume) a pipeline into the folder `out`, yielding every stage's events and a final Finished.
 
     source: the pipeline file or dict (None with resume=True: the pipeline.json inside `out`)."""
-    from desktop_app.engine.train import checkpoints as ckpt
-    from desktop_app.engine.train.loop import RUN_FILE, train
+    from desktop_app.engine import run_folder as ckpt
+    from desktop_app.engine.run_folder import RUN_FILE
+    from desktop_app.engine.train.loop import train
 
     controls = controls or Controls()
     out = Path(out)

@@ -54,37 +54,26 @@ class ModelCandidate:
     name: str
 
 
-def _is_run(folder: Path) -> bool:
-    # A checkpoint also holds run.json (and an adapter checkpoint no config.json): its manifest tells it apart.
-    has_run_json = (folder / "run.json").is_file() and not (folder / "config.json").is_file() \
-        and not (folder / "manifest.json").is_file()
-    return (folder / "checkpoints").is_dir() or has_run_json
-
-
-def _is_checkpoint(folder: Path) -> bool:
-    return (folder / "manifest.json").is_file() and (folder / "trainer_state.json").is_file()
-
-
 def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
     """(folder holding config + weights, kind, display name) for a user-given path; UserError if unusable."""
-    from desktop_app.engine.train import checkpoints
+    from desktop_app.engine import run_folder
 
     p = Path(path).expanduser()
     if not p.exists():
         raise UserError(f"{p} does not exist")
     if not p.is_dir():
         raise UserError(f"{p} is a file; give the model folder (the one holding config.json)")
-    if _is_run(p):
-        committed = checkpoints.list_committed(p)
-        found, problems = checkpoints.find_resumable(p)
+    if run_folder.is_run_folder(p):
+        committed = run_folder.list_committed(p)
+        found, problems = run_folder.find_resumable(p)
         if found is None:
             if committed:
                 raise UserError(f"run {p} has no usable checkpoint: " + "; ".join(problems))
             raise UserError(f"run {p} has no committed checkpoint yet: train it until the first checkpoint "
                             "is saved, then load it")
-        return found, "run", f"{p.name} (step {checkpoints.step_of(found)})"
-    if _is_checkpoint(p):
-        checkpoints.verify_checkpoint(p)  # raises a UserError naming the damaged file
+        return found, "run", f"{p.name} (step {run_folder.step_of(found)})"
+    if run_folder.is_checkpoint_folder(p):
+        run_folder.verify_checkpoint(p)  # raises a UserError naming the damaged file
         parent = p.parent.parent.name if p.parent.name == "checkpoints" else ""
         return p, "checkpoint", f"{parent} {p.name}".strip()
     kind = "export" if (p / "model_spec.json").is_file() else "hf"
@@ -322,16 +311,16 @@ def list_generatable(workspace: Any) -> list[ModelCandidate]:
 
     `workspace` is a Workspace or its root path. Cheap: no checksum is verified and no weights read.
     """
-    from desktop_app.engine.train import checkpoints
+    from desktop_app.engine import run_folder
     from desktop_app.engine.workspace import Workspace
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     found: list[ModelCandidate] = []
     for run in ws.items("runs") if ws.folder("runs").is_dir() else []:
         if run.is_dir():
-            latest = checkpoints.latest_checkpoint(run, verify=False)
+            latest = run_folder.latest_checkpoint(run, verify=False)
             if latest is not None:
-                found.append(ModelCandidate(run, "run", f"{run.name} (step {checkpoints.step_of(latest)})"))
+                found.append(ModelCandidate(run, "run", f"{run.name} (step {run_folder.step_of(latest)})"))
     for kind_folder, kind in (("exports", "export"), ("models", "hf")):
         if not ws.folder(kind_folder).is_dir():
             continue

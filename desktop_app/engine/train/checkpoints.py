@@ -1,4 +1,4 @@
-"""Atomic, verified checkpoints: save, list, verify, load, retention.
+"""Atomic checkpoints: save, load, retention (listing and verification: run_folder.py, torch-free).
 
 A committed checkpoint is RUN_DIR/checkpoints/step-XXXXXXXX/ holding
     config.json, generation_config.json, model.safetensors, tokenizer.json (+ tokenizer_config.json)
@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
 import time
@@ -38,28 +36,24 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from desktop_app.engine.errors import UserError
 from desktop_app.engine.fileio import fsync_dir
-
-CHECKPOINTS_DIR = "checkpoints"
-MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
-_STEP_RE = re.compile(r"^step-(\d{8,})$")
-REQUIRED_FILES = ("config.json", "model.safetensors", "trainer_state.json", "optimizer.safetensors",
-                  "optimizer.json", "run.json")
-# An adapter checkpoint (LoRA/QLoRA) holds the adapter instead of the full model.
-ADAPTER_REQUIRED_FILES = ("adapter_config.json", "adapter_model.safetensors", "trainer_state.json",
-                          "optimizer.safetensors", "optimizer.json", "run.json")
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
+from desktop_app.engine.run_folder import (
+    ADAPTER_WEIGHTS,
+    CHECKPOINT_FORMAT_VERSION,
+    MANIFEST,
+    CheckpointError,
+    checkpoint_name,
+    checkpoints_dir,
+    list_committed,
+    sha256_file,
+    step_of,
+    verify_checkpoint,
+)
 
 # Test hook: seconds to sleep inside a save, after the weights are staged and before the manifest
 # (the window a kill -9 test must be able to hit). Also settable in-process via `save_pause_hook`.
 PAUSE_ENV = "AZR_TEST_SAVE_PAUSE_S"
 save_pause_hook: Callable[[Path], None] | None = None
-
-
-class CheckpointError(UserError):
-    """A checkpoint could not be written or read; the message names the path and what to do."""
 
 
 @dataclass
@@ -80,21 +74,6 @@ class CheckpointPayload:
     model_state: dict[str, torch.Tensor] | None = None
 
 
-def checkpoints_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS_DIR
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def step_of(path: str | Path) -> int:
-    m = _STEP_RE.match(Path(path).name)
-    if not m:
-        raise ValueError(f"{path} is not a checkpoint folder name")
-    return int(m.group(1))
-
-
 # --- writing ------------------------------------------------------------------------------------------
 
 def _fsync_file(path: Path) -> None:
@@ -108,17 +87,6 @@ def _write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[
 
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, allow_nan=True) + "\n", encoding="utf-8")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(chunk)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
 
 
 def model_state_for_saving(model: torch.nn.Module, state: dict[str, torch.Tensor] | None = None
@@ -252,7 +220,7 @@ def _stage(staging: Path, p: CheckpointPayload) -> None:
         if f.is_file():
             _fsync_file(f)
             files[f.name] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
-    manifest = {"format_version": FORMAT_VERSION, "step": p.step, "created": time.time(), "files": files}
+    manifest = {"format_version": CHECKPOINT_FORMAT_VERSION, "step": p.step, "created": time.time(), "files": files}
     _write_json(staging / MANIFEST, manifest)
     _fsync_file(staging / MANIFEST)
     fsync_dir(staging)
@@ -260,64 +228,8 @@ def _stage(staging: Path, p: CheckpointPayload) -> None:
 
 # --- reading ------------------------------------------------------------------------------------------
 
-def list_committed(run_dir: str | Path) -> list[Path]:
-    """Committed checkpoint folders (those with a manifest), oldest to newest. Not verified."""
-    parent = checkpoints_dir(run_dir)
-    if not parent.is_dir():
-        return []
-    found = [p for p in parent.iterdir() if p.is_dir() and _STEP_RE.match(p.name) and (p / MANIFEST).is_file()]
-    return sorted(found, key=step_of)
-
-
-def verify_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Check every file against the manifest; return the manifest or raise CheckpointError naming the bad file."""
-    path = Path(path)
-    manifest_path = path / MANIFEST
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint {path} is damaged: {manifest_path} is missing or unreadable "
-                              f"({exc})") from None
-    required = ADAPTER_REQUIRED_FILES if ADAPTER_WEIGHTS in files else REQUIRED_FILES
-    for name in required:
-        if name not in files:
-            raise CheckpointError(f"checkpoint {path} is incomplete: {path / name} is not listed in its manifest")
-    for name, info in files.items():
-        f = path / name
-        if not f.is_file():
-            raise CheckpointError(f"checkpoint {path} is damaged: {f} is missing")
-        if f.stat().st_size != info.get("bytes"):
-            raise CheckpointError(f"checkpoint {path} is damaged: {f} has {f.stat().st_size} bytes, "
-                                  f"the manifest says {info.get('bytes')}")
-        if sha256_file(f) != info.get("sha256"):
-            raise CheckpointError(f"checkpoint {path} is damaged: {f} does not match its checksum")
-    return manifest
-
-
-def find_resumable(run_dir: str | Path) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint that verifies, and a message for each newer one that did not."""
-    problems: list[str] = []
-    for path in reversed(list_committed(run_dir)):
-        try:
-            verify_checkpoint(path)
-        except CheckpointError as exc:
-            problems.append(str(exc))
-            continue
-        return path, problems
-    return None, problems
-
-
-def latest_checkpoint(run_dir: str | Path, verify: bool = True) -> Path | None:
-    """The newest committed checkpoint (the newest that verifies when `verify`), or None."""
-    if not verify:
-        committed = list_committed(run_dir)
-        return committed[-1] if committed else None
-    return find_resumable(run_dir)[0]
-
-
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))  # verified files: an error here is a real one
 
 
 @dataclass
@@ -347,11 +259,11 @@ def load_checkpoint(path: str | Path, *, verify: bool = True) -> LoadedCheckpoin
     return LoadedCheckpoint(
         path=path, step=step_of(path), adapter=adapter,
         model_state=load_file(str(path / (ADAPTER_WEIGHTS if adapter else "model.safetensors"))),
-        optimizer_tensors=opt, optimizer_meta=_read_json(path / "optimizer.json"),
+        optimizer_tensors=opt, optimizer_meta=_json(path / "optimizer.json"),
         rng_tensors=load_file(str(rng_file)) if rng_file.exists() else {},
-        trainer_state=_read_json(path / "trainer_state.json"),
-        run_config=_read_json(path / "run.json"),
-        model_spec=_read_json(spec_file) if spec_file.exists() else None,
+        trainer_state=_json(path / "trainer_state.json"),
+        run_config=_json(path / "run.json"),
+        model_spec=_json(spec_file) if spec_file.exists() else None,
     )
 
 

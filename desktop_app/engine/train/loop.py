@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from desktop_app.engine import run_folder
 from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.devices import (
     apply_threads,
@@ -50,6 +51,7 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.run_folder import RUN_FILE, MetricsWriter
 from desktop_app.engine.specs import AdapterSpec, DistributedSpec, ModelSpec, RunConfig, TrainSpec, method_options
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train import distributed as dist_mod
@@ -64,8 +66,6 @@ from desktop_app.engine.train.optim import (
     set_lr,
 )
 
-METRICS_FILE = "metrics.jsonl"
-RUN_FILE = "run.json"
 TRAINER_STATE_VERSION = 1
 ROLLBACK_LR_FACTOR = 0.5
 
@@ -137,23 +137,6 @@ def config_from_preset(dataset: str | Path, preset_name: str, *, seed: int = 133
     return config, [f"preset {preset_name}: {n}" for n in notes]
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every event recorded in a run's metrics.jsonl (a torn last line from a crash is ignored)."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
 def next_micro_batch(micro: int, batch: int) -> int | None:
     """After an out-of-memory error: the next smaller micro-batch that divides the batch (None: at 1 already).
 
@@ -208,8 +191,7 @@ class _Run:
         self.objective = objective
         self.interactive = interactive
         self.spec: TrainSpec = config.train_spec()
-        self.metrics_fh: Any = None
-        self.metrics_ok = True
+        self.metrics: MetricsWriter | None = None  # process 0 writes metrics.jsonl
         self.step = 0
         self.lr_scale = 1.0
         self.tokens_seen = 0
@@ -241,14 +223,10 @@ class _Run:
 
     # events go to metrics.jsonl (flushed) before they reach the caller, so history survives a crash
     def emit(self, event: Event) -> Event:
-        if self.metrics_fh is not None and self.metrics_ok and not isinstance(event, Progress):
-            try:
-                self.metrics_fh.write(json.dumps(event.to_dict(), allow_nan=True) + "\n")
-                self.metrics_fh.flush()
-            except OSError as exc:
-                self.metrics_ok = False
-                return Log("warning", f"could not write {self.run_dir / METRICS_FILE} ({exc.strerror}); "
-                           "metrics are no longer recorded on disk")
+        if self.metrics is not None and not isinstance(event, Progress):
+            problem = self.metrics.write(event.to_dict())
+            if problem:
+                return Log("warning", problem)
         return event
 
 
@@ -270,9 +248,8 @@ def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = No
     try:
         yield from _train(run, resume, accept_config_change)
     finally:
-        if run.metrics_fh is not None:
-            with contextlib.suppress(OSError):
-                run.metrics_fh.close()
+        if run.metrics is not None:
+            run.metrics.close()
         apply_threads(previous_threads)
         if run.flushed_denormals:
             torch.set_flush_denormal(False)  # the process default (torch has no getter to save it)
@@ -303,7 +280,7 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
     # 1. Which checkpoint (if any) we continue from, and whether the config may change.
     loaded: ckpt.LoadedCheckpoint | None = None
     if resume:
-        path, problems = ckpt.find_resumable(run_dir)
+        path, problems = run_folder.find_resumable(run_dir)
         for p in problems:
             pending.append(Log("warning", f"{p}; falling back to an earlier checkpoint"))
         if path is None:
@@ -328,13 +305,13 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
                                     + "\n  ".join(diff) + "\nresume with --accept-config-change to continue "
                                     "with the new settings")
                 pending.append(Log("warning", "continuing with a changed config: " + "; ".join(diff)))
-    elif ckpt.list_committed(run_dir):
+    elif run_folder.list_committed(run_dir):
         raise UserError(f"{run_dir} already holds checkpoints of a run: resume it (train --resume {run_dir}) "
                         "or choose a new output folder")
 
     # 2. run.json, and metrics.jsonl cut back to what the checkpoint had seen (consistent replayed history).
     if run.is_main:  # only process 0 writes the run folder
-        run.metrics_fh = _open_run_folder(run_dir, config, loaded)
+        run.metrics = _open_run_folder(run_dir, config, loaded)
 
     # 3. Threads, precision (the device was chosen above). Processes on one machine share its cores.
     local = run.dist.local_world if run.dist is not None else 1
@@ -478,7 +455,7 @@ def _loop(run: _Run, model: Any, wrapped: Any, optimizer: torch.optim.Optimizer,
         try:
             path = _save(run, model, optimizer, scaler, source, objective, device, write_tokenizer, model_spec,
                          elapsed=run.elapsed_before + time.perf_counter() - session_start - paused_s)
-        except ckpt.CheckpointError as exc:
+        except run_folder.CheckpointError as exc:
             problem = str(exc)
         if dist is not None and not dist.agree(not problem, "saving a checkpoint"):
             problem = problem or "process 0 could not save the checkpoint (its message says why)"
@@ -784,21 +761,14 @@ class _SaveFailed(Exception):
     pass
 
 
-def _open_run_folder(run_dir: Path, config: RunConfig, loaded: ckpt.LoadedCheckpoint | None) -> Any:
+def _open_run_folder(run_dir: Path, config: RunConfig, loaded: ckpt.LoadedCheckpoint | None) -> MetricsWriter:
     """Write run.json, cut metrics.jsonl back to the checkpoint's offset (or start it afresh) and open it."""
-    metrics_path = run_dir / METRICS_FILE
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.sweep_staging(run_dir)
         config.save(run_dir / RUN_FILE)
-        if loaded is not None:
-            offset = int(loaded.trainer_state.get("metrics_offset", 0))
-            if metrics_path.exists() and metrics_path.stat().st_size > offset:
-                with open(metrics_path, "r+b") as fh:
-                    fh.truncate(offset)
-        elif metrics_path.exists():
-            metrics_path.unlink()
-        return open(metrics_path, "a", encoding="utf-8")
+        keep = int(loaded.trainer_state.get("metrics_offset", 0)) if loaded is not None else None
+        return MetricsWriter(run_dir, keep_bytes=keep)
     except OSError as exc:
         raise UserError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a folder you can "
                         "write to (with free space)") from None
@@ -871,7 +841,7 @@ def _nonfinite(run: _Run, step: int, position: list[int], loss_value: float, nor
     what = f"step {step}: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} " \
            f"(loss {loss_value}, grad norm {norm_value}) on the batch at {batch_desc}"
     if run.spec.nonfinite_policy == "rollback":
-        path, _ = ckpt.find_resumable(run.run_dir)
+        path, _ = run_folder.find_resumable(run.run_dir)
         if path is not None:
             keep = (run.nonfinite_count, list(run.nonfinite_events), run.lr_scale * ROLLBACK_LR_FACTOR,
                     set(getattr(source, "skipped", set())))
@@ -918,23 +888,16 @@ def _apply_loaded(run: _Run, loaded: ckpt.LoadedCheckpoint, optimizer: torch.opt
     if run.micro > run.spec.batch_size or run.spec.batch_size % run.micro:
         run.micro = run.spec.micro_batch  # batch size changed on resume (accepted config change)
     run.last_saved_step = run.step
-    if truncate_metrics and run.metrics_fh is not None:
-        run.metrics_fh.flush()
-        offset = int(state.get("metrics_offset", 0))
-        run.metrics_fh.truncate(offset)
-        run.metrics_fh.seek(offset)
+    if truncate_metrics and run.metrics is not None:
+        run.metrics.truncate(int(state.get("metrics_offset", 0)))
     _remember_checkpoint_vals(run)
 
 
 def _remember_checkpoint_vals(run: _Run) -> None:
     """Validation loss of each committed checkpoint (to keep the best one through retention)."""
     run.ckpt_val = {}
-    for path in ckpt.list_committed(run.run_dir):
-        try:
-            state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        run.ckpt_val[ckpt.step_of(path)] = state.get("last_val_loss")
+    for path in run_folder.list_committed(run.run_dir):
+        run.ckpt_val[run_folder.step_of(path)] = run_folder.trainer_state(path).get("last_val_loss")
 
 
 def _best_step(run: _Run) -> int | None:
@@ -952,10 +915,7 @@ def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, 
     if not run.is_main:
         run.last_saved_step = run.step
         return None
-    if run.metrics_fh is not None:
-        with contextlib.suppress(OSError):
-            run.metrics_fh.flush()
-    metrics_offset = (run.run_dir / METRICS_FILE).stat().st_size if (run.run_dir / METRICS_FILE).exists() else 0
+    metrics_offset = run.metrics.offset() if run.metrics is not None else 0
     rng_tensors, rng_meta = capture_rng(device)
     opt_tensors, opt_meta = optimizer_state_to_flat(full_optimizer if sharded else optimizer)
     state = {
@@ -980,7 +940,7 @@ def _save(run: _Run, model: Any, optimizer: torch.optim.Optimizer, scaler: Any, 
     best = _best_step(run)
     removed = ckpt.apply_retention(run.run_dir, run.spec.keep_last, {best} if best is not None else set())
     for p in removed:
-        run.ckpt_val.pop(ckpt.step_of(p), None)
+        run.ckpt_val.pop(run_folder.step_of(p), None)
     return path
 
 
@@ -988,8 +948,8 @@ def _result(run: _Run) -> dict[str, Any]:
     best = _best_step(run)
     return {"run_dir": str(run.run_dir), "step": run.step, "tokens": run.tokens_seen,
             "checkpoint": str(run.last_checkpoint) if run.last_checkpoint else "",
-            "best_val_loss": run.best_val, "best_checkpoint":
-                str(ckpt.checkpoints_dir(run.run_dir) / ckpt.checkpoint_name(best)) if best is not None else "",
+            "best_val_loss": run.best_val, "best_checkpoint": str(
+                run_folder.checkpoints_dir(run.run_dir) / run_folder.checkpoint_name(best)) if best is not None else "",
             "nonfinite_steps": run.nonfinite_count}
 
 

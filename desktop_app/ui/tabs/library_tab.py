@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.events import Controls, Finished, Log, Progress
+from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committed, tail_records
 from desktop_app.engine.runs import is_live, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
@@ -370,55 +371,22 @@ def _esc(text: str) -> str:
     return html.escape(text)
 
 
-def _tail_records(run: Path) -> list[dict]:
-    """The records at the end of a run's metrics.jsonl (its last 256 kB: enough for the latest of each kind)."""
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    try:
-        with path.open("rb") as fh:
-            start = max(0, path.stat().st_size - 256_000)
-            fh.seek(start)
-            lines = fh.read().decode("utf-8", "replace").splitlines()[1 if start else 0:]
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
-
-
 def run_outcome(run: Path) -> str | None:
     """How the run's last session ended (completed, stopped, failed, ...), or None when it never ended (a crash)
     or has no metrics. Read from its metrics.jsonl, without loading the engine."""
-    finished = [r for r in _tail_records(run) if r.get("type") == "finished"]
-    return str(finished[-1].get("reason", "")) if finished else None
+    finished = MetricsSummary.of(tail_records(run)).finished
+    return str(finished.get("reason", "")) if finished is not None else None
 
 
 def resumable(run: Path) -> bool:
     """A run that Resume can continue: its run.json and at least one committed checkpoint are there."""
-    folder = run / "checkpoints"
-    return (run / "run.json").is_file() and folder.is_dir() and any(folder.glob("step-*/manifest.json"))
+    return (run / RUN_FILE).is_file() and bool(list_committed(run))
 
 
 def _run_summary(run: Path) -> str:
     """Last training loss and best validation loss, read from the tail of metrics.jsonl."""
-    records = _tail_records(run)
-    if not records:
-        return ""
-    last_step, best_val, finished = None, None, None
-    for rec in records:
-        if rec.get("type") == "step":
-            last_step = rec
-        elif rec.get("type") == "eval" and isinstance(rec.get("val_loss"), (int, float)):
-            best_val = rec["val_loss"] if best_val is None else min(best_val, rec["val_loss"])
-        elif rec.get("type") == "finished":
-            finished = rec
+    summary = MetricsSummary.of(tail_records(run))
+    last_step, best_val, finished = summary.last_step, summary.best_val_loss, summary.finished
     bits = []
     if last_step:
         bits.append(f"step {last_step.get('step', 0):,} of {last_step.get('total_steps', 0):,}")

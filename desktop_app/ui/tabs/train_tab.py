@@ -239,7 +239,7 @@ def _demo_job(out: Path, controls: Controls, minutes: float):
 
 
 def _history_job(run_dir: str):
-    from desktop_app.engine.train.loop import read_metrics
+    from desktop_app.engine.run_folder import read_metrics
 
     yield ("history", run_dir, read_metrics(Path(run_dir)))
 
@@ -262,14 +262,9 @@ def _fit_pretraining_stages(source: dict[str, Any]) -> tuple[dict[str, Any], lis
 
 def _checkpointed_history(run_dir: Path) -> list[dict[str, Any]]:
     """The records of a stage up to its newest checkpoint: what a resume keeps of its metrics.jsonl."""
-    from desktop_app.engine.train import checkpoints as ckpt
-    from desktop_app.engine.train.loop import read_metrics
+    from desktop_app.engine.run_folder import checkpointed_history
 
-    saved = ckpt.list_committed(run_dir)
-    if not saved:
-        return []
-    last = ckpt.step_of(saved[-1])
-    return [r for r in read_metrics(run_dir) if not isinstance(r.get("step"), (int, float)) or r["step"] <= last]
+    return checkpointed_history(run_dir)
 
 
 def _pipeline_job(source: dict[str, Any] | None, out: Path, controls: Controls, resume: bool):

@@ -131,7 +131,7 @@ def file_hashes(folder: Path) -> dict[str, str]:
 
 
 def newest(run_dir: Path) -> Path:
-    from desktop_app.engine.train.checkpoints import list_committed
+    from desktop_app.engine.run_folder import list_committed
 
     return list_committed(run_dir)[-1]
 

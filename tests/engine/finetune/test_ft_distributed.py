@@ -14,7 +14,7 @@ import pytest
 from ft_helpers import ft_config, make_base, repeat_chats, write_jsonl
 from safetensors.torch import load_file
 
-from desktop_app.engine.train import checkpoints as ckpt
+from desktop_app.engine import run_folder as rf
 from desktop_app.engine.train.loop import train
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,7 +45,7 @@ def test_adapters_on_two_processes_equal_one(tmp_path, adapter, strategy):
     if strategy == "fsdp":
         assert any("4-bit base weights stay whole" in e.get("message", "") for e in events)
     # the adapter each run saved: PEFT's files, the same tensors
-    a = load_file(ckpt.list_committed(tmp_path / "one")[-1] / "adapter_model.safetensors")
-    b = load_file(ckpt.list_committed(tmp_path / "two")[-1] / "adapter_model.safetensors")
+    a = load_file(rf.list_committed(tmp_path / "one")[-1] / "adapter_model.safetensors")
+    b = load_file(rf.list_committed(tmp_path / "two")[-1] / "adapter_model.safetensors")
     # (Adam divides by sqrt(v): where a gradient is ~0, a 1e-7 difference in it moves a weight by up to ~lr/100)
     assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4

@@ -8,7 +8,8 @@ import pytest
 import torch
 from ft_helpers import events_of, ft_config, make_base, preference_pairs, write_jsonl
 
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.run_folder import read_metrics
+from desktop_app.engine.train.loop import train
 
 DPO_METRICS = ("rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy")
 

@@ -18,6 +18,7 @@ from ft_helpers import ft_config, make_base, make_tokenizer, newest, preference_
 from safetensors.torch import load_file
 from train_helpers import metrics_losses
 
+from desktop_app.engine import run_folder as rf
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train.loop import train
 
@@ -68,7 +69,7 @@ def test_abandoned_run_resumes_bit_exactly(world, tmp_path, case):
         if event.type == "step" and event.step >= 6:
             break
     gen.close()
-    assert [ckpt.step_of(p) for p in ckpt.list_committed(run)] == [4]
+    assert [rf.step_of(p) for p in rf.list_committed(run)] == [4]
     resumed = list(train(config, run, resume=True))
     assert resumed[-1].reason == "completed"
     assert metrics_losses(run) == metrics_losses(tmp_path / "ref")
@@ -85,7 +86,7 @@ def _start(args: list[str], pause: float = 0.0) -> subprocess.Popen:
 
 
 def _staging(run_dir: Path) -> list[Path]:
-    parent = ckpt.checkpoints_dir(run_dir)
+    parent = rf.checkpoints_dir(run_dir)
     return [p for p in parent.iterdir() if p.name.startswith(".tmp-")] if parent.exists() else []
 
 
@@ -122,10 +123,10 @@ def test_kill_9_anywhere_then_resume_is_exact(world, tmp_path, adapter):
             proc.wait(timeout=60)
         if mode == "save":
             assert _staging(run_dir), f"the kill missed the save window ({where})"
-        visible = [p for p in ckpt.checkpoints_dir(run_dir).iterdir() if not p.name.startswith(".")] \
-            if ckpt.checkpoints_dir(run_dir).exists() else []
+        visible = [p for p in rf.checkpoints_dir(run_dir).iterdir() if not p.name.startswith(".")] \
+            if rf.checkpoints_dir(run_dir).exists() else []
         for p in visible:  # no half checkpoint is ever visible
-            ckpt.verify_checkpoint(p)
+            rf.verify_checkpoint(p)
         if trial == 1:  # resume across processes, through the CLI
             proc = _start(["--resume", str(run_dir)])
             out, _ = proc.communicate(timeout=300)

@@ -19,7 +19,8 @@ from ft_helpers import (
     write_jsonl,
 )
 
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.run_folder import read_metrics
+from desktop_app.engine.train.loop import train
 
 
 @pytest.fixture(scope="module")

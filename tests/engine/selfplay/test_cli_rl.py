@@ -9,8 +9,9 @@ import pytest
 from train_helpers import make_dataset, tiny_config
 
 import desktop_app.cli as cli
+from desktop_app.engine.run_folder import read_metrics
 from desktop_app.engine.specs import RunConfig
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.train.loop import train
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from train_helpers import make_dataset, tiny_config
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.objectives.grpo import GRPOObjective, load_prompts
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.run_folder import read_metrics
+from desktop_app.engine.train.loop import train
 
 
 @pytest.fixture(scope="module")

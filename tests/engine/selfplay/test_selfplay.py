@@ -13,10 +13,11 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.objectives.selfplay import LOG_NAME, SelfPlayObjective
+from desktop_app.engine.run_folder import read_metrics
 from desktop_app.engine.specs import ModelSpec
 from desktop_app.engine.tasks import Task
 from desktop_app.engine.tasks.mini_world import MiniWorld
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.train.loop import train
 
 DED = Task("mini", "deduction", "f = lambda x: x + 1", ("3",), ("4",))
 ABD = Task("mini", "abduction", "f = lambda x: x * 2", ("5",), ("10",))

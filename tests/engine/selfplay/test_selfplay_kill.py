@@ -14,7 +14,8 @@ import pytest
 import torch
 from train_helpers import final_weights, make_dataset, tiny_config
 
-from desktop_app.engine.train.loop import read_metrics, train
+from desktop_app.engine.run_folder import read_metrics
+from desktop_app.engine.train.loop import train
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX kill -9")
