@@ -70,16 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._module.run(args) or 0)
     except UserError as exc:
-        print(f"{_process_prefix()}error: {exc}", file=sys.stderr)
+        from desktop_app.cli.reporting import process_prefix
+
+        print(f"{process_prefix()}error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-def _process_prefix() -> str:
-    """'[process N] ' in the processes torchrun starts besides the first (they may all report one mistake)."""
-    import os
-
-    rank = os.environ.get("RANK", "0")
-    return f"[process {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" and rank != "0" else ""

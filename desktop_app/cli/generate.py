@@ -25,7 +25,8 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from desktop_app.engine.specs import GenerateSpec, help_text
+    from desktop_app.engine.spec_base import help_text
+    from desktop_app.engine.specs import GenerateSpec
 
     d = GenerateSpec()
     parser.epilog = ("Without --json the text of sample 0 streams to stdout as it is generated; with --samples N "

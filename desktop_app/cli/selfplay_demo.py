@@ -19,11 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.cli.train import _consume, _signals
-    from desktop_app.engine.events import Controls, Log
+    from desktop_app.cli.reporting import StopSignals, consume
+    from desktop_app.engine.events import Controls
     from desktop_app.engine.selfplay.demo import run_demo
 
     controls = Controls()
-    with _signals(controls):
-        return _consume(run_demo(args.out, minutes=args.minutes, seed=args.seed, controls=controls), [],
-                        as_json=args.json, Log=Log)
+    with StopSignals(controls):
+        return consume(run_demo(args.out, minutes=args.minutes, seed=args.seed, controls=controls), [],
+                       as_json=args.json)

@@ -23,12 +23,12 @@ as "[process K] ...". A signal sent to any process reaches all of them at the ne
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
+
+from desktop_app.cli.command_line import TRAIN_FLAGS, add_train_flags
+from desktop_app.cli.reporting import StopSignals, consume, consume_quietly
+from desktop_app.engine.methods import FINETUNE_METHODS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,18 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "dpo) into --out; each stage starts from the previous one")
     parser.add_argument("--preset", help="model preset for --dataset (default: tiny); its vocab "
                         "size and context length are adapted to the dataset")
-    parser.add_argument("--steps", type=int, help="optimizer steps")
-    parser.add_argument("--batch-size", type=int, help="sequences per optimizer step")
-    parser.add_argument("--micro-batch-size", type=int, help="sequences per forward pass (gradient accumulation)")
-    parser.add_argument("--lr", type=float, help="peak learning rate")
-    parser.add_argument("--save-every", type=int, help="checkpoint every N steps (0 = only at the end)")
-    parser.add_argument("--eval-every", type=int, help="evaluate every N steps (0 = never)")
-    parser.add_argument("--threads", type=int, help="CPU threads (0 = auto)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), help="where to train")
+    add_train_flags(parser)
     parser.add_argument("--seed", type=int, help="seed of init, data order and dropout")
-    parser.add_argument("--method", choices=METHODS, help="fine-tuning method (with --base): sft (every weight), "
-                        "lora / qlora (SFT with LoRA adapters; qlora on a 4-bit base), dpo (preference pairs), "
-                        "grpo (prompts + reward functions), selfplay (Absolute Zero on a task world)")
+    parser.add_argument("--method", choices=FINETUNE_METHODS, help="fine-tuning method (with --base): sft (every "
+                        "weight), lora / qlora (SFT with LoRA adapters; qlora on a 4-bit base), dpo (preference "
+                        "pairs), grpo (prompts + reward functions), selfplay (Absolute Zero on a task world)")
     parser.add_argument("--data", action="extend", nargs="+", metavar="FILE", help="fine-tuning data (JSONL): chat, "
                         "ShareGPT or Alpaca records for sft/lora/qlora, prompt/chosen/rejected pairs for dpo; repeat "
                         "for several files")
@@ -71,8 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world", choices=("mini", "python"), help="task world of --method selfplay (default mini)")
     parser.add_argument("--reward-file", metavar="FILE.py", help="--method grpo: your reward(prompt, completion) -> "
                         "float (your own code, run in this process)")
-    parser.add_argument("--optimizer", choices=("auto", "adamw", "adamw8bit", "paged_adamw8bit"),
-                        help="optimizer (auto: AdamW, 8-bit AdamW for QLoRA)")
     parser.add_argument("--allow-download", action="store_true", help="--base may be a Hugging Face Hub id "
                         "(organisation/name): fetch it once into the Hugging Face cache (needs a connection); the run "
                         "records the local folder")
@@ -82,16 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --resume: continue although run.json differs from the checkpoint's config")
 
 
-_TRAIN_FLAGS = {"steps": "steps", "batch_size": "batch_size", "micro_batch_size": "micro_batch_size", "lr": "lr",
-                "save_every": "save_every", "eval_every": "eval_every", "threads": "threads", "device": "device",
-                "optimizer": "optimizer"}
-METHODS = ("sft", "lora", "qlora", "dpo", "grpo", "selfplay")
 _FINETUNE_FLAGS = ("method", "data", "adapter", "lora_rank", "lora_alpha", "lora_dropout", "target_modules", "world",
                    "reward_file")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {field: getattr(args, flag) for flag, field in _TRAIN_FLAGS.items() if getattr(args, flag) is not None}
+    """The TrainSpec fields given as flags (command_line.TRAIN_FLAGS: the window builds commands from it too)."""
+    return {field: getattr(args, field) for field in TRAIN_FLAGS if getattr(args, field) is not None}
 
 
 def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
@@ -168,7 +156,9 @@ def _relative_to(config: Any, folder: Path) -> Any:
 def finetune_config(args: argparse.Namespace) -> Any:
     """The RunConfig of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
     from desktop_app.engine.errors import UserError
-    from desktop_app.engine.specs import METHOD_LR, RunConfig, TrainSpec, parse_option
+    from desktop_app.engine.method_options import parse_option
+    from desktop_app.engine.methods import default_lr
+    from desktop_app.engine.specs import RunConfig, TrainSpec
 
     if not args.method:
         raise UserError("--base needs --method: sft, lora, qlora, dpo, grpo or selfplay")
@@ -209,7 +199,7 @@ def finetune_config(args: argparse.Namespace) -> Any:
     if isinstance(options.get("val_data"), list):
         options["val_data"] = [str(Path(d).expanduser().resolve()) for d in options["val_data"]]
     train = _overrides(args)
-    train.setdefault("lr", METHOD_LR[(objective, kind)])
+    train.setdefault("lr", default_lr(objective, kind))
     missing = [d for d in args.data or [] if not Path(d).expanduser().exists()]
     if missing:
         raise UserError(f"data file {missing[0]} does not exist")
@@ -230,7 +220,7 @@ def finetune_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.events import Controls, Log
+    from desktop_app.engine.events import Controls
 
     if args.pipeline or (args.resume and _is_pipeline(args.resume)):
         return _run_pipeline(args)
@@ -238,11 +228,11 @@ def run(args: argparse.Namespace) -> int:
     from desktop_app.engine.train.loop import train
 
     controls = Controls()
-    with _signals(controls):
+    with StopSignals(controls):
         events = train(config, run_dir, controls, resume=resume, accept_config_change=args.accept_config_change)
         if _other_process():
-            return _consume_quietly(events)
-        return _consume(events, notes, as_json=args.json, Log=Log)
+            return consume_quietly(events)
+        return consume(events, notes, as_json=args.json)
 
 
 def _other_process() -> bool:
@@ -250,18 +240,6 @@ def _other_process() -> bool:
     from desktop_app.engine.train.distributed import launched_rank, launched_world_size
 
     return launched_world_size() > 1 and launched_rank() != 0
-
-
-def _consume_quietly(events: Any) -> int:
-    from desktop_app.cli import _process_prefix
-
-    reason = "failed"
-    for event in events:
-        if event.type == "log" and event.level == "error":
-            print(f"{_process_prefix()}{event.message}", file=sys.stderr, flush=True)
-        elif event.type == "finished":
-            reason = event.reason
-    return 1 if reason == "failed" else 0
 
 
 def _is_pipeline(path: str) -> bool:
@@ -272,7 +250,7 @@ def _is_pipeline(path: str) -> bool:
 
 def _run_pipeline(args: argparse.Namespace) -> int:
     from desktop_app.engine.errors import UserError
-    from desktop_app.engine.events import Controls, Log
+    from desktop_app.engine.events import Controls
     from desktop_app.engine.finetune.pipeline import run_pipeline
     from desktop_app.engine.train.distributed import launched_world_size
 
@@ -289,110 +267,5 @@ def _run_pipeline(args: argparse.Namespace) -> int:
             raise UserError("--out DIR is required: the folder that will hold the pipeline's stages")
         source, out, resume = Path(args.pipeline), Path(args.out), False
     controls = Controls()
-    with _signals(controls):
-        return _consume(run_pipeline(source, out, controls, resume=resume), [], as_json=args.json, Log=Log)
-
-
-class _signals:
-    """Ctrl+C / SIGTERM = graceful stop (a second Ctrl+C exits at once); SIGUSR1 = save a checkpoint now;
-    SIGUSR2 = pause / resume. torchrun passes Ctrl+C on to every process as SIGINT, and SIGTERM when it ends the
-    others because one of them died."""
-
-    def __init__(self, controls: Any):
-        self.controls = controls
-        self.interrupts = 0
-        self.old: dict[int, Any] = {}
-
-    def _on_stop(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT:
-            self.interrupts += 1
-            if self.interrupts > 1:
-                os._exit(130)  # committed checkpoints are intact by construction (atomic rename)
-        if not self.controls.stop.is_set():
-            self.controls.stop.set()
-            again = " (Ctrl+C again to quit at once)" if signum == signal.SIGINT else ""
-            print(f"\nstopping after this step and saving{again}", file=sys.stderr, flush=True)
-
-    def _on_pause(self, signum: int, frame: Any) -> None:
-        pause = self.controls.pause
-        pause.clear() if pause.is_set() else pause.set()
-
-    def __enter__(self) -> _signals:
-        handlers = {"SIGINT": self._on_stop, "SIGTERM": self._on_stop, "SIGUSR2": self._on_pause,
-                    "SIGUSR1": lambda s, f: self.controls.save_now.set()}
-        for name, handler in handlers.items():
-            if hasattr(signal, name):  # SIGUSR1/2 are POSIX only
-                number = getattr(signal, name)
-                self.old[number] = signal.signal(number, handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for number, handler in self.old.items():
-            signal.signal(number, handler)
-
-
-def _consume(events: Any, notes: list[str], *, as_json: bool, Log: Any) -> int:
-    reason = "failed"
-    bar = None
-    try:
-        first = next(iter(events), None)  # setup errors surface here, before any note is printed
-        if first is not None:
-            _show(first, as_json, bar)  # a run's first event says how many processes train it
-        for note in notes:
-            _show(Log("info", note), as_json, bar)
-        for event in events:
-            if event.type == "step" and not as_json:
-                if bar is not None and (bar.total != event.total_steps or event.step < bar.n):
-                    bar.close()  # the next stage of a pipeline: a fresh bar
-                    bar = None
-                bar = bar or _make_bar(event.total_steps)
-                m = event.metrics
-                bar.n = event.step
-                bar.set_postfix_str(f"loss {m.get('loss', float('nan')):.4f}, {m.get('tokens_per_s', 0):,.0f} tok/s, "
-                                    f"ETA {_hms(event.eta_s)}", refresh=False)
-                bar.refresh()
-                continue
-            if event.type == "finished":
-                reason = event.reason
-            _show(event, as_json, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    return 1 if reason == "failed" else 0
-
-
-def _make_bar(total: int) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True)
-
-
-def _show(event: Any, as_json: bool, bar: Any) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(event.to_dict(), allow_nan=True) + "\n")
-        sys.stdout.flush()
-        return
-    d = event.to_dict()
-    if event.type == "log":
-        line = f"[{event.level}] {event.message}"
-    elif event.type == "eval":
-        line = f"step {event.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in event.metrics.items())
-    elif event.type == "sample":
-        line = f"sample @ {event.step}: {event.prompt!r} -> {event.text!r}"
-    elif event.type == "checkpoint":
-        line = f"saved {event.path}" + (" (best)" if event.best else "")
-    elif event.type == "finished":
-        line = f"{event.reason}: {event.message}"
-    elif event.type == "progress":
-        line = f"{event.stage}: {int(event.done)}/{int(event.total)} {event.unit} {event.message}".rstrip()
-    else:
-        line = json.dumps(d)
-    if bar is not None:
-        bar.write(line, file=sys.stderr)
-    else:
-        print(line, file=sys.stderr, flush=True)
-
-
-def _hms(seconds: float) -> str:
-    s = int(max(0, seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    with StopSignals(controls):
+        return consume(run_pipeline(source, out, controls, resume=resume), [], as_json=args.json)

@@ -15,6 +15,9 @@ from typing import Any, ClassVar
 @dataclass
 class Event:
     type: ClassVar[str] = "event"
+    # Written to a run's metrics.jsonl as it happens; False for what only describes the work in progress
+    # (progress bars, where the run lives, history replayed from disk).
+    recorded: ClassVar[bool] = True
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **dataclasses.asdict(self)}
@@ -25,6 +28,7 @@ class Progress(Event):
     """Generic progress of a stage of long work (ingest, tokenizer training, encoding, saving...)."""
 
     type: ClassVar[str] = "progress"
+    recorded: ClassVar[bool] = False
     stage: str
     done: float
     total: float  # 0 when unknown
@@ -123,6 +127,63 @@ class Finished(Event):
     result: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class RunFolder(Event):
+    """The run folder that the events after it belong to: a run starts (or resumes), a pipeline stage or a demo
+    phase begins. A view starts a fresh display for it (the curve of a resumed run comes next, as History)."""
+
+    type: ClassVar[str] = "run_folder"
+    recorded: ClassVar[bool] = False
+    path: str
+    method: str = "pretraining"  # the method's key (methods.py): which plots fit it
+    resumed: bool = False
+
+
+@dataclass
+class History(Event):
+    """Records a run wrote before: a resumed run's curve up to its checkpoint, a finished run shown again, or what a
+    watched run's metrics.jsonl grew by. `records` are in their metrics.jsonl form; `events()` gives them back as
+    the events they were, so they are shown exactly as live ones."""
+
+    type: ClassVar[str] = "history"
+    recorded: ClassVar[bool] = False
+    run_dir: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    live: bool = False  # a run another process trains right now (watched): its end and its log lines count
+
+    def events(self) -> list[Event]:
+        return [e for e in map(event_from_dict, self.records) if e is not None]
+
+
+@dataclass
+class StageStarted(Event):
+    """A pipeline stage begins (its RunFolder follows)."""
+
+    type: ClassVar[str] = "stage"
+    recorded: ClassVar[bool] = False
+    index: int
+    name: str
+    run_dir: str
+    method: str = ""
+
+
+@dataclass
+class DatasetReady(Event):
+    """A dataset was prepared on the way (e.g. the sample corpus before a first run)."""
+
+    type: ClassVar[str] = "dataset"
+    recorded: ClassVar[bool] = False
+    path: str
+
+
+@dataclass
+class Reset(Event):
+    """A watched metrics.jsonl was cut back (a resume) or replaced (a new run): what follows starts again."""
+
+    type: ClassVar[str] = "reset"
+    recorded: ClassVar[bool] = False
+
+
 class Controls:
     """Thread-safe flags a UI or signal handler sets while an engine generator runs.
 
@@ -160,3 +221,33 @@ class GenerationStats(Event):
     ttft_ms: float = 0.0
     tokens_per_s: float = 0.0
     finish_reason: str = "length"
+
+
+_STEP_FIELDS = ("type", "step", "total_steps", "elapsed_s", "eta_s")
+
+
+def event_from_dict(record: dict[str, Any]) -> Event | None:
+    """The event a metrics.jsonl record (or a --json line) was written from; None for a type this version does not
+    know. Fields a newer version added are ignored."""
+    kind = record.get("type")
+    if kind == StepMetrics.type:
+        return StepMetrics(step=int(record.get("step", 0)), total_steps=int(record.get("total_steps", 0)),
+                           metrics={k: v for k, v in record.items() if k not in _STEP_FIELDS},
+                           elapsed_s=float(record.get("elapsed_s", 0.0) or 0.0),
+                           eta_s=float(record.get("eta_s", 0.0) or 0.0))
+    if kind == EvalResult.type:
+        return EvalResult(step=int(record.get("step", 0)),
+                          metrics={k: v for k, v in record.items() if k not in ("type", "step")})
+    cls = _BY_TYPE.get(str(kind))
+    if cls is None:
+        return None
+    names = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return cls(**{k: v for k, v in record.items() if k in names})
+    except TypeError:  # a required field is missing: a damaged record
+        return None
+
+
+_BY_TYPE: dict[str, type[Event]] = {cls.type: cls for cls in (
+    Log, FileVerdict, Started, Sample, CheckpointSaved, Finished, Progress, RunFolder, StageStarted, DatasetReady,
+    Reset, TextDelta, GenerationStats)}

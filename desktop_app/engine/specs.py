@@ -1,21 +1,28 @@
 """Plain, validated descriptions of what to build and run (stdlib only, so the UI can import it fast).
 
-Every spec is a dataclass with per-field help text (`help_text(Spec, "field")`), a JSON round trip
+Every spec is a dataclass with per-field help text and display hints (spec_base.py), a JSON round trip
 (`to_dict` / `from_dict`, unknown keys refused by name) and `validate()`, which returns *every*
-problem at once in words a person understands. An empty list means valid.
+problem at once in words a person understands. An empty list means valid. The methods' own options are in
+method_options.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from desktop_app.engine.errors import UserError
-
-SpecT = TypeVar("SpecT")
+from desktop_app.engine.method_options import method_options
+from desktop_app.engine.spec_base import (
+    SpecError,
+    SpecMixin,
+    check_choice,
+    check_positive,
+    check_range,
+    load_json,
+    save_json,
+    spec_field,
+)
 
 MODEL_FAMILIES = ("llama", "gpt2")
 TOKENIZER_KINDS = ("byte-bpe", "bpe", "wordpiece", "unigram")
@@ -23,158 +30,25 @@ LR_SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 NONFINITE_POLICIES = ("skip", "rollback")
-# Training methods (objectives/). grpo and self_play plug in here too when they land.
+# Training methods (objectives/; methods.py names them as the window and the CLI show them).
 OBJECTIVES = ("causal_lm", "sft", "dpo", "grpo", "selfplay")
 # Objectives that fine-tune a base model on record files (`data`) instead of a prepared dataset.
 FINETUNE_OBJECTIVES = ("sft", "dpo")
 # Reinforcement methods: they start from a base model and make their own episodes (grpo reads prompt files as
-# `data`; selfplay needs no data). Their options are checked by the objective itself (engine/selfplay/options.py).
+# `data`; selfplay needs no data).
 RL_OBJECTIVES = ("grpo", "selfplay")
 ADAPTER_KINDS = ("none", "lora", "qlora")
 QUANT_TYPES = ("nf4", "fp4")
 OPTIMIZERS = ("auto", "adamw", "adamw8bit", "paged_adamw8bit")
-LOSS_ON = ("assistant", "last", "all")
-OVERLONG = ("truncate", "drop")
-DPO_LOSSES = ("sigmoid", "ipo")
-REFERENCE_MODES = ("auto", "precompute", "live")
 DISTRIBUTED_STRATEGIES = ("ddp", "fsdp")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 FSDP_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
-
-class SpecError(UserError, ValueError):
-    """A spec that cannot be used; `problems` lists every reason."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("; ".join(self.problems))
-
-
-def _f(default: Any, help: str, **meta: Any) -> Any:
-    """A dataclass field with help text (shown as tooltip / CLI help) and optional UI hints."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
-    return field(default=default, metadata={"help": help, **meta})
-
-
-def help_text(spec_cls: type, name: str) -> str:
-    """The help text of one field of a spec class."""
-    for f in dataclasses.fields(spec_cls):
-        if f.name == name:
-            return str(f.metadata.get("help", ""))
-    raise KeyError(f"{spec_cls.__name__} has no field {name!r}")
-
-
-def spec_to_dict(spec: Any) -> dict[str, Any]:
-    return dataclasses.asdict(spec)
-
-
-def spec_from_dict(spec_cls: type[SpecT], data: dict[str, Any]) -> SpecT:
-    """Build a spec from a dict, refusing unknown keys by name (typos must not pass silently)."""
-    if not isinstance(data, dict):
-        raise SpecError([f"{spec_cls.__name__} must be a JSON object, got {type(data).__name__}"])
-    names = {f.name: f for f in dataclasses.fields(spec_cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise SpecError([f"unknown {spec_cls.__name__} field(s): {', '.join(unknown)}"])
-    problems: list[str] = []
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        default = names[key].default
-        if default is dataclasses.MISSING and names[key].default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            default = names[key].default_factory()  # type: ignore[misc]
-        kwargs[key] = _coerce(key, value, default, problems)
-    if problems:
-        raise SpecError(problems)
-    return spec_cls(**kwargs)
-
-
-def _coerce(key: str, value: Any, default: Any, problems: list[str]) -> Any:
-    # JSON has one number type; accept 3.0 for an int field and 3 for a float field, nothing looser.
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            problems.append(f"{key} must be true or false, got {value!r}")
-        return value
-    if isinstance(default, int) and default is not None:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if not isinstance(value, int) or isinstance(value, bool):
-            problems.append(f"{key} must be a whole number, got {value!r}")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            problems.append(f"{key} must be a number, got {value!r}")
-            return value
-        return float(value)
-    return value
-
-
-def save_json(data: dict[str, Any], path: str | Path) -> None:
-    """Write JSON atomically (temp sibling, fsync, rename) so a crash never leaves half a file."""
-    from desktop_app.engine.fileio import atomic_write_text
-
-    atomic_write_text(Path(path), json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def load_json(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError([f"{path} does not exist"]) from None
-    except json.JSONDecodeError as exc:
-        raise SpecError([f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]) from None
-    if not isinstance(data, dict):
-        raise SpecError([f"{path} must hold a JSON object"])
-    return data
-
-
-class _SpecMixin:
-    def to_dict(self) -> dict[str, Any]:
-        return spec_to_dict(self)
-
-    @classmethod
-    def from_dict(cls: type[SpecT], data: dict[str, Any]) -> SpecT:
-        return spec_from_dict(cls, data)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_json(cls: type[SpecT], text: str) -> SpecT:
-        return spec_from_dict(cls, json.loads(text))
-
-    def validate(self) -> list[str]:  # pragma: no cover - overridden
-        return []
-
-    def check(self: SpecT) -> SpecT:
-        """Raise SpecError with every problem, else return self (for chaining)."""
-        problems = self.validate()  # type: ignore[attr-defined]
-        if problems:
-            raise SpecError(problems)
-        return self
-
-    def replace(self: SpecT, **changes: Any) -> SpecT:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
-
-
-def _positive(problems: list[str], name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        problems.append(f"{name} must be a whole number of at least 1, got {value!r}")
-
-
-def _in_range(problems: list[str], name: str, value: Any, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
-        problems.append(f"{name} must be between {low:g} and {high:g}, got {value!r}")
-
-
-def _choice(problems: list[str], name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        problems.append(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+_f = spec_field  # short: the declarations below read as a table
 
 
 @dataclass
-class ModelSpec(_SpecMixin):
+class ModelSpec(SpecMixin):
     """A decoder-only transformer. Maps 1:1 onto LlamaForCausalLM or GPT2LMHeadModel."""
 
     family: str = _f("llama", "Architecture family: 'llama' (RMSNorm, RoPE, grouped-query attention, "
@@ -202,9 +76,9 @@ class ModelSpec(_SpecMixin):
 
     def validate(self) -> list[str]:
         p: list[str] = []
-        _choice(p, "family", self.family, MODEL_FAMILIES)
+        check_choice(p, "family", self.family, MODEL_FAMILIES)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "context_length"):
-            _positive(p, name, getattr(self, name))
+            check_positive(p, name, getattr(self, name))
         if p:
             return p
         if self.vocab_size < 2:
@@ -221,10 +95,10 @@ class ModelSpec(_SpecMixin):
             p.append(f"n_kv_heads {self.n_kv_heads} cannot exceed n_heads {self.n_heads}")
         if self.family == "gpt2" and self.n_kv_heads != self.n_heads:
             p.append("gpt2 has no grouped-query attention: set n_kv_heads equal to n_heads")
-        _in_range(p, "dropout", self.dropout, 0.0, 0.9)
-        _in_range(p, "rope_theta", self.rope_theta, 1.0, 1e9)
-        _in_range(p, "norm_eps", self.norm_eps, 1e-12, 1e-1)
-        _in_range(p, "init_std", self.init_std, 1e-6, 1.0)
+        check_range(p, "dropout", self.dropout, 0.0, 0.9)
+        check_range(p, "rope_theta", self.rope_theta, 1.0, 1e9)
+        check_range(p, "norm_eps", self.norm_eps, 1e-12, 1e-1)
+        check_range(p, "init_std", self.init_std, 1e-6, 1.0)
         if self.context_length < 8:
             p.append(f"context_length {self.context_length} is too short: use at least 8 tokens")
         return p
@@ -235,7 +109,7 @@ class ModelSpec(_SpecMixin):
 
 
 @dataclass
-class DataSpec(_SpecMixin):
+class DataSpec(SpecMixin):
     """How input files become a tokenized dataset."""
 
     tokenizer: str = _f("byte-bpe", "Tokenizer algorithm to train on your files: byte-bpe (never fails on "
@@ -255,17 +129,17 @@ class DataSpec(_SpecMixin):
     def validate(self) -> list[str]:
         p: list[str] = []
         if not self.tokenizer_file:
-            _choice(p, "tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        _positive(p, "vocab_size", self.vocab_size)
-        _positive(p, "context_length", self.context_length)
-        _positive(p, "min_frequency", self.min_frequency)
+            check_choice(p, "tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        check_positive(p, "vocab_size", self.vocab_size)
+        check_positive(p, "context_length", self.context_length)
+        check_positive(p, "min_frequency", self.min_frequency)
         if isinstance(self.vocab_size, int) and self.vocab_size < 64 and not self.tokenizer_file:
             p.append(f"vocab_size {self.vocab_size} is too small for a tokenizer: use at least 64")
         if not isinstance(self.overlap, int) or self.overlap < 0:
             p.append(f"overlap must be a whole number of 0 or more, got {self.overlap!r}")
         elif isinstance(self.context_length, int) and self.overlap >= self.context_length:
             p.append(f"overlap {self.overlap} must be smaller than the context length {self.context_length}")
-        _in_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
+        check_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
         return p
 
     @property
@@ -274,7 +148,7 @@ class DataSpec(_SpecMixin):
 
 
 @dataclass
-class TrainSpec(_SpecMixin):
+class TrainSpec(SpecMixin):
     """Hyperparameters and controls of one training run."""
 
     steps: int = _f(200, "Optimizer steps to run.", minimum=1)
@@ -320,23 +194,23 @@ class TrainSpec(_SpecMixin):
         if not isinstance(self.auto_micro_batch, bool):
             p.append(f"auto_micro_batch must be true or false, got {self.auto_micro_batch!r}")
         for name in ("steps", "batch_size", "eval_batches", "log_every", "keep_last", "max_nonfinite"):
-            _positive(p, name, getattr(self, name))
+            check_positive(p, name, getattr(self, name))
         for name in ("micro_batch_size", "warmup_steps", "eval_every", "save_every", "threads",
                      "early_stopping_patience", "sample_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 p.append(f"{name} must be a whole number of 0 or more, got {value!r}")
-        _in_range(p, "lr", self.lr, 0.0, 10.0)
-        _in_range(p, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        _in_range(p, "weight_decay", self.weight_decay, 0.0, 10.0)
-        _in_range(p, "beta1", self.beta1, 0.0, 0.999999)
-        _in_range(p, "beta2", self.beta2, 0.0, 0.999999)
-        _in_range(p, "grad_clip", self.grad_clip, 0.0, 1e6)
-        _choice(p, "schedule", self.schedule, LR_SCHEDULES)
-        _choice(p, "precision", self.precision, PRECISIONS)
-        _choice(p, "device", self.device, DEVICES)
-        _choice(p, "nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
-        _choice(p, "optimizer", self.optimizer, OPTIMIZERS)
+        check_range(p, "lr", self.lr, 0.0, 10.0)
+        check_range(p, "min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_range(p, "weight_decay", self.weight_decay, 0.0, 10.0)
+        check_range(p, "beta1", self.beta1, 0.0, 0.999999)
+        check_range(p, "beta2", self.beta2, 0.0, 0.999999)
+        check_range(p, "grad_clip", self.grad_clip, 0.0, 1e6)
+        check_choice(p, "schedule", self.schedule, LR_SCHEDULES)
+        check_choice(p, "precision", self.precision, PRECISIONS)
+        check_choice(p, "device", self.device, DEVICES)
+        check_choice(p, "nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
+        check_choice(p, "optimizer", self.optimizer, OPTIMIZERS)
         if isinstance(self.micro_batch_size, int) and isinstance(self.batch_size, int) and self.micro_batch_size:
             if self.micro_batch_size > self.batch_size:
                 p.append(f"micro_batch_size {self.micro_batch_size} cannot exceed batch_size {self.batch_size}")
@@ -357,7 +231,7 @@ class TrainSpec(_SpecMixin):
 
 
 @dataclass
-class GenerateSpec(_SpecMixin):
+class GenerateSpec(SpecMixin):
     """Sampling settings for text generation."""
 
     max_new_tokens: int = _f(128, "Most tokens to generate.", minimum=1)
@@ -386,10 +260,10 @@ class GenerateSpec(_SpecMixin):
 
     def validate(self) -> list[str]:
         p: list[str] = []
-        _positive(p, "max_new_tokens", self.max_new_tokens)
-        _positive(p, "samples", self.samples)
-        _positive(p, "num_beams", self.num_beams)
-        _in_range(p, "length_penalty", self.length_penalty, -10.0, 10.0)
+        check_positive(p, "max_new_tokens", self.max_new_tokens)
+        check_positive(p, "samples", self.samples)
+        check_positive(p, "num_beams", self.num_beams)
+        check_range(p, "length_penalty", self.length_penalty, -10.0, 10.0)
         if self.early_stopping not in ("false", "true", "never", False, True):
             p.append(f"early_stopping must be one of false, true, never, got {self.early_stopping!r}")
         if isinstance(self.num_beams, int) and not isinstance(self.num_beams, bool) and self.num_beams > 1:
@@ -401,10 +275,10 @@ class GenerateSpec(_SpecMixin):
             if isinstance(self.samples, int) and self.samples > self.num_beams:
                 p.append(f"samples {self.samples} cannot exceed num_beams {self.num_beams}: with beam search, "
                          "samples is how many of the best beams are returned")
-        _in_range(p, "temperature", self.temperature, 0.0, 5.0)
-        _in_range(p, "top_p", self.top_p, 0.0, 1.0)
-        _in_range(p, "min_p", self.min_p, 0.0, 1.0)
-        _in_range(p, "repetition_penalty", self.repetition_penalty, 0.1, 5.0)
+        check_range(p, "temperature", self.temperature, 0.0, 5.0)
+        check_range(p, "top_p", self.top_p, 0.0, 1.0)
+        check_range(p, "min_p", self.min_p, 0.0, 1.0)
+        check_range(p, "repetition_penalty", self.repetition_penalty, 0.1, 5.0)
         if not isinstance(self.top_k, int) or self.top_k < 0:
             p.append(f"top_k must be a whole number of 0 or more, got {self.top_k!r}")
         if isinstance(self.samples, int) and self.samples > 64:
@@ -415,7 +289,7 @@ class GenerateSpec(_SpecMixin):
 
 
 @dataclass
-class AdapterSpec(_SpecMixin):
+class AdapterSpec(SpecMixin):
     """What trains when fine-tuning: every weight (none), LoRA adapters, or LoRA on a 4-bit base (QLoRA)."""
 
     kind: str = _f("none", "none: every weight trains (full fine-tuning). lora: small low-rank adapters train "
@@ -436,21 +310,21 @@ class AdapterSpec(_SpecMixin):
 
     def validate(self) -> list[str]:
         p: list[str] = []
-        _choice(p, "kind", self.kind, ADAPTER_KINDS)
-        _positive(p, "rank", self.rank)
-        _in_range(p, "alpha", self.alpha, 0.0, 1e6)
-        _in_range(p, "dropout", self.dropout, 0.0, 0.9)
+        check_choice(p, "kind", self.kind, ADAPTER_KINDS)
+        check_positive(p, "rank", self.rank)
+        check_range(p, "alpha", self.alpha, 0.0, 1e6)
+        check_range(p, "dropout", self.dropout, 0.0, 0.9)
         if not isinstance(self.target_modules, list) or not all(
                 isinstance(t, str) and t.strip() for t in self.target_modules):
             p.append("target_modules must be a list of layer names (empty = all linear projections)")
-        _choice(p, "quant_type", self.quant_type, QUANT_TYPES)
+        check_choice(p, "quant_type", self.quant_type, QUANT_TYPES)
         if not isinstance(self.double_quant, bool):
             p.append(f"double_quant must be true or false, got {self.double_quant!r}")
         return p
 
 
 @dataclass
-class DistributedSpec(_SpecMixin):
+class DistributedSpec(SpecMixin):
     """How a run spreads over several processes when launched by torchrun (ignored in a single process).
 
     The batch size stays the global batch: each of N processes takes batch_size / N sequences of every step
@@ -476,152 +350,19 @@ class DistributedSpec(_SpecMixin):
 
     def validate(self) -> list[str]:
         p: list[str] = []
-        _choice(p, "strategy", self.strategy, DISTRIBUTED_STRATEGIES)
-        _choice(p, "backend", self.backend, DISTRIBUTED_BACKENDS)
-        _positive(p, "nproc_per_node", self.nproc_per_node)
-        _choice(p, "fsdp_precision", self.fsdp_precision, FSDP_PRECISIONS)
+        check_choice(p, "strategy", self.strategy, DISTRIBUTED_STRATEGIES)
+        check_choice(p, "backend", self.backend, DISTRIBUTED_BACKENDS)
+        check_positive(p, "nproc_per_node", self.nproc_per_node)
+        check_choice(p, "fsdp_precision", self.fsdp_precision, FSDP_PRECISIONS)
         for name in ("fsdp_cpu_offload", "fsdp_reshard_after_forward"):
             if not isinstance(getattr(self, name), bool):
                 p.append(f"{name} must be true or false, got {getattr(self, name)!r}")
-        _in_range(p, "timeout_s", self.timeout_s, 10, 86400)
+        check_range(p, "timeout_s", self.timeout_s, 10, 86400)
         return p
 
 
 @dataclass
-class SFTOptions(_SpecMixin):
-    """Method options of supervised fine-tuning (RunConfig.method_options when objective is "sft")."""
-
-    loss_on: str = _f("assistant", "Which tokens carry loss: assistant (every assistant turn, the usual), last (only "
-                      "the final assistant turn) or all (every token, like pretraining).", choices=LOSS_ON)
-    max_len: int = _f(0, "Longest example in tokens (0 = the model's context length).", minimum=0)
-    overlong: str = _f("truncate", "An example longer than max_len is truncated or dropped (each one is reported).",
-                       choices=OVERLONG)
-    packing: bool = _f(False, "Pack several short examples into each max_len window (faster on short records); "
-                       "examples never attend to each other.")
-    val_fraction: float = _f(0.1, "Share of the examples held out to measure validation loss (ignored when "
-                             "val_data is given).", minimum=0.0, maximum=0.5)
-    val_data: list = _f([], "Files of held-out examples for validation (instead of splitting off val_fraction).")
-    sample_count: int = _f(2, "Held-out prompts answered at each evaluation (through the chat template).", minimum=0)
-
-    def validate(self) -> list[str]:
-        p: list[str] = []
-        _choice(p, "loss_on", self.loss_on, LOSS_ON)
-        _choice(p, "overlong", self.overlong, OVERLONG)
-        if not isinstance(self.max_len, int) or isinstance(self.max_len, bool) or self.max_len < 0 \
-                or self.max_len == 1:
-            p.append(f"max_len must be 0 (the model's context) or at least 2 tokens, got {self.max_len!r}")
-        if not isinstance(self.packing, bool):
-            p.append(f"packing must be true or false, got {self.packing!r}")
-        _in_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
-        if not isinstance(self.val_data, list) or not all(isinstance(v, str) and v for v in self.val_data):
-            p.append("val_data must be a list of file paths")
-        if not isinstance(self.sample_count, int) or isinstance(self.sample_count, bool) or self.sample_count < 0:
-            p.append(f"sample_count must be a whole number of 0 or more, got {self.sample_count!r}")
-        return p
-
-
-@dataclass
-class DPOOptions(_SpecMixin):
-    """Method options of direct preference optimisation (RunConfig.method_options when objective is "dpo")."""
-
-    beta: float = _f(0.1, "How far the model may move from the reference: higher keeps it closer (0.1 is usual).",
-                     minimum=0.0)
-    loss: str = _f("sigmoid", "sigmoid: the DPO paper's loss. ipo: the IPO loss (squared, on length-averaged "
-                   "log-probabilities; less prone to overfitting).", choices=DPO_LOSSES)
-    reference: str = _f("auto", "Reference log-probabilities: precompute (once, before training; no reference "
-                        "model kept in memory), live (computed each step) or auto (precompute when the data is "
-                        "no larger than what training visits).", choices=REFERENCE_MODES)
-    max_len: int = _f(0, "Longest prompt + answer in tokens (0 = the model's context length).", minimum=0)
-    overlong: str = _f("truncate", "A pair longer than max_len is truncated (prompt cut from the left first) or "
-                       "dropped (each one is reported).", choices=OVERLONG)
-    val_fraction: float = _f(0.1, "Share of the pairs held out to measure validation loss and preference accuracy "
-                             "(ignored when val_data is given).", minimum=0.0, maximum=0.5)
-    val_data: list = _f([], "Files of held-out preference pairs for validation.")
-    sample_count: int = _f(2, "Held-out prompts answered at each evaluation (through the chat template).", minimum=0)
-
-    def validate(self) -> list[str]:
-        p: list[str] = []
-        _in_range(p, "beta", self.beta, 1e-6, 100.0)
-        _choice(p, "loss", self.loss, DPO_LOSSES)
-        _choice(p, "reference", self.reference, REFERENCE_MODES)
-        if not isinstance(self.max_len, int) or isinstance(self.max_len, bool) or self.max_len < 0 \
-                or self.max_len == 1:
-            p.append(f"max_len must be 0 (the model's context) or at least 2 tokens, got {self.max_len!r}")
-        _choice(p, "overlong", self.overlong, OVERLONG)
-        _in_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
-        if not isinstance(self.val_data, list) or not all(isinstance(v, str) and v for v in self.val_data):
-            p.append("val_data must be a list of file paths")
-        if not isinstance(self.sample_count, int) or isinstance(self.sample_count, bool) or self.sample_count < 0:
-            p.append(f"sample_count must be a whole number of 0 or more, got {self.sample_count!r}")
-        return p
-
-
-# objective -> the spec of its method_options (objectives without one read their dict themselves).
-METHOD_OPTIONS: dict[str, type] = {"sft": SFTOptions, "dpo": DPOOptions}
-
-# Learning rates a fine-tuning method starts from when none is given (full fine-tuning moves every weight,
-# so it wants a far smaller step than LoRA; DPO smaller still). The CLI and the window use them.
-METHOD_LR: dict[tuple[str, str], float] = {
-    ("sft", "none"): 5e-5, ("sft", "lora"): 2e-4, ("sft", "qlora"): 2e-4,
-    ("dpo", "none"): 5e-6, ("dpo", "lora"): 5e-5, ("dpo", "qlora"): 5e-5,
-    ("grpo", "none"): 1e-5, ("grpo", "lora"): 5e-5, ("grpo", "qlora"): 5e-5,
-    ("selfplay", "none"): 2e-4, ("selfplay", "lora"): 5e-4, ("selfplay", "qlora"): 5e-4,
-}
-
-
-def method_options(objective: str, options: dict[str, Any]) -> Any:
-    """The typed options of `objective` (SFTOptions / DPOOptions), unknown keys refused by name."""
-    cls = METHOD_OPTIONS.get(objective)
-    if cls is None:  # an objective without a typed options spec reads (and checks) its dict itself
-        return None
-    if not isinstance(options, dict):
-        raise SpecError([f"method_options must be a JSON object, got {type(options).__name__}"])
-    return cls.from_dict(options)
-
-
-def parse_option(objective: str, assignment: str) -> tuple[str, Any]:
-    """'key=value' (from the CLI's --option) -> (key, typed value) using the option's type; SpecError if unknown."""
-    if "=" not in assignment:
-        raise SpecError([f"--option {assignment!r} must look like key=value"])
-    key, text = (part.strip() for part in assignment.split("=", 1))
-    cls = METHOD_OPTIONS.get(objective)
-    if cls is None and objective in RL_OBJECTIVES:  # dict options: JSON values, else the text itself
-        from desktop_app.engine.selfplay.options import GRPO_DEFAULTS, SELFPLAY_DEFAULTS
-
-        known = SELFPLAY_DEFAULTS if objective == "selfplay" else GRPO_DEFAULTS
-        if key not in known:
-            raise SpecError([f"unknown option {key!r} for the {objective} method (options: {', '.join(known)})"])
-        if isinstance(known[key], list) and not text.startswith("["):
-            return key, [t for t in (x.strip() for x in text.split(",")) if t]
-        try:
-            return key, json.loads(text)
-        except json.JSONDecodeError:
-            return key, text
-    names = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
-    if key not in names:
-        known = ", ".join(names) if names else "none"
-        raise SpecError([f"unknown option {key!r} for the {objective} method (options: {known})"])
-    default = names[key].default if names[key].default is not dataclasses.MISSING else \
-        names[key].default_factory()  # type: ignore[misc]
-    if isinstance(default, str):
-        return key, text
-    if isinstance(default, list):
-        return key, [t for t in (x.strip() for x in text.split(",")) if t]
-    if isinstance(default, bool):
-        if text.lower() in ("1", "true", "yes", "on"):
-            return key, True
-        if text.lower() in ("0", "false", "no", "off"):
-            return key, False
-        raise SpecError([f"option {key} must be true or false, got {text!r}"])
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise SpecError([f"option {key} must be a number, got {text!r}"]) from None
-    return key, value
-
-
-@dataclass
-class RunConfig(_SpecMixin):
+class RunConfig(SpecMixin):
     """Everything needed to reproduce a run: written as run.json into each run folder.
 
     GUI and CLI both write and read this file, so `python -m desktop_app train --config run.json`
@@ -639,7 +380,8 @@ class RunConfig(_SpecMixin):
     format_version: int = _f(1, "Version of this file's layout.")
     data: list = _f([], "Fine-tuning data files (chat, ShareGPT or Alpaca JSONL for sft; preference JSONL for dpo).")
     adapter: dict = _f({}, "The AdapterSpec (as a JSON object): full fine-tuning, LoRA or QLoRA.")
-    method_options: dict = _f({}, "Options of the method (SFTOptions for sft, DPOOptions for dpo), as a JSON "
+    method_options: dict = _f({}, "Options of the method (method_options.py: SFTOptions, DPOOptions, GRPOOptions, "
+                              "SelfPlayOptions), as a JSON "
                               "object; unset options take their defaults.")
     base_model_sha256: str = _f("", "Checksum of the base model's weights, recorded when the run starts: a run "
                                 "refuses to resume on a base that changed.")
@@ -658,7 +400,7 @@ class RunConfig(_SpecMixin):
         return DistributedSpec.from_dict(self.distributed)
 
     def options(self) -> Any:
-        """The typed method options (SFTOptions / DPOOptions; None for objectives without options)."""
+        """The typed method options (method_options.py; None for causal_lm, which has none)."""
         return method_options(self.objective, self.method_options)
 
     @property
@@ -684,7 +426,7 @@ class RunConfig(_SpecMixin):
             p += [f"train: {m}" for m in self.train_spec().validate()]
         except SpecError as exc:
             p += [f"train: {m}" for m in exc.problems]
-        _choice(p, "objective", self.objective, OBJECTIVES)
+        check_choice(p, "objective", self.objective, OBJECTIVES)
         if self.objective in RL_OBJECTIVES:
             if not self.base_model:
                 p.append(f"the {self.objective} method improves a base model: set base_model (a run, checkpoint, "

@@ -26,7 +26,8 @@ def main() -> None:
     import torch
 
     from desktop_app.engine.model.loading import load_model
-    from desktop_app.engine.objectives.selfplay import SelfPlayObjective, _Text
+    from desktop_app.engine.objectives.selfplay import SelfPlayObjective
+    from desktop_app.engine.selfplay.rollout import TextCodec
     from desktop_app.engine.selfplay.demo import DEMO_SELFPLAY
     from desktop_app.engine.selfplay.rollout import sample_completions
     from desktop_app.engine.specs import RunConfig, TrainSpec
@@ -70,7 +71,7 @@ def main() -> None:
 
     # 2. rollouts against generate()
     loaded = load_model(args.base, device="cpu")
-    model, text = loaded.model, _Text(loaded.tokenizer)
+    model, text = loaded.model, TextCodec(loaded.tokenizer)
     world = get_world("mini", **DEMO_SELFPLAY["world_options"])
     tasks = world.generate("deduction", 16, 5)
     prompts = [text.encode(world.solve_prompt(t)) for t in tasks]

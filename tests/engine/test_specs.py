@@ -8,6 +8,7 @@ import json
 import pytest
 
 from desktop_app.engine.presets import PRESETS, preset
+from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import (
     DataSpec,
     GenerateSpec,
@@ -15,7 +16,6 @@ from desktop_app.engine.specs import (
     RunConfig,
     SpecError,
     TrainSpec,
-    help_text,
     load_json,
     save_json,
 )

@@ -14,7 +14,8 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
 from desktop_app.engine.specs import RunConfig
-from desktop_app.ui.widgets.method_form import METHODS, DataFileList
+from desktop_app.engine.methods import METHODS
+from desktop_app.ui.widgets.method_form import DataFileList
 from desktop_app.ui.widgets.method_plots import MethodPlots, panel_of
 from desktop_app.ui.widgets.task_browser import LOG_NAME
 
@@ -337,7 +338,11 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
 
 
 def test_config_helpers_are_tolerant_of_the_engine():
-    from desktop_app.ui.tabs.train_tab import make_run_config, method_key_of
+    from desktop_app.engine.methods import method_of
+    from desktop_app.ui.tabs.train_tab import make_run_config
+
+    def method_key_of(config: RunConfig) -> str:
+        return method_of(config).key
 
     config, unknown = make_run_config(objective="sft", base_model="/b", pipeline_stage=2, empty_new_field=[])
     assert unknown == ["pipeline_stage"] and config.objective == "sft"  # an unset new field is no problem

@@ -10,7 +10,7 @@ import pytest
 
 from desktop_app.engine.events import StepMetrics
 from desktop_app.engine.finetune.pipeline import read_state
-from desktop_app.engine.specs import METHOD_LR
+from desktop_app.engine.methods import default_lr
 
 WORDS = ["red", "blue", "cat", "dog", "sun", "moon"]
 CHATS = [{"messages": [{"role": "user", "content": f"say {a}"}, {"role": "assistant", "content": f"{a} {b}"}]}
@@ -58,7 +58,7 @@ def test_a_two_stage_pipeline_runs_to_the_end_with_its_stages_shown(window, qtbo
     assert [s["name"] for s in pipeline["stages"]] == ["sft", "dpo"]
     assert pipeline["stages"][0]["config"]["base_model"] == base
     assert "base_model" not in pipeline["stages"][1]["config"]  # follows the SFT stage
-    assert pipeline["stages"][1]["config"]["train"]["lr"] == METHOD_LR[("dpo", "none")]  # each method's own default
+    assert pipeline["stages"][1]["config"]["train"]["lr"] == default_lr("dpo", "none")  # each method's own default
     assert editor.problems() == []
     # the CLI dialog: `train --pipeline` and the pipeline JSON to save next to it
     tab.show_cli_command()

@@ -18,14 +18,11 @@ import torch
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.decode import forget_prepared_weights
+from desktop_app.engine.method_options import GRPOOptions, typed_options
 from desktop_app.engine.objectives.base import TrainContext
-from desktop_app.engine.objectives.selfplay import _Text
-from desktop_app.engine.selfplay.options import GRPO_DEFAULTS
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
-from desktop_app.engine.selfplay.rollout import sample_completions
-
-DEFAULTS = GRPO_DEFAULTS
+from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
 
 
 def load_prompts(paths: list[str] | str) -> list[dict[str, str]]:
@@ -74,31 +71,26 @@ class PromptSource:
 class GRPOObjective:
     name = "grpo"
 
-    def __init__(self, options: dict[str, Any] | None = None):
+    def __init__(self, options: GRPOOptions | dict[str, Any] | None = None):
         self._from_config = options is None  # made by the registry: the run config's method_options apply
         self._configure(options or {})
         self.records: list[dict[str, str]] = []
         self.model: torch.nn.Module | None = None
         self.reference: Any = None
-        self.text: _Text | None = None
+        self.text: TextCodec | None = None
         self.seed, self.max_len = 0, 512
         self.eos: set[int] = set()
         self.last_rollouts: list[dict[str, Any]] = []
 
-    def _configure(self, options: dict[str, Any]) -> None:
-        merged = {**DEFAULTS, **options}
-        unknown = sorted(set(merged) - set(DEFAULTS))
-        if unknown:
-            raise UserError(f"unknown GRPO option(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-        if int(merged["group_size"]) < 2:
-            raise UserError("group_size must be at least 2 (advantages compare completions of one prompt)")
-        self.options = merged
-        user = load_user_reward(merged["reward_file"]) if merged["reward_file"] else None
-        weights = dict(merged["weights"])
+    def _configure(self, options: GRPOOptions | dict[str, Any]) -> None:
+        self.options: GRPOOptions = typed_options(GRPOOptions, options, "GRPO")
+        o = self.options
+        user = load_user_reward(o.reward_file) if o.reward_file else None
+        weights = dict(o.weights)
         if user is not None:
             weights.setdefault("user", 1.0)
-        self.mix = RewardMix(weights=weights, length_target=int(merged["length_target"]),
-                             format_pattern=str(merged["format_pattern"]), user=user).check()
+        self.mix = RewardMix(weights=weights, length_target=o.length_target, format_pattern=o.format_pattern,
+                             user=user).check()
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
         if ctx.tokenizer is None:
@@ -107,13 +99,13 @@ class GRPOObjective:
         if self._from_config and config is not None:
             self._configure({**(config.method_options or {}),
                              **({"prompts": list(config.data)} if config.data else {})})
-        self.records = load_prompts(self.options["prompts"])
-        self.model, self.seed, self.text = model, ctx.seed, _Text(ctx.tokenizer)
+        self.records = load_prompts(self.options.prompts)
+        self.model, self.seed, self.text = model, ctx.seed, TextCodec(ctx.tokenizer)
         self.max_len = int(getattr(ctx.store, "context_length", 0) or getattr(model.config,
                                                                                "max_position_embeddings", 512))
         eos = getattr(model.config, "eos_token_id", None)
         self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
-        if float(self.options["kl_coef"]) > 0 or "likelihood" in self.mix.weights:
+        if float(self.options.kl_coef) > 0 or "likelihood" in self.mix.weights:
             self.reference = make_reference(ctx)
 
     def batch_source(self, ctx: TrainContext) -> PromptSource:
@@ -133,20 +125,20 @@ class GRPOObjective:
         assert self.model is not None and self.text is not None
         encoded = [self.text.encode(p) for p in prompts]
         ids = sample_completions(self.model, encoded, samples=samples,
-                                 max_new_tokens=int(self.options["max_new_tokens"]),
-                                 temperature=temperature, top_p=float(self.options["top_p"]), seed=seed,
+                                 max_new_tokens=int(self.options.max_new_tokens),
+                                 temperature=temperature, top_p=float(self.options.top_p), seed=seed,
                                  stop_ids=self.eos, max_len=self.max_len, newline_ids=self.text.newline_ids(),
-                                 max_lines=int(self.options["max_lines"]))
+                                 max_lines=int(self.options.max_lines))
         return encoded, ids, [self.text.decode(c) for c in ids]
 
     def play_round(self, round_index: int) -> EpisodeBatch:
         rng = random.Random(f"{self.seed}-grpo-{round_index}")
         forget_prepared_weights(self.model)  # the optimizer changed the weights in place since the last round
-        chosen = [self.records[rng.randrange(len(self.records))] for _ in range(int(self.options["prompts_per_step"]))]
-        g = int(self.options["group_size"])
+        chosen = [self.records[rng.randrange(len(self.records))] for _ in range(int(self.options.prompts_per_step))]
+        g = int(self.options.group_size)
         t0 = time.perf_counter()
         encoded, ids, texts = self._generate([r["prompt"] for r in chosen], g, rng.randrange(2**31),
-                                             float(self.options["temperature"]))
+                                             float(self.options.temperature))
         t_gen = time.perf_counter() - t0
         episodes = [Episode(encoded[i // g], ids[i], 0.0, "policy", "grpo") for i in range(len(ids))]
         likelihoods = [0.0] * len(episodes)
@@ -164,7 +156,7 @@ class GRPOObjective:
         for e, a in zip(episodes, grouped_advantages(rewards, [i // g for i in range(len(rewards))]), strict=True):
             e.advantage = a
         kept = [e for e in episodes if e.advantage != 0.0 and e.completion] or episodes[:1]
-        if float(self.options["kl_coef"]) > 0 and self.reference is not None:
+        if float(self.options.kl_coef) > 0 and self.reference is not None:
             reference_logps(self.reference, [e for e in kept if e.ref_logps is None], model=self.model)
         n = max(1, len(rewards))
         stats = {"reward": sum(rewards) / n, **{f"reward/{k}": v / n for k, v in sums.items()},
@@ -176,12 +168,12 @@ class GRPOObjective:
         return EpisodeBatch(kept, stats)
 
     def loss(self, model: torch.nn.Module, micro: EpisodeBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return policy_loss(model, micro, clip=float(self.options["clip"]), kl_coef=float(self.options["kl_coef"]))
+        return policy_loss(model, micro, clip=float(self.options.clip), kl_coef=float(self.options.kl_coef))
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
         """Greedy mean reward on the first `eval_prompts` prompts (val_loss = -reward for best/early stop)."""
-        records = self.records[: int(self.options["eval_prompts"])]
+        records = self.records[: int(self.options.eval_prompts)]
         _, _, texts = self._generate([r["prompt"] for r in records], 1, 0, 0.0)
         scores = [self.mix.total(self.mix.parts(r["prompt"], t, r["answer"])) for r, t in zip(records, texts,
                                                                                                 strict=True)]

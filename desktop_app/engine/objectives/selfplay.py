@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,68 +25,15 @@ import torch
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.decode import forget_prepared_weights
+from desktop_app.engine.method_options import SelfPlayOptions, typed_options
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.selfplay.buffer import TaskBuffer
-from desktop_app.engine.selfplay.options import SELFPLAY_DEFAULTS
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
-from desktop_app.engine.selfplay.rollout import sample_completions
-from desktop_app.engine.tasks.base import PENALTY_FORMAT, TASK_TYPES, Task, TaskWorld, get_world
+from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
+from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
 
 LOG_NAME = "selfplay.jsonl"
-DEFAULTS = SELFPLAY_DEFAULTS
-
-
-def selfplay_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The method options with defaults filled in and checked (clear errors for bad values)."""
-    merged = {**DEFAULTS, **(options or {})}
-    unknown = sorted(set(merged) - set(DEFAULTS))
-    if unknown:
-        raise UserError(f"unknown self-play option(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-    types = merged["task_types"]
-    if isinstance(types, str):
-        types = [t.strip() for t in types.split(",") if t.strip()]
-    bad = [t for t in types if t not in TASK_TYPES]
-    if not types or bad:
-        raise UserError(f"task_types must be some of {', '.join(TASK_TYPES)} (got {types})")
-    merged["task_types"] = list(types)
-    for key in ("proposals_per_type", "solver_tasks_per_type", "solver_samples", "max_new_tokens",
-                "heldout_per_type"):
-        if int(merged[key]) < 1:
-            raise UserError(f"{key} must be at least 1")
-        merged[key] = int(merged[key])
-    if int(merged["solver_samples"]) < 2:
-        raise UserError("solver_samples must be at least 2 (learnability needs a solve rate)")
-    if float(merged["temperature"]) <= 0:
-        raise UserError("temperature must be above 0 for self-play (greedy rollouts cannot explore)")
-    return merged
-
-
-@dataclass
-class _Text:
-    """Tokenizer adapter: tokenizers.Tokenizer or a transformers tokenizer behind one interface."""
-
-    tokenizer: Any
-    _newlines: set[int] = field(default_factory=set)
-
-    def encode(self, text: str) -> list[int]:
-        if hasattr(self.tokenizer, "encode") and not hasattr(self.tokenizer, "apply_chat_template"):
-            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def vocab_size(self) -> int:
-        return int(self.tokenizer.get_vocab_size()) if hasattr(self.tokenizer, "get_vocab_size") \
-            else len(self.tokenizer)
-
-    def newline_ids(self) -> set[int]:
-        if not self._newlines:
-            self._newlines = {i for i in range(self.vocab_size()) if "\n" in self.decode([i])}
-        return self._newlines
-
-
 class SelfPlaySource:
     """The resumable batch source: every `take` plays one self-play round with the current model."""
 
@@ -117,15 +63,15 @@ class SelfPlaySource:
 class SelfPlayObjective:
     name = "selfplay"
 
-    def __init__(self, options: dict[str, Any] | None = None, world: TaskWorld | None = None):
+    def __init__(self, options: SelfPlayOptions | dict[str, Any] | None = None, world: TaskWorld | None = None):
         self._from_config = options is None  # made by the registry: the run config's method_options apply
-        self.options = selfplay_options(options)
+        self.options: SelfPlayOptions = typed_options(SelfPlayOptions, options, "self-play")
         self.world = world
-        self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options["task_types"]}
+        self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options.task_types}
         self.heldout: dict[str, list[Task]] = {}
         self.model: torch.nn.Module | None = None
         self.reference: Any = None
-        self.text: _Text | None = None
+        self.text: TextCodec | None = None
         self.seed = 0
         self.max_len = 512
         self.eos: set[int] = set()
@@ -138,27 +84,27 @@ class SelfPlayObjective:
             raise UserError("self-play needs the model's tokenizer")
         config = getattr(ctx, "config", None)
         if self._from_config and config is not None and config.method_options:
-            self.options = selfplay_options(config.method_options)
-            self.buffers = {t: TaskBuffer() for t in self.options["task_types"]}
+            self.options = typed_options(SelfPlayOptions, config.method_options, "self-play")
+            self.buffers = {t: TaskBuffer() for t in self.options.task_types}
         self.model, self.seed = model, ctx.seed
-        self.text = _Text(ctx.tokenizer)
+        self.text = TextCodec(ctx.tokenizer)
         self.log_path = Path(ctx.run_dir) / LOG_NAME
         self.max_len = int(getattr(ctx.store, "context_length", 0) or getattr(model.config,
                                                                                "max_position_embeddings", 512))
         eos = getattr(model.config, "eos_token_id", None)
         self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
         if self.world is None:
-            self.world = get_world(self.options["world"], strict=bool(self.options["strict_sandbox"]),
-                                   **dict(self.options["world_options"]))
-        for task_type in self.options["task_types"]:
+            self.world = get_world(self.options.world, strict=bool(self.options.strict_sandbox),
+                                   **dict(self.options.world_options))
+        for task_type in self.options.task_types:
             seeds = identity_tasks(self.world, task_type)
-            seeds += [Task.from_json(s) for s in self.options["seeds"] if s.get("type") == task_type]
-            seeds += self.world.generate(task_type, int(self.options["seed_tasks_per_type"]), ctx.seed)
+            seeds += [Task.from_json(s) for s in self.options.seeds if s.get("type") == task_type]
+            seeds += self.world.generate(task_type, int(self.options.seed_tasks_per_type), ctx.seed)
             for task in seeds:
                 self.buffers[task_type].add(task)
-            self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options["heldout_per_type"],
-                                                    int(self.options["heldout_seed"]))
-        if float(self.options["kl_coef"]) > 0:
+            self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options.heldout_per_type,
+                                                    int(self.options.heldout_seed))
+        if float(self.options.kl_coef) > 0:
             self.reference = make_reference(ctx)
 
     def batch_source(self, ctx: TrainContext) -> SelfPlaySource:
@@ -180,9 +126,9 @@ class SelfPlayObjective:
         assert self.model is not None and self.text is not None
         encoded = [self.text.encode(p) for p in prompts]
         ids = sample_completions(self.model, encoded, samples=samples,
-                                 max_new_tokens=int(self.options["max_new_tokens"]),
-                                 temperature=float(self.options["temperature"] if temperature is None else temperature),
-                                 top_p=float(self.options["top_p"]), seed=seed, stop_ids=self.eos,
+                                 max_new_tokens=int(self.options.max_new_tokens),
+                                 temperature=float(self.options.temperature if temperature is None else temperature),
+                                 top_p=float(self.options.top_p), seed=seed, stop_ids=self.eos,
                                  max_len=self.max_len, newline_ids=self.text.newline_ids(), max_lines=max_lines)
         self._last_ids = (encoded, ids)
         return [self.text.decode(c) for c in ids]
@@ -202,11 +148,11 @@ class SelfPlayObjective:
         format_errors = answers = 0
         lengths: list[int] = []
         gen_tokens = 0
-        for k, task_type in enumerate(o["task_types"]):
+        for k, task_type in enumerate(o.task_types):
             buffer = self.buffers[task_type]
             # propose
-            prompts = [self.world.propose_prompt(task_type, buffer.sample(int(o["references"]), rng), rng)
-                       for _ in range(o["proposals_per_type"])]
+            prompts = [self.world.propose_prompt(task_type, buffer.sample(int(o.references), rng), rng)
+                       for _ in range(o.proposals_per_type)]
             t0 = time.perf_counter()
             texts = self._sample(prompts, 1, seed + 7919 * k, max_lines=self._proposal_lines(task_type))
             prompt_ids, completion_ids = self._last_ids
@@ -218,9 +164,9 @@ class SelfPlayObjective:
             new_tasks = [v.task for v in verdicts if v.valid and v.task is not None]
             valid_count += len(new_tasks)
             # solve: new valid proposals first (their learnability needs a solve rate), then buffer tasks
-            solver_tasks = (new_tasks + buffer.sample(o["solver_tasks_per_type"], rng))[: max(
-                o["solver_tasks_per_type"], len(new_tasks))]
-            n = o["solver_samples"]
+            solver_tasks = (new_tasks + buffer.sample(o.solver_tasks_per_type, rng))[: max(
+                o.solver_tasks_per_type, len(new_tasks))]
+            n = o.solver_samples
             t0 = time.perf_counter()
             answers_text = self._sample([self.world.solve_prompt(t) for t in solver_tasks], n,
                                         seed + 104729 * (k + 1), max_lines=self._answer_lines(task_type))
@@ -329,14 +275,14 @@ class SelfPlayObjective:
 
     # -- loss ----------------------------------------------------------------------------------------
     def loss(self, model: torch.nn.Module, micro: EpisodeBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return policy_loss(model, micro, clip=float(self.options["clip"]), kl_coef=float(self.options["kl_coef"]))
+        return policy_loss(model, micro, clip=float(self.options.clip), kl_coef=float(self.options.kl_coef))
 
     # -- evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
         assert self.world is not None and self.text is not None
         return heldout_solve_rates(model, self.text, self.world, self.heldout, max_len=self.max_len, eos=self.eos,
-                                   max_new_tokens=int(self.options["max_new_tokens"]))
+                                   max_new_tokens=int(self.options.max_new_tokens))
 
     def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
         return [(r["prompt"][-200:], f"{r['answer'].strip()}  [{r['verdict']}, reward {r['reward']:+.2f}]")
@@ -348,7 +294,7 @@ class SelfPlayObjective:
 
 
 @torch.no_grad()
-def heldout_solve_rates(model: torch.nn.Module, text: _Text, world: TaskWorld, heldout: dict[str, list[Task]], *,
+def heldout_solve_rates(model: torch.nn.Module, text: TextCodec, world: TaskWorld, heldout: dict[str, list[Task]], *,
                         max_len: int, eos: set[int], max_new_tokens: int = 48) -> dict[str, float]:
     """Greedy solve rate per task type on fixed held-out tasks; val_loss = 1 - their mean (best/early stop)."""
     out: dict[str, float] = {}

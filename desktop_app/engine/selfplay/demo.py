@@ -42,8 +42,10 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
     """The demo within `minutes` (pretraining gets `pretrain_share` of it); `pretrain_steps` and
     `selfplay_steps` cap the phases by steps instead (tests use them for a seeded, time-independent run)."""
     from desktop_app.engine.data.prepare import prepare_dataset
+    from desktop_app.engine.method_options import SelfPlayOptions
     from desktop_app.engine.model.loading import load_model
-    from desktop_app.engine.objectives.selfplay import SelfPlayObjective, _Text, heldout_solve_rates, heldout_tasks
+    from desktop_app.engine.objectives.selfplay import SelfPlayObjective, heldout_solve_rates, heldout_tasks
+    from desktop_app.engine.selfplay.rollout import TextCodec
     from desktop_app.engine.specs import DataSpec, RunConfig, TrainSpec
     from desktop_app.engine.tasks import get_world
     from desktop_app.engine.train.loop import config_from_preset, train
@@ -56,8 +58,8 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
         raise UserError("give the demo at least a minute (--minutes)")
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    options = {**DEMO_SELFPLAY, **(selfplay_options or {})}
-    world = get_world("mini", **options["world_options"])
+    options = SelfPlayOptions.from_dict({**DEMO_SELFPLAY, **(selfplay_options or {})}).check()
+    world = get_world("mini", **options.world_options)
 
     yield Log("info", f"1/4 seed corpus: {corpus_tasks} mini tasks with answers, and propose examples")
     corpus = out / "corpus"
@@ -94,11 +96,11 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
         return
 
     loaded = load_model(out / "pretrain", device="cpu")
-    text = _Text(loaded.tokenizer)
-    heldout = {t: heldout_tasks(world, t, options["heldout_per_type"], 9001) for t in TASK_TYPES}
+    text = TextCodec(loaded.tokenizer)
+    heldout = {t: heldout_tasks(world, t, options.heldout_per_type, 9001) for t in TASK_TYPES}
     eos = {loaded.tokenizer.eos_token_id} if loaded.tokenizer.eos_token_id is not None else set()
     before = heldout_solve_rates(loaded.model, text, world, heldout, max_len=256, eos=eos,
-                                 max_new_tokens=options["max_new_tokens"])
+                                 max_new_tokens=options.max_new_tokens)
     yield Log("info", "held-out solve rate before self-play: " + ", ".join(
         f"{t} {before[f'heldout_solve_rate/{t}']:.2f}" for t in TASK_TYPES))
     del loaded
@@ -111,7 +113,7 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
                            **{"threads": 1, **(train_overrides or {})})
     sp_config = RunConfig(base_model=str(out / "pretrain"), dataset=str(out / "dataset"), train=train_spec.to_dict(),
                           seed=seed)
-    objective = SelfPlayObjective({**options, "heldout_seed": 9001})
+    objective = SelfPlayObjective(options.replace(heldout_seed=9001))
     inner = Controls()
     last_eval: dict[str, float] = {}
     best_eval: dict[str, float] = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.method_options import BUILTIN_REWARDS
 
 
 def learnability(solve_rate: float) -> float:
@@ -99,9 +100,6 @@ def answer_match(completion: str, answer: str) -> float:
 def format_reward(completion: str, pattern: str) -> float:
     """1 when the completion matches the user's regular expression (from its start), else 0."""
     return 1.0 if re.match(pattern, completion.strip(), re.S) else 0.0
-
-
-BUILTIN_REWARDS = ("answer", "format", "length", "repetition", "distinct", "likelihood")
 
 
 @dataclass

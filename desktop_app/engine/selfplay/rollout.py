@@ -7,11 +7,38 @@ resumed run samples the same completions. The model is put in eval mode (no drop
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from desktop_app.engine.generate.decode import make_runner
 from desktop_app.engine.generate.sampling import Sampler
+
+
+@dataclass
+class TextCodec:
+    """Tokenizer adapter: tokenizers.Tokenizer or a transformers tokenizer behind one interface."""
+
+    tokenizer: Any
+    _newlines: set[int] = field(default_factory=set)
+
+    def encode(self, text: str) -> list[int]:
+        if hasattr(self.tokenizer, "encode") and not hasattr(self.tokenizer, "apply_chat_template"):
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.get_vocab_size()) if hasattr(self.tokenizer, "get_vocab_size") \
+            else len(self.tokenizer)
+
+    def newline_ids(self) -> set[int]:
+        if not self._newlines:
+            self._newlines = {i for i in range(self.vocab_size()) if "\n" in self.decode([i])}
+        return self._newlines
 
 
 @torch.no_grad()

@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from desktop_app.engine.errors import UserError
-
-TASK_TYPES = ("deduction", "abduction", "induction")
+from desktop_app.engine.method_options import TASK_TYPES
 
 # Rewards for a solver's answer, as in the Absolute Zero paper.
 REWARD_CORRECT = 1.0

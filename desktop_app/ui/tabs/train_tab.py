@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.cli.command_line import pipeline_commands, run_commands, torchrun_command
 from desktop_app.engine.events import (
     CheckpointSaved,
     Controls,
@@ -51,20 +50,10 @@ from desktop_app.engine.events import (
     Sample,
     StepMetrics,
 )
+from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
 from desktop_app.ui.context import AppContext
-from desktop_app.ui.widgets.method_form import (
-    METHOD_BY_KEY,
-    METHODS,
-    PIPELINE,
-    Method,
-    MethodPanel,
-    default_lr,
-    make_run_config,
-    method_defaults,
-    method_key_of,
-    options_spec,
-)
+from desktop_app.ui.widgets.method_form import MethodPanel, default_lr, make_run_config
 from desktop_app.ui.widgets.method_plots import MethodPlots
 from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
 from desktop_app.ui.widgets.record_preview import RecordPreview
@@ -76,15 +65,6 @@ SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
 
 PLOT_FAMILY = {"pretraining": "pretraining", "sft": "sft", "lora": "sft", "qlora": "sft", "dpo": "dpo",
                "grpo": "grpo", "selfplay": "selfplay"}
-# TrainSpec fields the CLI sets with flags of their own (cli/train.py _TRAIN_FLAGS).
-CLI_TRAIN_FLAGS = (("steps", "--steps"), ("batch_size", "--batch-size"), ("micro_batch_size", "--micro-batch-size"),
-                   ("lr", "--lr"), ("save_every", "--save-every"), ("eval_every", "--eval-every"),
-                   ("threads", "--threads"), ("device", "--device"), ("optimizer", "--optimizer"))
-# AdapterSpec fields the CLI sets with flags of their own.
-CLI_ADAPTER_FLAGS = {"rank": "--lora-rank", "alpha": "--lora-alpha", "dropout": "--lora-dropout",
-                     "target_modules": "--target-modules"}
-
-
 def format_eta(seconds: float) -> str:
     if not seconds or seconds != seconds or seconds < 0:
         return "–"
@@ -92,96 +72,6 @@ def format_eta(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def _flag_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)  # exact: the CLI must rebuild the same number
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def method_command(config: RunConfig, method: Method, exe: str, out: str = "my-run") -> tuple[str, list[str]]:
-    """(the `train --method ...` command line, settings its flags cannot express) for a fine-tuning config."""
-    q = shlex.quote
-    parts = [exe, "train", "--method", method.key]
-    if getattr(config, "base_model", ""):
-        parts += ["--base", q(config.base_model)]
-    else:
-        parts += ["--base", "MODEL"]
-    for path in getattr(config, "data", []) or []:
-        parts += ["--data", q(path)]
-    train, defaults = config.train, TrainSpec().to_dict()
-    flagged = {name for name, _ in CLI_TRAIN_FLAGS}
-    for name, flag in CLI_TRAIN_FLAGS:
-        # lr always: the CLI's default for a method is the method's (METHOD_LR), not TrainSpec's
-        if name in train and (name in ("steps", "batch_size", "lr") or train[name] != defaults.get(name)):
-            parts += [flag, q(_flag_value(train[name]))]
-    uncovered = [f"train.{k}={_flag_value(v)}" for k, v in train.items() if k not in flagged and v != defaults.get(k)]
-    options = dict(getattr(config, "method_options", {}) or {})
-    cls = options_spec(method.objective)
-    try:
-        option_defaults = cls().to_dict() if cls is not None else method_defaults(method.objective)
-    except Exception:  # an engine without this method: every option counts as set
-        option_defaults = {}
-    if method.key == "selfplay":
-        parts += ["--world", q(str(options.pop("world", option_defaults.get("world", "mini"))))]
-    if method.objective == "grpo" and options.get("reward_file"):
-        parts += ["--reward-file", q(str(options.pop("reward_file")))]
-    for key, value in options.items():
-        if key in option_defaults and value == option_defaults[key]:
-            continue
-        parts += ["--option", q(f"{key}={_flag_value(value)}")]
-    adapter = dict(getattr(config, "adapter", {}) or {})
-    kind = adapter.pop("kind", "none")
-    if method.adapter is None and kind != "none":
-        parts += ["--adapter", kind]
-    if adapter:
-        from desktop_app.engine import specs
-
-        adapter_defaults = specs.AdapterSpec().to_dict() if hasattr(specs, "AdapterSpec") else {}
-        for key, value in adapter.items():
-            if value == adapter_defaults.get(key):
-                continue
-            if key in CLI_ADAPTER_FLAGS:
-                parts += [CLI_ADAPTER_FLAGS[key], q(_flag_value(value))]
-            else:
-                uncovered.append(f"adapter.{key}={_flag_value(value)}")
-    uncovered += [f"distributed.{k}={_flag_value(v)}" for k, v in (getattr(config, "distributed", {}) or {}).items()]
-    if config.seed != RunConfig().seed:
-        parts += ["--seed", str(config.seed)]
-    parts += ["--out", q(out)]
-    return " ".join(parts), uncovered
-
-
-def cli_exe() -> str:
-    """How the CLI is called: a frozen app is its own CLI; from source, the module form (no entry point on PATH)."""
-    return shlex.quote(sys.executable) if getattr(sys, "frozen", False) else "python -m desktop_app"
-
-
-def torchrun_command(config: RunConfig, run_json: str = "run.json", out: str = "my-run") -> str:
-    """The torchrun lines for a config: one machine, and the template for several (DDP/FSDP from `distributed`)."""
-    q = shlex.quote
-    try:
-        dist = config.distributed_spec()
-    except SpecError:
-        dist = DistributedSpec()
-    n = dist.nproc_per_node
-    # torchrun starts Python itself; a frozen app is an executable, which torchrun runs with --no-python.
-    target = f"--no-python {q(sys.executable)}" if getattr(sys, "frozen", False) else "-m desktop_app"
-    verb = f"{target} train --config {q(run_json)} --out {q(out)}"
-    return "\n".join([
-        f"# on {n} processes of this machine (distributed.nproc_per_node; {dist.strategy.upper()}):",
-        f"torchrun --standalone --nproc_per_node {n} {verb} --json",
-        "# on M machines: run this on each one, R = its rank 0..M-1, HOST:PORT = machine 0's address:",
-        f"torchrun --nnodes M --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST:PORT --nproc_per_node {n} "
-        f"{verb}",
-    ])
 
 
 def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: bool,
@@ -738,7 +628,7 @@ class TrainTab(QWidget):
 
     def apply_config(self, config: RunConfig) -> None:
         """Show a run config in the form (resume, Library): method, base, data, adapter, options, hyperparameters."""
-        key = method_key_of(config)
+        key = method_of(config).key
         self.set_method(key)
         if METHOD_BY_KEY[key].finetune:
             self.method_panel.apply_config(config)
@@ -1166,7 +1056,7 @@ class TrainTab(QWidget):
         self.stop_watching()
         # run.json may not be written yet, or be another version's: the curves still come, in the default panels
         with contextlib.suppress(SpecError, OSError):
-            self.plots.set_method(PLOT_FAMILY[method_key_of(RunConfig.load(run_dir / "run.json"))])
+            self.plots.set_method(PLOT_FAMILY[method_of(RunConfig.load(run_dir / "run.json")).key])
         self.plots.clear()
         self.samples_view.clear()
         self.run_dir, self.watched_dir, self.last_finished = run_dir, run_dir, None
@@ -1242,36 +1132,13 @@ class TrainTab(QWidget):
 
     def pipeline_command(self) -> str:
         """The terminal equivalent of the pipeline: `train --pipeline pipeline.json`, and how to continue ours."""
-        exe = cli_exe()
-        lines = [f"{exe} train --pipeline pipeline.json --out my-pipeline"]
-        run = self.pipeline_dir
-        if run is not None and (run / "pipeline.json").is_file():
-            lines += [f"# continue pipeline {run.name} (completed stages are skipped, the interrupted one resumes):",
-                      f"{exe} train --resume {shlex.quote(str(run))}"]
-        return "\n".join(lines)
+        return pipeline_commands(self.pipeline_dir)
 
     def cli_command(self, config: RunConfig | None = None) -> str:
         """The terminal equivalent: `train --method ...` for the methods, `train --config` for every run."""
         if config is None and self._pipeline_shown():
             return self.pipeline_command()
-        run = self.run_dir
-        exe = cli_exe()
-        lines = []
-        config = config or self._shown_config()
-        method = METHOD_BY_KEY.get(method_key_of(config), METHODS[0])
-        if method.finetune:
-            command, uncovered = method_command(config, method, exe)
-            lines.append(command)
-            if uncovered:
-                lines.append("# not expressible as flags (they are in run.json below): " + ", ".join(uncovered))
-            lines.append("# exactly this config (save the JSON below as run.json):")
-        lines.append(f"{exe} train --config run.json --out my-run")
-        if run is not None and (run / "run.json").exists():
-            again = shlex.quote(str(run.with_name(run.name + "-cli")))
-            lines += [f"# reproduce run {run.name}:",
-                      f"{exe} train --config {shlex.quote(str(run / 'run.json'))} --out {again}",
-                      f"# or continue this run:\n{exe} train --resume {shlex.quote(str(run))}"]
-        return "\n".join(lines)
+        return run_commands(config or self._shown_config(), self.run_dir)
 
     def show_cli_command(self) -> None:
         if self._pipeline_shown():

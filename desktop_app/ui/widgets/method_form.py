@@ -40,54 +40,14 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine import specs
+from desktop_app.engine.method_options import METHOD_OPTIONS
+from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, Method
+from desktop_app.engine.spec_base import help_text
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.spec_form import FloatBox, SpecForm
 
 
-@dataclass(frozen=True)
-class Method:
-    key: str  # what the selector and the CLI's --method call it
-    label: str
-    objective: str  # RunConfig.objective
-    adapter: str | None  # fixed adapter kind, or None: the user picks (full weights / LoRA / QLoRA)
-    data: str  # "" (no record files) | "sft" | "dpo" | "grpo"
-    help: str
-
-    @property
-    def finetune(self) -> bool:
-        """Starts from a base model (everything but pretraining)."""
-        return self.key != "pretraining"
-
-
-METHODS: tuple[Method, ...] = (
-    Method("pretraining", "Pretraining", "causal_lm", "none", "",
-           "Next-token prediction on a prepared dataset: a model from the Model tab's spec, trained from scratch "
-           "(or continued from the Model tab's base)."),
-    Method("sft", "SFT (full fine-tuning)", "sft", "none", "sft",
-           "Supervised fine-tuning on chats or instructions: every weight of the base model trains. Loss falls "
-           "on the assistant's replies only (see the record preview)."),
-    Method("lora", "LoRA", "sft", "lora", "sft",
-           "SFT with low-rank adapters: the base stays frozen and only small adapter matrices train. Far less "
-           "memory and a small result (PEFT format); merge it into the base when exporting."),
-    Method("qlora", "QLoRA", "sft", "qlora", "sft",
-           "LoRA on a 4-bit (NF4) copy of the base: the least memory. Needs bitsandbytes."),
-    Method("dpo", "DPO", "dpo", None, "dpo",
-           "Direct preference optimisation on pairs of answers (prompt, chosen, rejected): the model learns to "
-           "prefer the chosen answer, staying close to the base (the reference)."),
-    Method("grpo", "GRPO", "grpo", None, "grpo",
-           "Reinforcement learning with reward functions: a group of completions per prompt is scored "
-           "(answer match, format, length, diversity, your own reward file) and the better ones are reinforced."),
-    Method("selfplay", "Self-play", "selfplay", None, "",
-           "Absolute Zero self-play: the model proposes tasks (deduction, abduction, induction), solves them, "
-           "and a task world checks every answer; rewards flow to both roles. No data needed."),
-)
-METHOD_BY_KEY = {m.key: m for m in METHODS}
-# Not a method of one run: a list of stages, each one of METHODS (the Train tab lists it after them).
-PIPELINE = Method("pipeline", "Pipeline", "pipeline", None, "",
-                  "Several stages in a row (e.g. pretraining -> SFT -> DPO), each one of the methods above with its "
-                  "own data and settings; each stage starts from the previous stage's output. Stop it any time: "
-                  "Resume continues the interrupted stage.")
 ADAPTER_CHOICES = (("none", "Full weights"), ("lora", "LoRA adapters"), ("qlora", "QLoRA (4-bit base + LoRA)"))
 DATA_TITLES = {
     "sft": "Data: chat, ShareGPT or Alpaca files",
@@ -153,47 +113,19 @@ HIDDEN_OPTIONS = {"grpo": ("prompts",)}  # GRPO's prompts are the data files (Ru
 
 
 def method_defaults(objective: str) -> dict[str, Any]:
-    """The engine's default options of a dict-options method (GRPO, self-play); imported on first use."""
-    if objective == "grpo":
-        from desktop_app.engine.objectives.grpo import DEFAULTS
-    elif objective == "selfplay":
-        from desktop_app.engine.objectives.selfplay import DEFAULTS
-    else:
-        return {}
-    return json.loads(json.dumps(DEFAULTS))  # a deep copy
+    """The default options of a dict-form method (GRPO, self-play)."""
+    cls = METHOD_OPTIONS.get(objective) if objective in ("grpo", "selfplay") else None
+    return cls().to_dict() if cls is not None else {}
 
 
 def options_spec(objective: str) -> type | None:
-    """SFTOptions / DPOOptions when the engine has them (tolerant of an engine that does not yet)."""
-    table = getattr(specs, "METHOD_OPTIONS", {}) or {}
-    return table.get(objective)
-
-
-# Used only while specs.METHOD_LR has no entry for a method (the engine's table wins once it has one).
-FALLBACK_LR: dict[tuple[str, str], float] = {
-    ("grpo", "none"): 1e-5, ("grpo", "lora"): 5e-5, ("grpo", "qlora"): 5e-5,
-    ("selfplay", "none"): 1e-5, ("selfplay", "lora"): 5e-5, ("selfplay", "qlora"): 5e-5,
-}
+    """SFTOptions / DPOOptions: the methods whose options the spec form shows."""
+    return METHOD_OPTIONS.get(objective) if objective in ("sft", "dpo") else None
 
 
 def default_lr(method: Method, adapter: str) -> float | None:
-    """The learning rate a method starts from (specs.METHOD_LR), or the pretraining default."""
-    if method.key == "pretraining":
-        return specs.TrainSpec().lr
-    table = getattr(specs, "METHOD_LR", {}) or {}
-    key = (method.objective, adapter)
-    return table.get(key, FALLBACK_LR.get(key))
-
-
-def method_key_of(config: specs.RunConfig) -> str:
-    """The selector's method for a run config: (objective, adapter kind) -> pretraining / sft / lora / ..."""
-    objective = config.objective
-    kind = (getattr(config, "adapter", None) or {}).get("kind", "none")
-    if objective == "causal_lm":
-        return "pretraining"
-    if objective == "sft":
-        return {"lora": "lora", "qlora": "qlora"}.get(kind, "sft")
-    return objective if objective in METHOD_BY_KEY else "pretraining"
+    """The learning rate a method starts from (methods.py)."""
+    return method.default_lr(adapter)
 
 
 def make_run_config(**fields: Any) -> tuple[specs.RunConfig, list[str]]:
@@ -425,7 +357,7 @@ class BasePicker(QWidget):
         self.box.setMinimumWidth(200)
         self.box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.box.setMinimumContentsLength(18)
-        self.box.setToolTip(specs.help_text(specs.RunConfig, "base_model")
+        self.box.setToolTip(help_text(specs.RunConfig, "base_model")
                             if "base_model" in {f.name for f in dataclasses.fields(specs.RunConfig)} else
                             "The model to start from")
         self.path_label = QLabel("")
@@ -791,7 +723,7 @@ class MethodPanel(QWidget):
         for kind, label in ADAPTER_CHOICES:
             self.adapter_box.addItem(label, kind)
         adapter_cls = getattr(specs, "AdapterSpec", None)
-        self.adapter_box.setToolTip(specs.help_text(adapter_cls, "kind") if adapter_cls else "")
+        self.adapter_box.setToolTip(help_text(adapter_cls, "kind") if adapter_cls else "")
         self.adapter_row = QWidget()
         ar = QHBoxLayout(self.adapter_row)
         ar.setContentsMargins(0, 0, 0, 0)

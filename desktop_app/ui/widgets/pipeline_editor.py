@@ -32,16 +32,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, method_of
 from desktop_app.engine.specs import RunConfig, SpecError, TrainSpec
-from desktop_app.ui.widgets.method_form import (
-    METHOD_BY_KEY,
-    METHODS,
-    MethodPanel,
-    default_lr,
-    describe_data_file,
-    make_run_config,
-    method_key_of,
-)
+from desktop_app.ui.widgets.method_form import MethodPanel, default_lr, describe_data_file, make_run_config
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 # What a stage shows while (or after) a pipeline runs; the engine's pipeline_state.json statuses map onto them.
@@ -248,7 +241,7 @@ class PipelineEditor(QWidget):
         stages = []
         for stage in loaded:
             config = RunConfig.from_dict(stage.config)
-            stages.append(StageDraft(stage.name, method_key_of(config), compact_config(config)))
+            stages.append(StageDraft(stage.name, method_of(config).key, compact_config(config)))
         self.stages = stages
         self._reset_states()
         self._rebuild_list(0 if stages else -1)

@@ -10,7 +10,8 @@ import pytest
 from ft_helpers import make_base, newest, preference_pairs, repeat_chats, write_jsonl
 
 from desktop_app.cli import main
-from desktop_app.engine.specs import METHOD_LR, RunConfig
+from desktop_app.engine.methods import default_lr
+from desktop_app.engine.specs import RunConfig
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def test_lora_run_json_events_merge_export_and_generate(world, tmp_path, capsys)
     assert samples and samples[0]["prompt"].startswith("repeat")  # held-out prompt, even with loss on all tokens
     config = RunConfig.load(run / "run.json")
     assert (config.objective, config.adapter["kind"], config.adapter["rank"]) == ("sft", "lora", 4)
-    assert config.method_options == {"loss_on": "all"} and config.train["lr"] == METHOD_LR[("sft", "lora")]
+    assert config.method_options == {"loss_on": "all"} and config.train["lr"] == default_lr("sft", "lora")
     assert len(config.base_model_sha256) == 64
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in newest(run).iterdir()}
 

@@ -6,22 +6,13 @@ import dataclasses
 
 import pytest
 
-from desktop_app.engine.specs import (
-    OBJECTIVES,
-    AdapterSpec,
-    DPOOptions,
-    ModelSpec,
-    RunConfig,
-    SFTOptions,
-    SpecError,
-    TrainSpec,
-    help_text,
-    parse_option,
-)
+from desktop_app.engine.method_options import DPOOptions, GRPOOptions, SelfPlayOptions, SFTOptions, parse_option
+from desktop_app.engine.spec_base import help_text
+from desktop_app.engine.specs import OBJECTIVES, AdapterSpec, ModelSpec, RunConfig, SpecError, TrainSpec
 from desktop_app.engine.train.loop import _canonical, config_diff
 
 
-@pytest.mark.parametrize("spec_cls", (AdapterSpec, SFTOptions, DPOOptions))
+@pytest.mark.parametrize("spec_cls", (AdapterSpec, SFTOptions, DPOOptions, GRPOOptions, SelfPlayOptions))
 def test_defaults_valid_round_trip_and_help(spec_cls) -> None:
     spec = spec_cls()
     assert spec.validate() == []
@@ -32,7 +23,7 @@ def test_defaults_valid_round_trip_and_help(spec_cls) -> None:
 
 def test_objectives_and_choices_agree_with_the_data_module() -> None:
     from desktop_app.engine.finetune import data
-    from desktop_app.engine.specs import LOSS_ON, OVERLONG
+    from desktop_app.engine.method_options import LOSS_ON, OVERLONG
 
     assert {"causal_lm", "sft", "dpo"} <= set(OBJECTIVES)
     assert set(LOSS_ON) == set(data.LOSS_ON) and set(OVERLONG) == set(data.OVERLONG)
