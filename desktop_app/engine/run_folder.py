@@ -181,10 +181,12 @@ def parse_record(line: bytes | str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every record of a run's metrics.jsonl (a torn last line from a crash is skipped)."""
+def read_metrics(run_dir: str | Path, *, upto_bytes: int | None = None) -> list[dict[str, Any]]:
+    """Every record of a run's metrics.jsonl (a torn last line from a crash is skipped); `upto_bytes`: only those in
+    its first bytes (what a checkpoint has seen: a resume keeps exactly these)."""
     try:
-        data = (Path(run_dir) / METRICS_FILE).read_bytes()
+        with open(Path(run_dir) / METRICS_FILE, "rb") as fh:
+            data = fh.read() if upto_bytes is None else fh.read(upto_bytes)
     except OSError:
         return []
     return [r for r in map(parse_record, data.split(b"\n")) if r is not None]

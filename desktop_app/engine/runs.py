@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from desktop_app.engine.run_folder import METRICS_FILE, MetricsReader, last_record
+from desktop_app.engine.events import Event, History, RunFolder
+from desktop_app.engine.methods import method_of
+from desktop_app.engine.run_folder import METRICS_FILE, RUN_FILE, MetricsReader, last_record, read_json, read_metrics
 
 
 def follow_run_batches(run_dir: str | Path, stop: threading.Event, *, poll_s: float = 0.5
@@ -33,6 +35,21 @@ def follow_run_batches(run_dir: str | Path, stop: threading.Event, *, poll_s: fl
             yield batch
         if not reader.more:
             stop.wait(poll_s)
+
+
+def watch_run(run_dir: str | Path, stop: threading.Event, *, poll_s: float = 0.5) -> Iterator[History]:
+    """`follow_run_batches` as events for a view: each batch is a live History of the run (its records become the
+    events they were written from, a cut-back file a Reset)."""
+    for batch in follow_run_batches(run_dir, stop, poll_s=poll_s):
+        yield History(str(run_dir), batch, live=True)
+
+
+def replay_run(run_dir: str | Path) -> Iterator[Event]:
+    """A finished (or stopped) run shown again: its folder, then its whole history."""
+    run_dir = Path(run_dir)
+    config = read_json(run_dir / RUN_FILE)
+    yield RunFolder(str(run_dir), method_of(config).key if isinstance(config, dict) else "pretraining")
+    yield History(str(run_dir), read_metrics(run_dir))
 
 
 def follow_run(run_dir: str | Path, stop: threading.Event, *, poll_s: float = 0.5) -> Iterator[dict[str, Any]]:

@@ -13,8 +13,8 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.methods import METHODS
+from desktop_app.engine.specs import RunConfig
 from desktop_app.ui.widgets.method_form import DataFileList
 from desktop_app.ui.widgets.method_plots import MethodPlots, panel_of
 from desktop_app.ui.widgets.task_browser import LOG_NAME

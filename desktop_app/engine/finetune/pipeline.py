@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
+from desktop_app.engine.events import Controls, Event, Finished, Log, Progress, StageStarted
+from desktop_app.engine.methods import method_of
 from desktop_app.engine.specs import RunConfig, SpecError, load_json, save_json
 
 PIPELINE_FILE = "pipeline.json"
@@ -215,6 +216,7 @@ def run_pipeline(source: str | Path | dict[str, Any] | None, out: str | Path, co
                   f"{run_dir}" + (f", base {config.base_model}" if config.base_model else ""))
         status[i]["status"] = "running"
         _write_state(out, stages, status, i)
+        yield StageStarted(i, stage.name, str(run_dir), method_of(config).key)
         finished: Finished | None = None
         try:
             for event in train(config, run_dir, controls, resume=has_checkpoint, interactive=interactive):

@@ -44,12 +44,14 @@ from desktop_app.engine.events import (
     EvalResult,
     Event,
     Finished,
+    History,
     Log,
-    Progress,
+    RunFolder,
     Sample,
     Started,
     StepMetrics,
 )
+from desktop_app.engine.methods import method_of
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.run_folder import RUN_FILE, MetricsWriter
 from desktop_app.engine.specs import AdapterSpec, DistributedSpec, ModelSpec, RunConfig, TrainSpec, method_options
@@ -223,7 +225,7 @@ class _Run:
 
     # events go to metrics.jsonl (flushed) before they reach the caller, so history survives a crash
     def emit(self, event: Event) -> Event:
-        if self.metrics is not None and not isinstance(event, Progress):
+        if self.metrics is not None and event.recorded:
             problem = self.metrics.write(event.to_dict())
             if problem:
                 return Log("warning", problem)
@@ -309,8 +311,13 @@ def _train(run: _Run, resume: bool, accept_config_change: bool) -> Iterator[Even
         raise UserError(f"{run_dir} already holds checkpoints of a run: resume it (train --resume {run_dir}) "
                         "or choose a new output folder")
 
-    # 2. run.json, and metrics.jsonl cut back to what the checkpoint had seen (consistent replayed history).
+    # 2. run.json, and metrics.jsonl cut back to what the checkpoint had seen (consistent replayed history). A view
+    # gets the run's folder first, and a resumed run's curve so far, read before the cut.
     if run.is_main:  # only process 0 writes the run folder
+        yield RunFolder(str(run_dir), method_of(config).key, resumed=loaded is not None)
+        if loaded is not None:
+            offset = int(loaded.trainer_state.get("metrics_offset", 0))
+            yield History(str(run_dir), run_folder.read_metrics(run_dir, upto_bytes=offset))
         run.metrics = _open_run_folder(run_dir, config, loaded)
 
     # 3. Threads, precision (the device was chosen above). Processes on one machine share its cores.

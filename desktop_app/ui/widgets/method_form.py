@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,6 @@ from desktop_app.engine.spec_base import help_text
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.spec_form import FloatBox, SpecForm
-
 
 ADAPTER_CHOICES = (("none", "Full weights"), ("lora", "LoRA adapters"), ("qlora", "QLoRA (4-bit base + LoRA)"))
 DATA_TITLES = {

@@ -68,6 +68,13 @@ def test_pretrain_sft_dpo_pipeline_stops_and_resumes_mid_way(tmp_path):
     assert any("the adapter was merged into its base" in e.message for e in resumed if e.type == "log")
     steps = [e for e in resumed if e.type == "step"]
     assert {"rewards_chosen", "preference_accuracy"} <= set(steps[-1].metrics)
+    # a view learns each stage's start, then its folder (and, for the resumed stage, its curve so far)
+    started = [(e.index, e.name, e.method) for e in resumed if e.type == "stage"]
+    assert started == [(1, "sft", "lora"), (2, "dpo", "dpo")]  # the sft stage trains LoRA adapters
+    folders = [(e.path, e.resumed) for e in resumed if e.type == "run_folder"]
+    assert folders == [(str(stages[1]), True), (str(stages[2]), False)]
+    history = next(e for e in resumed if e.type == "history")
+    assert history.run_dir == str(stages[1]) and [r["step"] for r in history.records if r["type"] == "step"] == [1, 2]
     assert resumed[-1].result["run_dir"] == str(stages[2])
     assert (out / STATE_FILE).is_file()
     # the final model generates
