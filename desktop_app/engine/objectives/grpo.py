@@ -8,14 +8,13 @@ and applies the shared clipped policy loss (+ optional KL to a frozen reference)
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from desktop_app.engine.data.prompt_files import load_prompts
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.decode import forget_prepared_weights
 from desktop_app.engine.method_options import GRPOOptions, typed_options
@@ -23,29 +22,6 @@ from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
 from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
-
-
-def load_prompts(paths: list[str] | str) -> list[dict[str, str]]:
-    """Records {prompt, answer} from JSONL files; every bad line is an error naming file and line."""
-    records: list[dict[str, str]] = []
-    for name in [paths] if isinstance(paths, str) else list(paths):
-        path = Path(name)
-        if not path.is_file():
-            raise UserError(f"prompt file {path} does not exist")
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path.name} line {number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(data, dict) or not isinstance(data.get("prompt"), str) or not data["prompt"].strip():
-                raise UserError(f"{path.name} line {number}: needs a non-empty string field \"prompt\"")
-            answer = data.get("answer", "")
-            records.append({"prompt": data["prompt"], "answer": "" if answer is None else str(answer)})
-    if not records:
-        raise UserError("no prompts found: give a JSONL file with one {\"prompt\": ...} object per line")
-    return records
 
 
 class PromptSource:

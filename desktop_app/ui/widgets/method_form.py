@@ -136,32 +136,6 @@ def make_run_config(**fields: Any) -> tuple[specs.RunConfig, list[str]]:
 
 # --- data files ------------------------------------------------------------------------------------------------
 
-def _grpo_format(path: Path) -> str:
-    """'prompts' / 'prompts with answers' for a GRPO prompt file; UserError naming the line otherwise."""
-    from desktop_app.engine.errors import UserError
-
-    answers = seen = 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError as exc:
-                raise UserError(f"line {number} is not valid JSON ({exc})") from None
-            if not isinstance(data, dict) or not isinstance(data.get("prompt"), str) or not data["prompt"].strip():
-                keys = ", ".join(sorted(map(str, data))[:8]) if isinstance(data, dict) else type(data).__name__
-                raise UserError(f"line {number} has no \"prompt\" string (keys: {keys}); GRPO reads JSONL records "
-                                "{\"prompt\": ..., \"answer\": ...}")
-            answers += "answer" in data
-            seen += 1
-            if seen >= 50:
-                break
-    if not seen:
-        raise UserError("the file is empty: no prompts")
-    return "prompts with answers" if answers else "prompts"
-
-
 def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
     """(format label, problem) of one data file for a method's data kind; problem is "" when usable."""
     from desktop_app.engine.errors import UserError
@@ -170,8 +144,10 @@ def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
     if not p.is_file():
         return "", f"{p} does not exist" if not p.exists() else f"{p} is not a file"
     if data_kind == "grpo":
+        from desktop_app.engine.data.prompt_files import describe_prompt_file
+
         try:
-            return _grpo_format(p), ""
+            return describe_prompt_file(p), ""
         except (UserError, OSError) as exc:
             return "", f"{p.name}: {exc}"
     from desktop_app.engine.finetune.data import FORMAT_NAMES, detect_format

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from train_helpers import make_dataset, tiny_config
 
+from desktop_app.engine.data.prompt_files import load_prompts
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.objectives.grpo import GRPOObjective, load_prompts
+from desktop_app.engine.objectives.grpo import GRPOObjective
 from desktop_app.engine.run_folder import read_metrics
 from desktop_app.engine.train.loop import train
 
@@ -80,3 +81,19 @@ def test_bad_prompt_files_and_options_are_clear_errors(tmp_path: Path) -> None:
         GRPOObjective({"groupsize": 4})
     with pytest.raises(UserError, match="unknown reward"):
         GRPOObjective({"weights": {"vibes": 1.0}})
+
+
+def test_the_window_and_the_method_judge_prompt_files_alike(tmp_path: Path) -> None:
+    from desktop_app.engine.data.prompt_files import describe_prompt_file
+
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"prompt": "a"}\n\n{"prompt": "b"}\n')
+    answered = tmp_path / "answered.jsonl"
+    answered.write_text('{"prompt": "a", "answer": "1"}\n')
+    assert describe_prompt_file(plain) == "prompts" and describe_prompt_file(answered) == "prompts with answers"
+    assert [r["prompt"] for r in load_prompts([str(plain), str(answered)])] == ["a", "b", "a"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
+    for read in (describe_prompt_file, load_prompts):
+        with pytest.raises(UserError, match=r"bad.jsonl line 2: .*\"prompt\""):
+            read(str(bad))
