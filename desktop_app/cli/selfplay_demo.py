@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from desktop_app.cli.reporting import StopSignals, consume
     from desktop_app.engine.events import Controls
-    from desktop_app.engine.selfplay.demo import run_demo
+    from desktop_app.engine.recipes.selfplay_demo import run_demo
 
     controls = Controls()
     with StopSignals(controls):

@@ -243,7 +243,7 @@ def _other_process() -> bool:
 
 
 def _is_pipeline(path: str) -> bool:
-    from desktop_app.engine.finetune.pipeline import is_pipeline_dir
+    from desktop_app.engine.pipeline_folder import is_pipeline_dir
 
     return is_pipeline_dir(path)
 
@@ -251,7 +251,7 @@ def _is_pipeline(path: str) -> bool:
 def _run_pipeline(args: argparse.Namespace) -> int:
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.events import Controls
-    from desktop_app.engine.finetune.pipeline import run_pipeline
+    from desktop_app.engine.recipes.pipeline import run_pipeline
     from desktop_app.engine.train.distributed import launched_world_size
 
     if launched_world_size() > 1:

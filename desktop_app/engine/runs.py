@@ -82,7 +82,7 @@ def is_live(run_dir: str | Path, *, within_s: float = 120.0, now: float | None =
 
 def pipeline_root(path: str | Path) -> Path | None:
     """The pipeline folder `path` is, or whose stage folder (OUT/stages/NN-name) it is; None otherwise."""
-    from desktop_app.engine.finetune.pipeline import STAGES_DIR, is_pipeline_dir
+    from desktop_app.engine.pipeline_folder import STAGES_DIR, is_pipeline_dir
 
     p = Path(path)
     if is_pipeline_dir(p):
@@ -94,7 +94,7 @@ def pipeline_root(path: str | Path) -> Path | None:
 
 def pipeline_resumable(path: str | Path) -> bool:
     """A pipeline folder with stages still to run (none started, one interrupted, or later ones waiting)."""
-    from desktop_app.engine.finetune.pipeline import DONE, is_pipeline_dir, read_state
+    from desktop_app.engine.pipeline_folder import DONE, is_pipeline_dir, read_state
 
     if not is_pipeline_dir(path):
         return False

@@ -27,7 +27,7 @@ def main() -> None:
 
     from desktop_app.engine.model.loading import load_model
     from desktop_app.engine.objectives.selfplay import SelfPlayObjective
-    from desktop_app.engine.selfplay.demo import DEMO_SELFPLAY
+    from desktop_app.engine.recipes.selfplay_demo import DEMO_SELFPLAY
     from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
     from desktop_app.engine.specs import RunConfig, TrainSpec
     from desktop_app.engine.tasks import get_world

@@ -307,7 +307,7 @@ def test_selfplay_shows_the_sandbox_state_and_a_live_task_browser(window, qtbot,
 def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, qtbot, monkeypatch, tmp_path):
     # The engine's demo itself is tested in tests/engine/selfplay/test_selfplay_demo.py; here a short stand-in
     # with the same phase messages checks the window's side: start, fresh curves per phase, live task browser.
-    import desktop_app.engine.selfplay.demo as demo
+    import desktop_app.engine.recipes.selfplay_demo as demo
     from desktop_app.engine.events import Finished, Log, StepMetrics
 
     def short_demo(out, *, minutes, controls):

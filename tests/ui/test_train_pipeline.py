@@ -9,8 +9,8 @@ import json
 import pytest
 
 from desktop_app.engine.events import StepMetrics
-from desktop_app.engine.finetune.pipeline import read_state
 from desktop_app.engine.methods import default_lr
+from desktop_app.engine.pipeline_folder import read_state
 
 WORDS = ["red", "blue", "cat", "dog", "sun", "moon"]
 CHATS = [{"messages": [{"role": "user", "content": f"say {a}"}, {"role": "assistant", "content": f"{a} {b}"}]}

@@ -116,7 +116,7 @@ def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: boo
 
 def _demo_job(out: Path, controls: Controls, minutes: float):
     """The self-play CPU demo in the worker thread: its events, plus markers when a phase's run folder starts."""
-    from desktop_app.engine.selfplay.demo import run_demo
+    from desktop_app.engine.recipes.selfplay_demo import run_demo
 
     for event in run_demo(out, minutes=minutes, controls=controls):
         if isinstance(event, Log) and event.message.startswith("3/4"):
@@ -160,7 +160,8 @@ def _checkpointed_history(run_dir: Path) -> list[dict[str, Any]]:
 def _pipeline_job(source: dict[str, Any] | None, out: Path, controls: Controls, resume: bool):
     """Runs in the worker thread: a pipeline (source None: resume the one in `out`), with a ("stage", index, run
     folder) marker when a stage starts and, when that stage resumes, the history its checkpoint has seen."""
-    from desktop_app.engine.finetune.pipeline import PIPELINE_FILE, load_pipeline, run_pipeline, stage_dir
+    from desktop_app.engine.pipeline_folder import PIPELINE_FILE, load_pipeline, stage_dir
+    from desktop_app.engine.recipes.pipeline import run_pipeline
 
     if source is not None and not resume:
         source, notes = _fit_pretraining_stages(source)
@@ -783,7 +784,7 @@ class TrainTab(QWidget):
 
     def _show_pipeline(self, root: Path) -> bool:
         """The pipeline folder's stages in the editor, with their states (from its pipeline_state.json)."""
-        from desktop_app.engine.finetune.pipeline import PIPELINE_FILE, read_state
+        from desktop_app.engine.pipeline_folder import PIPELINE_FILE, read_state
 
         self.set_method(PIPELINE.key)
         try:
@@ -948,7 +949,7 @@ class TrainTab(QWidget):
         self._set_running(False)
         self.plots.flush()
         if self.pipeline_running and self.pipeline_dir is not None:
-            from desktop_app.engine.finetune.pipeline import read_state
+            from desktop_app.engine.pipeline_folder import read_state
 
             self.pipeline_editor.set_engine_states(read_state(self.pipeline_dir), ended=True)  # the engine's record
         self.pipeline_running = False
@@ -969,7 +970,7 @@ class TrainTab(QWidget):
             self.ctx.info("Stop the running training before showing another run.")
             return
         self.stop_watching()
-        from desktop_app.engine.finetune.pipeline import is_pipeline_dir
+        from desktop_app.engine.pipeline_folder import is_pipeline_dir
 
         if is_pipeline_dir(run_dir):
             if not self._show_pipeline(Path(run_dir)):
@@ -979,7 +980,7 @@ class TrainTab(QWidget):
                 self.plots.clear()
                 self.status_label.setText(f"Pipeline {run_dir}: no stage has run yet")
                 return
-            from desktop_app.engine.finetune.pipeline import stage_dir
+            from desktop_app.engine.pipeline_folder import stage_dir
 
             stage = self.pipeline_editor.stages[stages[-1]]
             self.pipeline_editor.select_stage(stages[-1])
@@ -1041,7 +1042,7 @@ class TrainTab(QWidget):
         if not run_dir.is_dir():
             self.ctx.report_error(f"{run_dir} is not a folder.", title="Cannot watch this run")
             return False
-        from desktop_app.engine.finetune.pipeline import is_pipeline_dir, read_state
+        from desktop_app.engine.pipeline_folder import is_pipeline_dir, read_state
 
         if is_pipeline_dir(run_dir):  # a pipeline writes its metrics per stage: follow the stage it is at
             state = read_state(run_dir)

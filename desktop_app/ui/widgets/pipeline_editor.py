@@ -1,6 +1,6 @@
 """The Train tab's pipeline editor: a list of stages, each one a method with its base, data, options and
 hyperparameters, edited with the same MethodPanel and TrainSpec form as a single run; pipeline JSON in and out
-(the engine's format, engine/finetune/pipeline.py); and, while a pipeline runs, each stage's state
+(the engine's format, engine/pipeline_folder.py); and, while a pipeline runs, each stage's state
 (done / running (step n/N) / waiting).
 
 A stage's config is a compact run config: only the fields that differ from RunConfig's defaults. A stage with
@@ -235,7 +235,7 @@ class PipelineEditor(QWidget):
     def set_pipeline(self, data: dict[str, Any] | str | Path) -> None:
         """Show a pipeline (a dict or a pipeline JSON file), checked by the engine first: SpecError lists every
         problem of every stage, and the stages shown stay as they were."""
-        from desktop_app.engine.finetune.pipeline import load_pipeline
+        from desktop_app.engine.pipeline_folder import load_pipeline
 
         loaded = load_pipeline(data)
         stages = []
@@ -249,7 +249,7 @@ class PipelineEditor(QWidget):
 
     def problems(self) -> list[str]:
         """What stops this pipeline from starting: the engine's checks of every stage, then files and folders."""
-        from desktop_app.engine.finetune.pipeline import load_pipeline
+        from desktop_app.engine.pipeline_folder import load_pipeline
 
         if not self.stages:
             return ["add at least one stage"]

@@ -10,7 +10,8 @@ from ft_helpers import newest, preference_pairs, repeat_chats, write_jsonl
 from train_helpers import make_dataset, tiny_model
 
 from desktop_app.engine.events import Controls
-from desktop_app.engine.finetune.pipeline import STATE_FILE, load_pipeline, read_state, run_pipeline
+from desktop_app.engine.pipeline_folder import STATE_FILE, load_pipeline, read_state
+from desktop_app.engine.recipes.pipeline import run_pipeline
 from desktop_app.engine.specs import SpecError
 
 TRAIN = {"batch_size": 4, "lr": 3e-3, "warmup_steps": 0, "eval_every": 0, "save_every": 2, "sample_tokens": 0,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.engine.selfplay.demo import run_demo
+from desktop_app.engine.recipes.selfplay_demo import run_demo
 
 
 @pytest.mark.slow

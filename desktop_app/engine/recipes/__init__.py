@@ -1,0 +1,1 @@
+"""Recipes: work made of several training runs (pipelines, the self-play demonstration)."""
