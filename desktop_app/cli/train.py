@@ -86,7 +86,7 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
     """(RunConfig, run_dir, resume?, notes) from the parsed flags; raises UserError on bad input."""
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.specs import RunConfig
-    from desktop_app.engine.train.loop import config_from_preset
+    from desktop_app.engine.train.setup import config_from_preset
 
     if args.preset and not args.dataset:
         raise UserError("--preset goes with --dataset; a run config or a resumed run already has its model")

@@ -237,7 +237,7 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
     from desktop_app.engine.data.token_store import TokenStore
     from desktop_app.engine.presets import preset
     from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
-    from desktop_app.engine.train.loop import adapt_model_to_dataset
+    from desktop_app.engine.train.setup import adapt_model_to_dataset
 
     if body.config is not None:
         if any([body.dataset, body.preset, body.model, body.base_model, body.train]):

@@ -11,7 +11,8 @@ from ingest_cases import EXPECTED_VERDICTS
 
 from desktop_app.engine.data import ingest
 from desktop_app.engine.data import prepare as data_mod
-from desktop_app.engine.data.prepare import append_to_dataset, dataset_stats, prepare_dataset, split_of
+from desktop_app.engine.data.dataset_stats import dataset_stats
+from desktop_app.engine.data.prepare import append_to_dataset, prepare_dataset, split_of
 from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.data.tokenization import load_tokenizer, save_tokenizer, tokenizer_sha256, train_tokenizer
 from desktop_app.engine.errors import UserError

@@ -15,7 +15,8 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.specs import DistributedSpec, RunConfig, SpecError
 from desktop_app.engine.train import auto_batch
 from desktop_app.engine.train.distributed import DistContext, launched_world_size, lost_peer_message
-from desktop_app.engine.train.loop import _check_distributed, check_optimizer_state
+from desktop_app.engine.train.setup import check_optimizer_state
+from desktop_app.engine.train.sync import check_run
 
 
 def _fake(world: int = 2, rank: int = 0, strategy: str = "ddp") -> DistContext:
@@ -54,14 +55,14 @@ def test_distributed_spec_defaults_and_refusals():
 def test_what_cannot_run_on_several_processes_is_refused_clearly(tmp_path, changes, strategy, message):
     config = tiny_config(make_dataset(tmp_path / "ds"), **changes)
     with pytest.raises(UserError, match=message):
-        _check_distributed(_fake(strategy=strategy), config, config.train_spec())
-    _check_distributed(None, config, config.train_spec())  # one process: fine
+        check_run(_fake(strategy=strategy), config, config.train_spec())
+    check_run(None, config, config.train_spec())  # one process: fine
 
 
 def test_rollout_methods_refuse_torchrun():
     config = RunConfig(base_model="/base", objective="selfplay")
     with pytest.raises(UserError, match="without torchrun"):
-        _check_distributed(_fake(), config, config.train_spec())
+        check_run(_fake(), config, config.train_spec())
 
 
 def test_optimizer_state_of_another_optimizer_is_refused_on_resume():
@@ -170,11 +171,11 @@ def test_gathered_state_drops_tied_copies_as_the_model_does():
 def test_signals_set_the_controls():
     import signal
 
-    from desktop_app.cli.train import _signals
+    from desktop_app.cli.reporting import StopSignals
     from desktop_app.engine.events import Controls
 
     controls = Controls()
-    with _signals(controls):
+    with StopSignals(controls):
         os.kill(os.getpid(), signal.SIGUSR2)
         assert controls.pause.is_set()
         os.kill(os.getpid(), signal.SIGUSR2)

@@ -1,4 +1,4 @@
-"""What a view learns from the engine alone: a run's folder first, a resumed run's curve so far (read before the
+"""What a view learns from the engine alone: a run's folder as it starts, a resumed run's curve so far (read before the
 resume cuts metrics.jsonl back), pipeline stages as they start, a finished run replayed, a watched run's growth,
 and every record turned back into the event it was written from."""
 
@@ -45,14 +45,15 @@ def test_a_resumed_run_yields_its_folder_then_its_curve_up_to_the_checkpoint(tmp
         first.append(event)
         if isinstance(event, StepMetrics) and event.step == 3:  # stop saves the step-3 checkpoint
             controls.stop.set()
-    assert first[0] == RunFolder(str(tmp_path / "run"), "pretraining", resumed=False)
-    assert not any(isinstance(e, (RunFolder, History)) for e in first[1:])
+    assert first[0].type == "start"  # the run's first event, as the CLI's --json shows it
+    assert first[1] == RunFolder(str(tmp_path / "run"), "pretraining", resumed=False)
+    assert not any(isinstance(e, (RunFolder, History)) for e in first[2:])
     kept = read_metrics(tmp_path / "run")
     with open(tmp_path / "run" / "metrics.jsonl", "a", encoding="utf-8") as fh:  # what a killed run leaves behind
         fh.write('{"type": "step", "step": 4, "total_steps": 6, "loss": 1.0}\n{"type": "step", "st')
     events = list(train(config, tmp_path / "run", resume=True))
-    assert events[0] == RunFolder(str(tmp_path / "run"), "pretraining", resumed=True)
-    history = events[1]
+    assert events[1] == RunFolder(str(tmp_path / "run"), "pretraining", resumed=True)
+    history = events[2]
     assert isinstance(history, History) and history.records
     steps = [e.step for e in history.events() if isinstance(e, StepMetrics)]
     assert steps == [1, 2, 3]  # what the step-3 checkpoint had seen, not the lost step 4

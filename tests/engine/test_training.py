@@ -84,12 +84,13 @@ def test_exact_resume_in_process_after_abandoned_steps(dataset, tmp_path, precis
 def test_accumulation_4x4_equals_batch_16(dataset, tmp_path):
     # The gradient of 4 micro-batches x 4 accumulated must equal the gradient of one batch of 16.
     import contextlib
+    from types import SimpleNamespace
 
     from desktop_app.engine.data.batches import WindowBatchSource
     from desktop_app.engine.data.token_store import TokenStore
     from desktop_app.engine.model.architecture import build_model
     from desktop_app.engine.train.distributed import wrap
-    from desktop_app.engine.train.loop import _accumulate
+    from desktop_app.engine.train.loop import accumulate
 
     config = tiny_config(dataset)
     batch, _ = WindowBatchSource(TokenStore(dataset), seed=0).take(16)
@@ -99,8 +100,9 @@ def test_accumulation_4x4_equals_batch_16(dataset, tmp_path):
         model.train()
         objective = CausalLMObjective()
         wrapped = wrap(model, model, objective.loss, None, torch.device("cpu"))  # one process: the loss as is
-        loss, _, tokens = _accumulate(objective, wrapped, batch, micro, torch.device("cpu"),
-                                      contextlib.nullcontext, None)
+        parts = SimpleNamespace(objective=objective, wrapped=wrapped, scaler=None,
+                                ctx=SimpleNamespace(device=torch.device("cpu"), autocast=contextlib.nullcontext))
+        loss, _, tokens = accumulate(parts, batch, micro)
         losses.append(loss.item())
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
         assert tokens == 16 * 32
@@ -309,7 +311,7 @@ def test_model_too_small_for_dataset_is_refused(dataset, tmp_path):
 
 def test_preset_is_adapted_to_the_dataset(dataset):
     from desktop_app.engine.data.token_store import TokenStore
-    from desktop_app.engine.train.loop import config_from_preset
+    from desktop_app.engine.train.setup import config_from_preset
 
     config, notes = config_from_preset(dataset, "tiny", steps=3)
     store = TokenStore(dataset)

@@ -1,4 +1,4 @@
-"""Seeded, resumable batch sources over a TokenStore.
+"""Seeded, resumable batch sources: windows of a TokenStore (pretraining) and indices of examples (fine-tuning).
 
 The training order is a pure function of (seed, epoch): epoch e visits every window of the split in
 the order `default_rng([seed, e]).permutation(n)`. The position is just (epoch, cursor), so a
@@ -18,26 +18,49 @@ from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.errors import UserError
 
 
-class WindowBatchSource:
-    """Windows (context_length + 1 tokens) of one split, shuffled per epoch, resumable.
+class BatchSource:
+    """Where the loop takes each optimizer step's whole batch from: resumable (its state is plain JSON, saved in
+    every checkpoint), and returning the position each batch started at, so accumulation and out-of-memory retries
+    re-split the same data and a rollback can step over a bad batch. Defaults for what a source may not need."""
 
-    `take(n)` returns `(tokens, position)`: an int64 tensor (n, context_length + 1) and the
-    position it started at (a JSON-able list). `skip(position)` marks a batch to be stepped over
-    whenever the source reaches that position again (the rollback policy skips a poisoned batch).
-    """
+    def __init__(self) -> None:
+        self.skipped: set[tuple[int, int]] = set()  # positions stepped over (kept through a rollback)
 
-    def __init__(self, store: TokenStore, split: str = "train", *, seed: int = 0):
-        self.store = store
-        self.split = split
+    def take(self, count: int) -> tuple[Any, list[int]]:
+        raise NotImplementedError
+
+    def skip(self, position: list[int]) -> None:
+        """Step over the batch at `position` whenever the source reaches it again."""
+
+    def set_shard(self, rank: int, processes: int) -> bool:
+        """Several processes: True when take() will return only this process's rows from now on (the loop then
+        does not split the batch itself)."""
+        return False
+
+    @property
+    def epoch_progress(self) -> float:
+        return 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class SeededOrder(BatchSource):
+    """`n` items visited once per epoch in the order `default_rng([seed, epoch]).permutation(n)`, resumable from
+    (epoch, cursor); an epoch boundary inside a batch continues into the next epoch's order. Subclasses say what
+    an item is (`gather`) and what their state calls the item count (`size_key`)."""
+
+    size_key = "items"
+
+    def __init__(self, n: int, seed: int):
+        super().__init__()
+        self.n = int(n)
         self.seed = int(seed)
-        self.n = store.num_chunks(split)
-        if self.n == 0:
-            raise UserError(f"the {split} split of {store.path} has no complete window of "
-                            f"{store.context_length + 1} tokens: add more text or lower the context length")
         self.epoch = 0
         self.cursor = 0
-        self.skipped: set[tuple[int, int]] = set()
-        self.shard: tuple[int, int] | None = None  # (rank, processes): take() returns that rank's rows only
         self._perm_epoch = -1
         self._perm: np.ndarray | None = None
 
@@ -48,11 +71,10 @@ class WindowBatchSource:
         assert self._perm is not None
         return self._perm
 
-    def _indices(self, count: int) -> np.ndarray:
+    def next_indices(self, count: int) -> np.ndarray:
         out = []
         while count:
-            perm = self._permutation(self.epoch)
-            piece = perm[self.cursor:self.cursor + count]
+            piece = self._permutation(self.epoch)[self.cursor:self.cursor + count]
             out.append(piece)
             count -= len(piece)
             self.cursor += len(piece)
@@ -61,31 +83,15 @@ class WindowBatchSource:
                 self.cursor = 0
         return np.concatenate(out)
 
-    def set_shard(self, rank: int, processes: int) -> None:
-        """From now on take(count) advances by count windows but reads and returns only rows
-        rank*count/processes .. (rank+1)*count/processes (count must divide evenly)."""
-        self.shard = (int(rank), int(processes)) if processes > 1 else None
-
-    def take(self, count: int) -> tuple[torch.Tensor, list[int]]:
+    def take(self, count: int) -> tuple[Any, list[int]]:
         while (self.epoch, self.cursor) in self.skipped:
-            self._indices(count)  # step over a batch marked bad
+            self.next_indices(count)  # step over a batch marked bad
         position = [self.epoch, self.cursor]
-        idx = self._indices(count)
-        if self.shard is not None:
-            rank, processes = self.shard
-            per = count // processes
-            idx = idx[rank * per:(rank + 1) * per]
-        return self._gather(idx), position
+        return self.gather(self.next_indices(count), count), position
 
-    def _gather(self, idx: np.ndarray) -> torch.Tensor:
-        # One memmap read per window; windows are small (context + 1 tokens), so this is cheap.
-        tokens = self.store.tokens(self.split)
-        stride, width = self.store.stride, self.store.context_length + 1
-        out = np.empty((len(idx), width), dtype=np.int64)
-        for row, i in enumerate(idx):
-            start = int(i) * stride
-            out[row] = tokens[start:start + width]
-        return torch.from_numpy(out)
+    def gather(self, idx: np.ndarray, count: int) -> Any:
+        """The batch of the items `idx` (a `count`-item step)."""
+        raise NotImplementedError
 
     def skip(self, position: list[int]) -> None:
         self.skipped.add((int(position[0]), int(position[1])))
@@ -95,18 +101,76 @@ class WindowBatchSource:
         return self.epoch + self.cursor / self.n
 
     def state_dict(self) -> dict[str, Any]:
-        return {"split": self.split, "seed": self.seed, "epoch": self.epoch, "cursor": self.cursor,
-                "windows": self.n, "skipped": sorted([list(p) for p in self.skipped])}
+        return {"seed": self.seed, "epoch": self.epoch, "cursor": self.cursor, self.size_key: self.n,
+                "skipped": sorted([list(p) for p in self.skipped])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.seed = int(state["seed"])
         self.epoch = int(state["epoch"])
         self.cursor = int(state["cursor"])
         self.skipped = {(int(a), int(b)) for a, b in state.get("skipped", [])}
-        if int(state.get("windows", self.n)) != self.n:
-            # The dataset grew (append): keep the epoch, restart it so every window is visited.
+        if int(state.get(self.size_key, self.n)) != self.n or self.cursor >= self.n:
+            # The data changed (a dataset grew, an accepted config change): keep the epoch, restart it.
             self.cursor = 0
         self._perm_epoch = -1
+
+
+class WindowBatchSource(SeededOrder):
+    """Windows (context_length + 1 tokens) of one split, shuffled per epoch, resumable.
+
+    `take(n)` returns `(tokens, position)`: an int64 tensor (n, context_length + 1) and the
+    position it started at (a JSON-able list). `skip(position)` marks a batch to be stepped over
+    whenever the source reaches that position again (the rollback policy skips a poisoned batch).
+    """
+
+    size_key = "windows"
+
+    def __init__(self, store: TokenStore, split: str = "train", *, seed: int = 0):
+        n = store.num_chunks(split)
+        if n == 0:
+            raise UserError(f"the {split} split of {store.path} has no complete window of "
+                            f"{store.context_length + 1} tokens: add more text or lower the context length")
+        super().__init__(n, seed)
+        self.store = store
+        self.split = split
+        self.shard: tuple[int, int] | None = None  # (rank, processes): take() returns that rank's rows only
+
+    def set_shard(self, rank: int, processes: int) -> bool:
+        """From now on take(count) advances by count windows but reads and returns only rows
+        rank*count/processes .. (rank+1)*count/processes (count must divide evenly)."""
+        self.shard = (int(rank), int(processes)) if processes > 1 else None
+        return self.shard is not None
+
+    def gather(self, idx: np.ndarray, count: int) -> torch.Tensor:
+        if self.shard is not None:
+            rank, processes = self.shard
+            per = count // processes
+            idx = idx[rank * per:(rank + 1) * per]
+        # One memmap read per window; windows are small (context + 1 tokens), so this is cheap.
+        tokens = self.store.tokens(self.split)
+        stride, width = self.store.stride, self.store.context_length + 1
+        out = np.empty((len(idx), width), dtype=np.int64)
+        for row, i in enumerate(idx):
+            start = int(i) * stride
+            out[row] = tokens[start:start + width]
+        return torch.from_numpy(out)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"split": self.split, **super().state_dict()}
+
+
+class IndexBatchSource(SeededOrder):
+    """Indices of `n` examples (fine-tuning records), shuffled per epoch; take(k) -> (k example indices, position)."""
+
+    size_key = "examples"
+
+    def __init__(self, n: int, seed: int):
+        if n < 1:
+            raise UserError("no training examples")
+        super().__init__(n, seed)
+
+    def gather(self, idx: np.ndarray, count: int) -> list[int]:
+        return [int(i) for i in idx]
 
 
 def eval_windows(store: TokenStore, count: int, split: str = "val") -> torch.Tensor:

@@ -33,20 +33,21 @@ import numpy as np
 
 from desktop_app.engine.data.ingest import Doc, Record, SourceInfo, read_items, scan
 from desktop_app.engine.data.token_store import (
+    FORMAT_VERSION,
     MANIFEST_NAME,
     SPLITS,
     TOKENIZER_NAME,
-    TokenStore,
     TokenWriter,
+    load_manifest,
     num_windows,
     token_dtype,
     truncate_stream,
+    write_manifest,
 )
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, FileVerdict, Finished, Log, Progress
 from desktop_app.engine.specs import DataSpec
 
-FORMAT_VERSION = 1
 BATCH_CHARS = 1 << 20  # text per encode_batch call: big enough to keep every core busy
 TOKENIZER_SAMPLE_CHARS = 64 << 20  # tokenizer training sample (BPE counts words; more text adds little)
 SPLIT_KEY_CHARS = 4096  # the split of a document is decided by a seeded hash of its first characters
@@ -309,12 +310,6 @@ def summary_of(manifest: dict[str, Any], dataset_dir: Path, files: list[SourceIn
     }
 
 
-def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    from desktop_app.engine.fileio import atomic_write_text
-
-    atomic_write_text(folder / MANIFEST_NAME, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-
-
 def _record_summary(folder: Path, counts: dict[str, int]) -> dict[str, Any]:
     return {kind: {"file": f"records/{kind}.jsonl", "count": n,
                    "bytes": (folder / "records" / f"{kind}.jsonl").stat().st_size}
@@ -448,7 +443,7 @@ def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: Data
         }
         for warning in _warnings(manifest):
             yield Log("warning", warning)
-        _write_manifest(tmp, manifest)
+        write_manifest(tmp, manifest)
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(tmp, out)
@@ -496,20 +491,6 @@ def _warnings(manifest: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- append
 
-def _load_manifest(folder: Path) -> dict[str, Any]:
-    file = folder / MANIFEST_NAME
-    if not file.is_file():
-        raise UserError(f"{folder} is not a prepared dataset (no {MANIFEST_NAME})")
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{file} is unreadable or corrupt: {exc}") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise UserError(f"{folder} has dataset format {manifest.get('format_version')!r}; this version reads "
-                        f"{FORMAT_VERSION}")
-    return manifest
-
-
 def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
                       controls: Controls | None = None) -> Iterator[Event]:
     """Add files to a prepared dataset without redoing the rest (files already in it are skipped).
@@ -521,7 +502,7 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
 
     controls = _controls(controls)
     folder = Path(dataset_dir).expanduser()
-    manifest = _load_manifest(folder)
+    manifest = load_manifest(folder)
     spec = DataSpec.from_dict(manifest["spec"])
     if tokenizer_sha256(folder / TOKENIZER_NAME) != manifest["tokenizer"]["sha256"]:
         raise UserError(f"{folder / TOKENIZER_NAME} no longer matches the dataset (its sha256 changed)")
@@ -571,7 +552,7 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
         manifest["sources"] = [s.to_dict() for s in old_sources] + [
             f.to_dict() for f in files if not (f.verdict == "duplicate" and f.sha256 in known)]
         manifest["updated"] = _now()
-        _write_manifest(folder, manifest)
+        write_manifest(folder, manifest)
         committed = True
         for f in files:
             yield f.to_event()
@@ -582,62 +563,3 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
         if not committed:
             writer.rollback()
             records.rollback()
-
-
-# -------------------------------------------------------------------------------------------- stats
-
-def dataset_stats(dataset_dir: str | Path, preview_chunks: int = 3, bins: int = 20) -> dict[str, Any]:
-    """Numbers and previews for the UI: per split documents/tokens/chunks, a document-length
-    histogram, and the first decoded chunks with the text they share with the next chunk."""
-    store = TokenStore(dataset_dir)
-    manifest = store.manifest
-    result: dict[str, Any] = {"dataset": str(store.path), "vocab_size": store.vocab_size,
-                              "context_length": store.context_length, "overlap": store.overlap,
-                              "stride": store.stride, "dtype": store.dtype.name, "splits": {},
-                              "records": {k: v.get("count", 0) for k, v in manifest.get("records", {}).items()},
-                              "sources": {"ok": 0, "problems": 0}}
-    for src in manifest.get("sources", []):
-        result["sources"]["ok" if src.get("verdict") == "ok" else "problems"] += 1
-    lengths = []
-    for split in SPLITS:
-        docs = store.doc_lengths(split)
-        lengths.append(docs)
-        result["splits"][split] = {
-            "documents": len(docs), "tokens": len(store.tokens(split)), "chunks": store.num_chunks(split),
-            "bytes": manifest.get("splits", {}).get(split, {}).get("bytes", 0),
-            "mean_doc_tokens": float(docs.mean()) if len(docs) else 0.0,
-        }
-    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    if len(all_lengths):
-        counts, edges = np.histogram(all_lengths, bins=min(bins, max(1, len(np.unique(all_lengths)))))
-        result["doc_length_histogram"] = {"edges": edges.tolist(), "counts": counts.tolist()}
-    else:
-        result["doc_length_histogram"] = {"edges": [], "counts": []}
-    result["preview"] = _preview(store, preview_chunks)
-    return result
-
-
-def _preview(store: TokenStore, n: int) -> list[dict[str, Any]]:
-    from desktop_app.engine.data.tokenization import load_tokenizer
-
-    split = "train" if store.num_chunks("train") else "val"
-    count = min(n, store.num_chunks(split))
-    if not count:
-        return []
-    tok = load_tokenizer(store.tokenizer_path)
-    stream = store.tokens(split)
-    out = []
-    for i in range(count):
-        chunk = store.chunk(split, i)
-        start = i * store.stride
-        # Inputs of chunk i are tokens[start : start+C]; chunk i+1 starts at start+stride, so both
-        # read tokens[start+stride : start+C] (overlap tokens) -- the +1 target token is always shared.
-        shared = np.asarray(stream[start + store.stride:start + store.context_length], dtype=np.int64)
-        out.append({
-            "split": split, "index": i, "start": start, "tokens": len(chunk),
-            "text": tok.decode(chunk[:-1].tolist(), skip_special_tokens=False),
-            "overlap_tokens": len(shared),
-            "overlap_text": tok.decode(shared.tolist(), skip_special_tokens=False) if len(shared) else "",
-            "has_next": i + 1 < store.num_chunks(split),
-        })
-    return out

@@ -44,6 +44,28 @@ def num_windows(n_tokens: int, context_length: int, stride: int) -> int:
     return (n_tokens - context_length - 1) // stride + 1
 
 
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """manifest.json, atomically: the commit marker of a prepared (or appended) dataset."""
+    from desktop_app.engine.fileio import atomic_write_text
+
+    atomic_write_text(folder / MANIFEST_NAME, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def load_manifest(folder: Path) -> dict[str, Any]:
+    """A dataset's manifest.json, checked for this version's format (UserError otherwise)."""
+    file = folder / MANIFEST_NAME
+    if not file.is_file():
+        raise UserError(f"{folder} is not a prepared dataset (no {MANIFEST_NAME})")
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{file} is unreadable or corrupt: {exc}") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise UserError(f"{folder} has dataset format {manifest.get('format_version')!r}; this version reads "
+                        f"{FORMAT_VERSION}")
+    return manifest
+
+
 class TokenStore:
     """Read-only view of a prepared dataset folder (memory-mapped; cheap to open)."""
 

@@ -2,30 +2,32 @@
 
 The loop owns everything generic: optimizer, schedule, accumulation, precision, clipping, non-finite
 and OOM handling, controls, metrics, checkpoints and resume. An *objective* owns what differs
-between methods: where batches come from (its batch source), how a batch becomes a loss plus named
-metrics, and how to evaluate. Later methods fit without touching the loop:
+between methods: where batches come from (its batch source, data/batches.py), how a batch becomes a loss
+plus named metrics, and how to evaluate. `Objective` below is the whole protocol, with no-op defaults for
+what a method may skip, so the loop never has to ask whether a method has something:
 
-- SFT: a batch source over chat/instruction records with loss masks; `loss` masks prompt tokens.
-- LoRA/QLoRA: the same objectives; the model handed in is a PEFT-wrapped model.
-- DPO: a preference-pair batch source; `setup` gets reference log-probabilities (precomputed once,
-  or a reference kept by the objective, not the loop); `loss` returns the DPO loss and reward metrics.
-
-Optional: `notes` (events the loop emits after setup, e.g. per-record data verdicts) and
-`state_dict()` / `load_state_dict()` (JSON objective state kept in trainer_state.json).
-- Self-play RL: the batch source generates its own episodes with the current model; `loss` is the
-  policy-gradient loss, metrics carry rewards.
-
-A batch source must be resumable (`state_dict` / `load_state_dict` of plain JSON) and return each
-optimizer step's whole batch with its position, so accumulation and OOM retries re-split the same data.
+- causal LM: windows of a prepared dataset; SFT: chat/instruction records with loss masks (the model may be
+  a PEFT-wrapped LoRA/QLoRA model); DPO: preference pairs and a reference; GRPO and self-play: the batch
+  source plays rollouts with the current model, the loss is a policy-gradient loss, metrics carry rewards.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from desktop_app.engine.data.batches import BatchSource
+from desktop_app.engine.events import Event
+from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
+
+if TYPE_CHECKING:
+    from desktop_app.engine.data.token_store import TokenStore
+    from desktop_app.engine.finetune.base_model import BaseModelInfo
 
 
 @dataclass
@@ -33,53 +35,78 @@ class TrainContext:
     """What the loop hands an objective (read-only by convention)."""
 
     run_dir: Path
-    dataset_dir: Path | None  # None for fine-tuning methods (they read `config.data`)
-    store: Any  # TokenStore (None for fine-tuning methods)
-    train_spec: Any  # TrainSpec
-    model_spec: Any  # ModelSpec | None
-    seed: int
+    config: RunConfig  # data files, method options, adapter
+    train_spec: TrainSpec
     device: torch.device
-    autocast: Any  # zero-argument callable returning a context manager (autocast or nullcontext)
+    autocast: Callable[[], AbstractContextManager[Any]]  # autocast, or a null context
+    seed: int
+    store: TokenStore | None = None  # pretraining's prepared dataset (None for the fine-tuning methods)
+    dataset_dir: Path | None = None
+    model_spec: ModelSpec | None = None
     # pretraining: the dataset's tokenizers.Tokenizer; fine-tuning: the base's transformers fast tokenizer
     # (chat template set, chat tokens present)
     tokenizer: Any = None
-    config: Any = None  # the RunConfig (data files, method options, adapter)
-    # resumed (bool), base (BaseModelInfo | None), adapter (bool: the model is a PeftModel),
-    # load_reference (callable -> a frozen copy of the base, prepared like the trained model)
-    extras: dict[str, Any] = field(default_factory=dict)
+    resumed: bool = False
+    base: BaseModelInfo | None = None  # the base model a method starts from
+    adapter: bool = False  # the model is a PeftModel (LoRA/QLoRA)
+    load_reference: Callable[[], torch.nn.Module] | None = None  # a frozen copy of the base, prepared alike
 
 
-@runtime_checkable
-class BatchSource(Protocol):
-    def take(self, count: int) -> tuple[Any, list[int]]: ...
-    def skip(self, position: list[int]) -> None: ...
-    def state_dict(self) -> dict[str, Any]: ...
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+class Objective:
+    """A training method, as the loop sees it. Subclasses implement batch_source, split, loss and tokens."""
 
+    name = ""
 
-@runtime_checkable
-class Objective(Protocol):
-    name: str
+    def __init__(self) -> None:
+        self.notes: list[Event] = []  # emitted by the loop after setup (e.g. per-record data verdicts)
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-        """Called once before training (e.g. load a reference model, precompute eval data)."""
+        """Called once before training (e.g. read the data, keep a reference model)."""
 
     def batch_source(self, ctx: TrainContext) -> BatchSource:
-        """The resumable source of training batches."""
+        raise NotImplementedError
 
     def split(self, batch: Any, micro_batch: int) -> list[Any]:
         """Cut one step's batch into micro-batches of at most `micro_batch` examples."""
+        raise NotImplementedError
 
-    def to_device(self, micro: Any, device: torch.device) -> Any: ...
+    def shard(self, batch: Any, rank: int, world: int) -> Any:
+        """This process's part of a step's batch when several train it, or None: the loop takes rows
+        rank*B/N .. (rank+1)*B/N. A method whose loss is normalised over the whole step shards itself."""
+        return None
+
+    def to_device(self, micro: Any, device: torch.device) -> Any:
+        return micro
 
     def loss(self, model: torch.nn.Module, micro: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Mean loss of the micro-batch and named scalar metrics (tensors; the loop syncs them rarely)."""
+        raise NotImplementedError
 
     def tokens(self, micro: Any) -> int:
         """Tokens processed by a micro-batch (for tokens/s and MFU)."""
+        raise NotImplementedError
 
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
         """Validation metrics (the loop calls it in eval mode under no_grad); 'val_loss' drives best/early stop."""
+        return {}
 
     def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
-        """(prompt, text) pairs shown at each evaluation; may be empty."""
+        """(prompt, text) pairs shown at each evaluation."""
+        return []
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """JSON state kept in trainer_state.json (None: nothing to keep)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        """Release what setup took (sandboxes, worker processes)."""
+
+
+def context_of(ctx: TrainContext, model: torch.nn.Module) -> int:
+    """The longest sequence a method may build: the dataset's windows, else the model's positions."""
+    if ctx.store is not None:
+        return int(ctx.store.context_length)
+    return int(getattr(model.config, "max_position_embeddings", 0) or 512)

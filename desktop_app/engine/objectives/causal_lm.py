@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from desktop_app.engine.data.batches import WindowBatchSource, eval_windows
 from desktop_app.engine.model import fused_llama
-from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.base import Objective, TrainContext
 
 
 def bytes_per_token(manifest: dict[str, Any], split: str) -> float | None:
@@ -42,12 +42,13 @@ def mean_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch
     return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
 
 
-class CausalLMObjective:
+class CausalLMObjective(Objective):
     """loss = mean cross-entropy of predicting token t+1 from tokens <= t, over full windows."""
 
     name = "causal_lm"
 
     def __init__(self) -> None:
+        super().__init__()
         self._val: torch.Tensor | None = None
         self._bpt: float | None = None
         self._eos: int | None = None

@@ -23,12 +23,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from desktop_app.engine.data.batches import IndexBatchSource
 from desktop_app.engine.events import Log
 from desktop_app.engine.finetune import reference as ref_mod
-from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.base import Objective, TrainContext
 from desktop_app.engine.objectives.sft import (
     IGNORE_INDEX,
-    IndexBatchSource,
     TokenBatch,
     chat_samples,
     collate,
@@ -81,13 +81,13 @@ def _pair_rows(ex: Any) -> tuple[tuple[list[int], list[int], None], tuple[list[i
             (p + list(ex.rejected_ids), masked + list(ex.rejected_ids), None))
 
 
-class DPOObjective:
+class DPOObjective(Objective):
     """Preference optimisation against a frozen reference (precomputed or live; see finetune/reference.py)."""
 
     name = "dpo"
 
     def __init__(self) -> None:
-        self.notes: list[Log] = []
+        super().__init__()
         self._train: list[Any] = []
         self._val: list[Any] = []
         self._pad = 0
@@ -128,14 +128,13 @@ class DPOObjective:
         self._train, self._val = train, val
         self._sample_prompts = [list(e.prompt_ids) for e in val[:opts.sample_count]]
 
-        adapter = bool(ctx.extras.get("adapter"))
-        self._reference = ref_mod.Reference(model, adapter=adapter, load_copy=ctx.extras.get("load_reference"),
-                                            pristine=not ctx.extras.get("resumed", False))
+        self._reference = ref_mod.Reference(model, adapter=ctx.adapter, load_copy=ctx.load_reference,
+                                            pristine=not ctx.resumed)
         spec = ctx.train_spec
         visits = spec.steps * spec.batch_size
         precompute = opts.reference == "precompute" or (opts.reference == "auto" and len(train) <= visits)
         sets = {"val": val, **({"train": train} if precompute else {})}
-        base = ctx.extras.get("base")
+        base = ctx.base
         base_sha = ctx.config.base_model_sha256 or (str(base.folder) if base is not None else "")
         sig = ref_mod.signature(base_sha, ctx.config.adapter_spec().kind, sets)
         cached = ref_mod.load_cache(ctx.run_dir, sig)
@@ -151,7 +150,7 @@ class DPOObjective:
             how = "computed once before training"
         if precompute:
             self._reference.release()
-        who = "the base with its adapters disabled" if adapter else "a frozen copy of the base"
+        who = "the base with its adapters disabled" if ctx.adapter else "a frozen copy of the base"
         mode = f"precomputed ({how})" if precompute else f"computed each step with {who}"
         self.notes.append(Log("info", f"DPO ({self._loss}, beta {self._beta:g}) on {len(train)} pair(s), {len(val)} "
                               f"held out; reference log-probabilities {mode}"))

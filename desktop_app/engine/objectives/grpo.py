@@ -14,21 +14,22 @@ from typing import Any
 
 import torch
 
+from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.data.prompt_files import load_prompts
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.decode import forget_prepared_weights
 from desktop_app.engine.method_options import GRPOOptions, typed_options
-from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.base import Objective, TrainContext, context_of
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
 from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
 
 
-class PromptSource:
+class PromptSource(BatchSource):
     def __init__(self, objective: GRPOObjective):
+        super().__init__()
         self.o = objective
         self.round = 0
-        self.epoch_progress = 0.0
 
     def take(self, count: int) -> tuple[EpisodeBatch, list[int]]:
         self.round += 1
@@ -44,10 +45,11 @@ class PromptSource:
         self.round = int(state.get("round", 0))
 
 
-class GRPOObjective:
+class GRPOObjective(Objective):
     name = "grpo"
 
     def __init__(self, options: GRPOOptions | dict[str, Any] | None = None):
+        super().__init__()
         self._from_config = options is None  # made by the registry: the run config's method_options apply
         self._configure(options or {})
         self.records: list[dict[str, str]] = []
@@ -71,18 +73,16 @@ class GRPOObjective:
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
         if ctx.tokenizer is None:
             raise UserError("GRPO needs the model's tokenizer")
-        config = getattr(ctx, "config", None)
-        if self._from_config and config is not None:
-            self._configure({**(config.method_options or {}),
-                             **({"prompts": list(config.data)} if config.data else {})})
+        config = ctx.config
+        if self._from_config:
+            self._configure({**config.method_options, **({"prompts": list(config.data)} if config.data else {})})
         self.records = load_prompts(self.options.prompts)
         self.model, self.seed, self.text = model, ctx.seed, TextCodec(ctx.tokenizer)
-        self.max_len = int(getattr(ctx.store, "context_length", 0) or getattr(model.config,
-                                                                               "max_position_embeddings", 512))
+        self.max_len = context_of(ctx, model)
         eos = getattr(model.config, "eos_token_id", None)
         self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
         if float(self.options.kl_coef) > 0 or "likelihood" in self.mix.weights:
-            self.reference = make_reference(ctx)
+            self.reference = make_reference(ctx.adapter, ctx.load_reference)
 
     def batch_source(self, ctx: TrainContext) -> PromptSource:
         return PromptSource(self)

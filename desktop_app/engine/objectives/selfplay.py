@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
+from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.decode import forget_prepared_weights
 from desktop_app.engine.method_options import SelfPlayOptions, typed_options
-from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.base import Objective, TrainContext, context_of
 from desktop_app.engine.selfplay.buffer import TaskBuffer
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
@@ -34,13 +35,13 @@ from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
 
 LOG_NAME = "selfplay.jsonl"
-class SelfPlaySource:
+class SelfPlaySource(BatchSource):
     """The resumable batch source: every `take` plays one self-play round with the current model."""
 
     def __init__(self, objective: SelfPlayObjective):
+        super().__init__()
         self.o = objective
         self.round = 0
-        self.epoch_progress = 0.0
 
     def take(self, count: int) -> tuple[EpisodeBatch, list[int]]:
         self.round += 1
@@ -60,10 +61,11 @@ class SelfPlaySource:
         self.o.truncate_log(self.round)
 
 
-class SelfPlayObjective:
+class SelfPlayObjective(Objective):
     name = "selfplay"
 
     def __init__(self, options: SelfPlayOptions | dict[str, Any] | None = None, world: TaskWorld | None = None):
+        super().__init__()
         self._from_config = options is None  # made by the registry: the run config's method_options apply
         self.options: SelfPlayOptions = typed_options(SelfPlayOptions, options, "self-play")
         self.world = world
@@ -82,15 +84,13 @@ class SelfPlayObjective:
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
         if ctx.tokenizer is None:
             raise UserError("self-play needs the model's tokenizer")
-        config = getattr(ctx, "config", None)
-        if self._from_config and config is not None and config.method_options:
-            self.options = typed_options(SelfPlayOptions, config.method_options, "self-play")
+        if self._from_config and ctx.config.method_options:
+            self.options = typed_options(SelfPlayOptions, ctx.config.method_options, "self-play")
             self.buffers = {t: TaskBuffer() for t in self.options.task_types}
         self.model, self.seed = model, ctx.seed
         self.text = TextCodec(ctx.tokenizer)
         self.log_path = Path(ctx.run_dir) / LOG_NAME
-        self.max_len = int(getattr(ctx.store, "context_length", 0) or getattr(model.config,
-                                                                               "max_position_embeddings", 512))
+        self.max_len = context_of(ctx, model)
         eos = getattr(model.config, "eos_token_id", None)
         self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
         if self.world is None:
@@ -105,7 +105,7 @@ class SelfPlayObjective:
             self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options.heldout_per_type,
                                                     int(self.options.heldout_seed))
         if float(self.options.kl_coef) > 0:
-            self.reference = make_reference(ctx)
+            self.reference = make_reference(ctx.adapter, ctx.load_reference)
 
     def batch_source(self, ctx: TrainContext) -> SelfPlaySource:
         return SelfPlaySource(self)

@@ -27,10 +27,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from desktop_app.engine.data.batches import IndexBatchSource
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Log
 from desktop_app.engine.model import fused_llama
-from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.base import Objective, TrainContext
 
 IGNORE_INDEX = -100
 VERDICTS_FILE = "data_verdicts.jsonl"
@@ -38,69 +39,6 @@ MAX_VERDICT_LINES = 200  # per run, on screen; data_verdicts.jsonl in the run fo
 
 
 # --- pieces shared with DPO ---------------------------------------------------------------------------------
-
-class IndexBatchSource:
-    """Indices of `n` examples, shuffled per epoch by (seed, epoch), resumable from (epoch, cursor).
-
-    take(k) -> (list of k example indices, position); an epoch boundary inside a batch continues into the
-    next epoch's order, like the pretraining window source."""
-
-    def __init__(self, n: int, seed: int):
-        if n < 1:
-            raise UserError("no training examples")
-        self.n = int(n)
-        self.seed = int(seed)
-        self.epoch = 0
-        self.cursor = 0
-        self.skipped: set[tuple[int, int]] = set()
-        self._perm_epoch = -1
-        self._perm: np.ndarray | None = None
-
-    def _permutation(self, epoch: int) -> np.ndarray:
-        if epoch != self._perm_epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-            self._perm_epoch = epoch
-        assert self._perm is not None
-        return self._perm
-
-    def _indices(self, count: int) -> list[int]:
-        out: list[int] = []
-        while count:
-            piece = self._permutation(self.epoch)[self.cursor:self.cursor + count]
-            out += [int(i) for i in piece]
-            count -= len(piece)
-            self.cursor += len(piece)
-            if self.cursor >= self.n:
-                self.epoch += 1
-                self.cursor = 0
-        return out
-
-    def take(self, count: int) -> tuple[list[int], list[int]]:
-        while (self.epoch, self.cursor) in self.skipped:
-            self._indices(count)
-        position = [self.epoch, self.cursor]
-        return self._indices(count), position
-
-    def skip(self, position: list[int]) -> None:
-        self.skipped.add((int(position[0]), int(position[1])))
-
-    @property
-    def epoch_progress(self) -> float:
-        return self.epoch + self.cursor / self.n
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "epoch": self.epoch, "cursor": self.cursor, "examples": self.n,
-                "skipped": sorted([list(p) for p in self.skipped])}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seed = int(state["seed"])
-        self.epoch = int(state["epoch"])
-        self.cursor = int(state["cursor"])
-        self.skipped = {(int(a), int(b)) for a, b in state.get("skipped", [])}
-        if int(state.get("examples", self.n)) != self.n or self.cursor >= self.n:
-            self.cursor = 0  # the data changed (accepted config change): restart the epoch
-        self._perm_epoch = -1
-
 
 class _Shard(list):
     """One process's example indices of a step, with what the whole step's normalisation needs."""
@@ -276,13 +214,13 @@ def pad_id_of(tokenizer: Any) -> int:
 
 # --- the objective -------------------------------------------------------------------------------------------
 
-class SFTObjective:
+class SFTObjective(Objective):
     """loss = mean cross-entropy of the loss-bearing tokens (assistant turns by default) of each step."""
 
     name = "sft"
 
     def __init__(self) -> None:
-        self.notes: list[Log] = []
+        super().__init__()
         self._rows: list[tuple[list[int], list[int], list[int] | None]] = []
         self._val: list[Any] = []
         self._pad = 0

@@ -48,7 +48,8 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
     from desktop_app.engine.selfplay.rollout import TextCodec
     from desktop_app.engine.specs import DataSpec, RunConfig, TrainSpec
     from desktop_app.engine.tasks import get_world
-    from desktop_app.engine.train.loop import config_from_preset, train
+    from desktop_app.engine.train.loop import train
+    from desktop_app.engine.train.setup import config_from_preset
 
     controls = controls or Controls()
     out = Path(out_dir).expanduser()

@@ -8,6 +8,7 @@ form stays so more updates per round remain PPO.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,19 +40,17 @@ class EpisodeBatch(list):
 ADAPTER_OFF = "adapter-off"  # the reference is the trained model with its LoRA adapters switched off
 
 
-def make_reference(ctx: Any) -> Any:
+def make_reference(adapter: bool, load_reference: Callable[[], torch.nn.Module] | None) -> Any:
     """The frozen reference for a KL term: the base itself (LoRA: adapters off; else a frozen copy loaded
     from the base folder, so a resumed run gets the very same reference). A run without a base has none."""
-    extras = getattr(ctx, "extras", None) or {}
-    if extras.get("adapter"):
+    if adapter:
         return ADAPTER_OFF
-    loader = extras.get("load_reference")
-    if loader is None:
+    if load_reference is None:
         from desktop_app.engine.errors import UserError
 
         raise UserError("a KL penalty (kl_coef > 0) or the likelihood reward needs a base model to compare with: "
                         "train from a base model, or set kl_coef to 0")
-    return loader()
+    return load_reference()
 
 
 @torch.no_grad()

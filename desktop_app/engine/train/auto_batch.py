@@ -9,7 +9,11 @@ operating system killing the process, not an exception to catch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from desktop_app.engine.train.distributed import DistContext
+    from desktop_app.engine.train.setup import Parts
 
 # Share of the free memory a run may plan to use: the estimate is about +-40% (sizing.estimate_memory), and the
 # allocator, the window and the rest of the machine need room too.
@@ -86,3 +90,53 @@ def search_micro_batch(rows: int, try_micro: Callable[[int], bool]) -> tuple[int
 
     micro = largest_fitting(rows, fits)
     return micro, f"auto micro-batch {micro} of {rows} (tried: {', '.join(tried)})"
+
+
+def choose_micro_batch(parts: Parts, dist: DistContext | None, rows: int, current: int,
+                       precision: str) -> tuple[int, str]:
+    """TrainSpec.auto_micro_batch for a run's parts: searched on CUDA (a trial step per candidate), a memory model
+    elsewhere. `rows`: this process's rows per step; `current`: the micro-batch the run has now."""
+    import torch
+
+    from desktop_app.engine.devices import free_device_memory, is_out_of_memory
+    from desktop_app.engine.train.sync import rows_for_rank
+
+    ctx, model = parts.ctx, parts.model
+    device, spec = ctx.device, ctx.train_spec
+    if device.type != "cuda":
+        import psutil
+
+        from desktop_app.engine.generate.decode import context_length
+
+        total = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        seq_len = ctx.store.context_length if ctx.store is not None else (context_length(model) or 1024)
+        fixed, per_row = estimate_cpu_bytes(ctx.model_spec, model, seq_len=seq_len, precision=precision,
+                                            trainable_share=trainable / max(1, total),
+                                            shards=dist.world if dist is not None and dist.fsdp else 1)
+        return cpu_micro_batch(rows, fixed_bytes=fixed, bytes_per_row=per_row,
+                               available_bytes=psutil.virtual_memory().available,
+                               processes=dist.local_world if dist is not None else 1)
+    if ctx.config.is_rl:
+        return current, "auto micro-batch: not searched for rollout methods (their batches are made by the model)"
+    state = parts.source.state_dict()
+    batch, _ = parts.source.take(spec.batch_size)
+    batch = rows_for_rank(dist, parts.objective, batch, source_shards=parts.source_shards, batch_size=spec.batch_size)
+    parts.source.load_state_dict(state)  # the trial steps must not move the data order
+
+    def try_micro(m: int) -> bool:
+        ok = True
+        try:
+            with torch.random.fork_rng(devices=[device]), parts.wrapped.no_sync(), ctx.autocast():
+                piece = parts.objective.to_device(parts.objective.split(batch, m)[0], device)
+                parts.wrapped.loss(piece)[0].backward()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            ok = False
+        finally:
+            parts.optimizer.zero_grad(set_to_none=True)
+            free_device_memory(device)
+        return dist.agree(ok, "searching the micro-batch") if dist is not None else ok
+
+    return search_micro_batch(rows, try_micro)

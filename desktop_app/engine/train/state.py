@@ -25,7 +25,7 @@ class TrainerState:
     step: int = 0
     lr_scale: float = 1.0  # the learning rate's factor after non-finite rollbacks
     tokens_seen: int = 0
-    elapsed_s: float = 0.0  # training time of earlier sessions of this run
+    elapsed_s: float = 0.0  # training time of the sessions before this one (from the checkpoint resumed)
     best_val_loss: float | None = None
     last_val_loss: float | None = None
     evals_since_best: int = 0
@@ -51,6 +51,7 @@ class SavedParts:
     objective: dict[str, Any] | None  # the objective's state_dict()
     grad_scaler: dict[str, Any] | None
     metrics_offset: int  # metrics.jsonl bytes the checkpoint has seen
+    elapsed_s: float  # training time up to now, earlier sessions included
     device: torch.device
 
 
@@ -91,7 +92,7 @@ def checkpoint_state(state: TrainerState, spec: TrainSpec, parts: SavedParts
     saved = {
         "format_version": TRAINER_STATE_VERSION, "step": state.step, "total_steps": spec.steps,
         "lr_scale": state.lr_scale, "schedule": {"name": spec.schedule, "step": state.step},
-        "tokens_seen": state.tokens_seen, "elapsed_s": state.elapsed_s, "data": parts.data,
+        "tokens_seen": state.tokens_seen, "elapsed_s": parts.elapsed_s, "data": parts.data,
         "metrics_offset": parts.metrics_offset, "best_val_loss": state.best_val_loss,
         "last_val_loss": state.last_val_loss, "evals_since_best": state.evals_since_best,
         "nonfinite_count": state.nonfinite_count, "nonfinite_events": state.nonfinite_events,

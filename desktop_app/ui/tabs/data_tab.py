@@ -54,14 +54,14 @@ def _prepare(paths: list[str], out_dir: Path, spec: DataSpec, controls: Controls
 
     yield from prepare_dataset(paths, out_dir, spec, controls=controls)
     # Stats computed here, in the worker, so the GUI never tokenizes or reads big files.
-    from desktop_app.engine.data.prepare import dataset_stats
+    from desktop_app.engine.data.dataset_stats import dataset_stats
 
     if (out_dir / "manifest.json").exists():
         yield ("stats", str(out_dir), dataset_stats(out_dir, preview_chunks=3))
 
 
 def _stats(path: str):
-    from desktop_app.engine.data.prepare import dataset_stats
+    from desktop_app.engine.data.dataset_stats import dataset_stats
 
     yield ("stats", path, dataset_stats(Path(path), preview_chunks=3))
 

@@ -92,7 +92,8 @@ def _train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: boo
             return
         config = config.replace(dataset=str(dataset_dir))
         yield ("dataset", str(dataset_dir))
-    from desktop_app.engine.train.loop import adapt_model_to_dataset, train
+    from desktop_app.engine.train.loop import train
+    from desktop_app.engine.train.setup import adapt_model_to_dataset
 
     if config.model and not resume:
         # Fit vocab/context to the dataset's tokenizer and windows (and say so), as the CLI's --preset does.
@@ -137,7 +138,7 @@ def _history_job(run_dir: str):
 def _fit_pretraining_stages(source: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Pretraining stages' model specs fitted to their datasets' tokenizer and windows, as a single run's are."""
     from desktop_app.engine.data.token_store import TokenStore
-    from desktop_app.engine.train.loop import adapt_model_to_dataset
+    from desktop_app.engine.train.setup import adapt_model_to_dataset
 
     stages, notes = [], []
     for stage in source.get("stages", []):

@@ -78,7 +78,7 @@ def test_loss_is_the_token_mean_of_the_batch_whatever_the_micro_batch(world, tmp
 
     # ...and equals a hand computation: HF's own shifted cross-entropy over the assistant tokens of the 4
     # examples the seeded batch source picks first.
-    from desktop_app.engine.objectives.sft import IndexBatchSource
+    from desktop_app.engine.data.batches import IndexBatchSource
 
     tok = as_hf_tokenizer(world["base"])
     examples, _ = build_sft_examples([world["chats"]], tok, 128)

@@ -9,7 +9,7 @@ import pytest
 from desktop_app.engine.method_options import DPOOptions, GRPOOptions, SelfPlayOptions, SFTOptions, parse_option
 from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import OBJECTIVES, AdapterSpec, ModelSpec, RunConfig, SpecError, TrainSpec
-from desktop_app.engine.train.loop import _canonical, config_diff
+from desktop_app.engine.train.setup import canonical_config, config_diff
 
 
 @pytest.mark.parametrize("spec_cls", (AdapterSpec, SFTOptions, DPOOptions, GRPOOptions, SelfPlayOptions))
@@ -35,10 +35,10 @@ def test_a_run_json_written_before_these_fields_still_loads_and_resumes_without_
     config = RunConfig.from_dict(old)
     assert config.data == [] and config.adapter == {} and config.method_options == {}
     assert config.validate() == []
-    assert config_diff(_canonical(old), _canonical(config.to_dict())) == []
+    assert config_diff(canonical_config(old), canonical_config(config.to_dict())) == []
     # an explicit default and an omitted field compare equal
     explicit = config.replace(adapter=AdapterSpec().to_dict(), train=TrainSpec(steps=5).to_dict())
-    assert config_diff(_canonical(old), _canonical(explicit.to_dict())) == []
+    assert config_diff(canonical_config(old), canonical_config(explicit.to_dict())) == []
 
 
 def test_finetune_configs_report_every_problem_at_once() -> None:

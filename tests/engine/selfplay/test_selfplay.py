@@ -3,18 +3,21 @@ to end, training through the one loop with exact resume (buffers, round, weights
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from desktop_app.engine.data.tokenization import train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls
 from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.objectives.selfplay import LOG_NAME, SelfPlayObjective
 from desktop_app.engine.run_folder import read_metrics
-from desktop_app.engine.specs import ModelSpec
+from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
 from desktop_app.engine.tasks import Task
 from desktop_app.engine.tasks.mini_world import MiniWorld
 from desktop_app.engine.train.loop import train
@@ -35,7 +38,9 @@ def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
                                    "solver_tasks_per_type": 1, "solver_samples": 4, "seed_tasks_per_type": 0,
                                    "heldout_per_type": 2, "world_options": {"depth": 2}, **options})
     spec = ModelSpec("llama", tokenizer.get_vocab_size(), 32, 1, 2, 2, 64, 128)
-    ctx = SimpleNamespace(tokenizer=tokenizer, seed=0, run_dir=tmp_path, store=SimpleNamespace(context_length=128))
+    ctx = TrainContext(run_dir=tmp_path, config=RunConfig(), train_spec=TrainSpec(), device=torch.device("cpu"),
+                       autocast=contextlib.nullcontext, seed=0, store=SimpleNamespace(context_length=128),
+                       tokenizer=tokenizer)
     objective.setup(ctx, build_model(spec, seed=0))
     for task_type, buffer in objective.buffers.items():  # every buffer starts with the identity program
         assert [t.program for t in buffer.tasks] == ["f = lambda x: x"], task_type
