@@ -15,7 +15,7 @@ from PySide6.QtGui import QDropEvent
 
 from desktop_app.engine.methods import METHODS
 from desktop_app.engine.specs import RunConfig
-from desktop_app.ui.widgets.method_form import DataFileList
+from desktop_app.ui.widgets.data_files import DataFileList
 from desktop_app.ui.widgets.method_plots import MethodPlots, panel_of
 from desktop_app.ui.widgets.task_browser import LOG_NAME
 
@@ -83,7 +83,7 @@ def test_method_switching_shows_the_right_fields_with_help(window, qtbot):
     assert not adapter.isVisibleTo(tab)  # full weights by default
     tab.method_panel.set_adapter_kind("lora")
     assert adapter.isVisibleTo(tab)
-    assert "not sandboxed" in tab.method_panel.option_forms["grpo"].editors["reward_file"][1].toolTip()
+    assert "not sandboxed" in tab.method_panel.option_forms["grpo"].editors["reward_file"].toolTip()
     tab.set_method("pretraining")
     _wait_idle(qtbot, window)  # the self-play method probed the sandbox
 
@@ -339,7 +339,7 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
 
 def test_config_helpers_are_tolerant_of_the_engine():
     from desktop_app.engine.methods import method_of
-    from desktop_app.ui.tabs.train_tab import make_run_config
+    from desktop_app.ui.widgets.method_panel import make_run_config
 
     def method_key_of(config: RunConfig) -> str:
         return method_of(config).key

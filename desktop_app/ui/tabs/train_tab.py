@@ -53,7 +53,7 @@ from desktop_app.engine.events import (
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
 from desktop_app.ui.context import AppContext
-from desktop_app.ui.widgets.method_form import MethodPanel, default_lr, make_run_config
+from desktop_app.ui.widgets.method_panel import MethodPanel, make_run_config
 from desktop_app.ui.widgets.method_plots import MethodPlots
 from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
 from desktop_app.ui.widgets.record_preview import RecordPreview
@@ -498,7 +498,7 @@ class TrainTab(QWidget):
     def _apply_default_lr(self) -> None:
         """Follow the method's usual learning rate unless the user typed their own."""
         m = self.current_method()
-        new = default_lr(m, self.method_panel.adapter())
+        new = m.default_lr(self.method_panel.adapter())
         current = self.form.spec().lr
         untouched = self._auto_lr is not None and abs(current - self._auto_lr) <= 1e-12 * max(1.0, abs(current))
         if new is not None and untouched and new != current:
@@ -1146,7 +1146,7 @@ class TrainTab(QWidget):
             editor = self.pipeline_editor
             self._cli_dialog("The same pipeline, headless (save the pipeline below as pipeline.json):",
                              self.pipeline_command(), editor.pipeline_json(), "Save pipeline.json…",
-                             lambda _=False: editor._save_dialog())
+                             lambda _=False: editor.save_dialog())
             return
         config = self._shown_config()
         command = self.cli_command(config) + "\n" + torchrun_command(config)
