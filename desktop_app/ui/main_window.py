@@ -36,8 +36,9 @@ from desktop_app.ui.tabs.data_tab import DataTab
 from desktop_app.ui.tabs.generate_tab import GenerateTab, checkpoint_folders
 from desktop_app.ui.tabs.library_tab import LibraryTab, resumable, run_outcome
 from desktop_app.ui.tabs.model_tab import ModelTab
-from desktop_app.ui.tabs.train_tab import SAMPLE_DATASET, TrainTab
+from desktop_app.ui.tabs.train_tab import TrainTab
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
+from desktop_app.ui.widgets.train_setup import SAMPLE_DATASET
 
 log = logging.getLogger(__name__)
 
@@ -229,11 +230,11 @@ class MainWindow(QMainWindow):
         c.status_message.connect(lambda text: self.statusBar().showMessage(text, 8000))
         c.workspace_changed.connect(lambda _ws: self._update_workspace_label())
         # Model -> Train: the spec (or base folder) to train.
-        self.model_tab.spec_changed.connect(self.train_tab.set_model_spec)
-        self.model_tab.base_model_changed.connect(self.train_tab.set_base_model)
-        self.train_tab.set_model_spec(self.model_tab.current_spec())
+        self.model_tab.spec_changed.connect(self.train_tab.setup.set_model_spec)
+        self.model_tab.base_model_changed.connect(self.train_tab.setup.set_base_model)
+        self.train_tab.setup.set_model_spec(self.model_tab.current_spec())
         # Data -> Train: a prepared dataset becomes the training dataset.
-        self.data_tab.dataset_ready.connect(self.train_tab.select_dataset)
+        self.data_tab.dataset_ready.connect(self.train_tab.setup.select_dataset)
         self.data_tab.dataset_ready.connect(lambda _p: c.workspace_items_changed.emit())
         # Train -> Generate / Library: new checkpoints appear in pickers.
         self.train_tab.run_changed.connect(lambda _p: c.workspace_items_changed.emit())
@@ -241,7 +242,7 @@ class MainWindow(QMainWindow):
         c.workspace_items_changed.connect(self.generate_tab.refresh_sources)
         c.workspace_items_changed.connect(self.library_tab.refresh)
         c.workspace_items_changed.connect(self.data_tab.refresh_datasets)
-        c.workspace_items_changed.connect(self.train_tab.refresh_datasets)
+        c.workspace_items_changed.connect(self.train_tab.setup.refresh_datasets)
         # Library -> others.
         self.library_tab.show_run_requested.connect(self._show_run)
         self.library_tab.generate_requested.connect(self._generate_from)
@@ -320,8 +321,8 @@ class MainWindow(QMainWindow):
         """First-launch path: tiny preset + sample corpus, short evals; curves within a minute."""
         self.model_tab.set_base_model("")
         self.model_tab.preset_box.setCurrentText("tiny")
-        self.train_tab.select_dataset(SAMPLE_DATASET)
-        self.train_tab.use_quickstart_settings()
+        self.train_tab.setup.select_dataset(SAMPLE_DATASET)
+        self.train_tab.setup.use_quickstart_settings()
         self._start_training()
 
     def _stop_current(self) -> None:
@@ -382,7 +383,7 @@ class MainWindow(QMainWindow):
         return self.resume_run(run)
 
     def _use_dataset(self, path: str) -> None:
-        self.train_tab.select_dataset(path)
+        self.train_tab.setup.select_dataset(path)
         self.data_tab.show_stats(path)
         self.tabs.setCurrentWidget(self.data_tab)
 

@@ -67,25 +67,25 @@ def test_drop_prepare_train_generate(window, qtbot, tmp_path):
     qtbot.waitUntil(lambda: data.last_stats is not None, timeout=30000)
     assert data.last_stats["splits"]["train"]["chunks"] > 0
     assert "chunk 0" in data.preview.toPlainText()
-    assert window.train_tab.dataset_box.currentData() == dataset
+    assert window.train_tab.setup.dataset_box.currentData() == dataset
 
     # 3. train a tiny model for many steps, stop it after some points are plotted
     window.model_tab.set_spec(TINY)
     train = window.train_tab
-    spec = train.form.spec().replace(steps=400, batch_size=4, eval_every=5, eval_batches=1, save_every=0,
+    spec = train.setup.form.spec().replace(steps=400, batch_size=4, eval_every=5, eval_batches=1, save_every=0,
                                      warmup_steps=2, sample_tokens=8, log_every=1)
-    train.form.set_spec(spec)
+    train.setup.form.set_spec(spec)
     assert train.start()
-    qtbot.waitUntil(lambda: train.plots.point_count("loss") >= 8, timeout=120000)
-    qtbot.waitUntil(lambda: train.plots.point_count("val_loss") >= 1, timeout=60000)
-    train.plots.flush()
-    x, _y = train.plots.curves["loss"].getData()
+    qtbot.waitUntil(lambda: train.run_view.plots.point_count("loss") >= 8, timeout=120000)
+    qtbot.waitUntil(lambda: train.run_view.plots.point_count("val_loss") >= 1, timeout=60000)
+    train.run_view.plots.flush()
+    x, _y = train.run_view.plots.curves["loss"].getData()
     assert x is not None and len(x) >= 8
-    assert train.plots.point_count("lr") >= 8 and train.plots.point_count("tokens_per_s") >= 8
-    assert "%" in train.progress.format() and "ETA" in train.progress.format()
+    assert train.run_view.plots.point_count("lr") >= 8 and train.run_view.plots.point_count("tokens_per_s") >= 8
+    assert "%" in train.run_view.progress.format() and "ETA" in train.run_view.progress.format()
     train.stop()
     qtbot.waitUntil(lambda: not train.running, timeout=60000)
-    assert train.last_finished is not None and train.last_finished.reason == "stopped"
+    assert train.run_view.last_finished is not None and train.run_view.last_finished.reason == "stopped"
     assert list((train.run_dir / "checkpoints").glob("step-*/manifest.json")), "stop must save a checkpoint"
     assert not window.ctx.errors, window.ctx.errors
 

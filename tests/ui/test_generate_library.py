@@ -84,7 +84,7 @@ def test_library_lists_replays_and_routes(window, populated_workspace, qtbot):
     assert "checkpoint" in lib.details.toPlainText()
     lib.plots_btn.click()
     assert window.tabs.currentWidget() is window.train_tab
-    qtbot.waitUntil(lambda: window.train_tab.plots.point_count("loss") > 0, timeout=10000)
+    qtbot.waitUntil(lambda: window.train_tab.run_view.plots.point_count("loss") > 0, timeout=10000)
     qtbot.waitUntil(lambda: not window.ctx.runner.is_running("history"), timeout=5000)
     lib.select(str(run))
     lib.generate_btn.click()

@@ -41,7 +41,7 @@ def test_editing_a_field_updates_count_and_switches_to_custom(window, qtbot):
     assert tab.params_label.text() == f"{sizing.count_parameters(spec):,}"
     assert seen and seen[-1] == spec
     # the Train tab heard about it
-    assert window.train_tab.model_spec == spec
+    assert window.train_tab.setup.model_spec == spec
 
 
 def test_invalid_spec_shows_problems_inline(window):
@@ -103,10 +103,10 @@ def test_start_from_hf_folder(window, tmp_path):
     assert tab.use_hf_folder(folder)
     assert tab.base_model == str(folder)
     assert tab.current_spec() == spec
-    assert window.train_tab.base_model == str(folder)
-    assert "fine-tune" in window.train_tab.model_label.text()
+    assert window.train_tab.setup.base_model == str(folder)
+    assert "fine-tune" in window.train_tab.setup.model_label.text()
     tab.set_base_model("")
-    assert window.train_tab.base_model == ""
+    assert window.train_tab.setup.base_model == ""
 
 
 def test_hf_folder_without_config_is_a_clear_error(window, tmp_path):

@@ -40,12 +40,13 @@ def _start_lora(win, qtbot, base: str, data: str) -> None:
     win.show()
     qtbot.waitExposed(win)
     tab = win.train_tab
-    tab.set_method("lora")
-    tab.method_panel.base_picker.set_path(base)
-    tab.method_panel.data_list.set_files([data])
-    tab.method_panel.adapter_form.set_value("rank", 4)
-    tab.form.set_spec(tab.form.spec().replace(steps=400, batch_size=4, eval_every=0, save_every=0, warmup_steps=2,
-                                              sample_tokens=0, log_every=1))
+    tab.setup.set_method("lora")
+    tab.setup.method_panel.base_picker.set_path(base)
+    tab.setup.method_panel.data_list.set_files([data])
+    tab.setup.method_panel.adapter_form.set_value("rank", 4)
+    form = tab.setup.form
+    form.set_spec(form.spec().replace(steps=400, batch_size=4, eval_every=0, save_every=0, warmup_steps=2,
+                                      sample_tokens=0, log_every=1))
     assert tab.start(), win.ctx.errors
 
 
@@ -69,8 +70,8 @@ def test_closing_mid_lora_run_saves_and_the_next_launch_resumes_it(qtbot, worksp
     first.close()  # asks, stops gracefully (a checkpoint is saved), closes once the run has ended
     qtbot.waitUntil(lambda: not first.isVisible(), timeout=60000)
     assert [t for t, _ in first.asked] == ["Training is running"]
-    assert tab.last_finished is not None and tab.last_finished.reason == "stopped"
-    run, stopped = tab.run_dir, tab.last_finished.step
+    assert tab.run_view.last_finished is not None and tab.run_view.last_finished.reason == "stopped"
+    run, stopped = tab.run_dir, tab.run_view.last_finished.step
     saved = rf.list_committed(run)
     assert saved and rf.step_of(saved[-1]) == stopped
     assert (saved[-1] / "adapter_model.safetensors").exists()  # a LoRA checkpoint: the adapter, not a full model
@@ -85,20 +86,20 @@ def test_closing_mid_lora_run_saves_and_the_next_launch_resumes_it(qtbot, worksp
         assert run.name in second.asked[0][1] and f"step {stopped}" in second.asked[0][1]
         assert second.tabs.currentWidget() is second.train_tab
         again = second.train_tab
-        assert again.run_dir == run and again.current_method().key == "lora"
+        assert again.run_dir == run and again.setup.current_method().key == "lora"
         assert again.config.objective == "sft" and again.config.adapter["kind"] == "lora"
         assert again.config.adapter["rank"] == 4 and again.config.base_model.startswith(base)  # its checkpoint
         assert again.config == RunConfig.load(run / "run.json")  # the run's own config, nothing from a form
         qtbot.waitUntil(lambda: again.steps_seen >= 2, timeout=60000)
-        qtbot.waitUntil(lambda: again.plots.point_count("loss") >= stopped + 2, timeout=10000)
+        qtbot.waitUntil(lambda: again.run_view.plots.point_count("loss") >= stopped + 2, timeout=10000)
         again.stop()
         qtbot.waitUntil(lambda: not again.running, timeout=60000)
         assert not second.ctx.errors, second.ctx.errors
-        assert f"resumed from {saved[-1].name} (step {stopped})" in again.log_view.toPlainText()
+        assert f"resumed from {saved[-1].name} (step {stopped})" in again.run_view.log_view.toPlainText()
         # The curve holds the steps before the close and after the resume, each once, in order.
         steps = _losses(run)
-        assert steps == list(range(1, again.last_finished.step + 1))
-        x, _ = again.plots.series["loss"].data()
+        assert steps == list(range(1, again.run_view.last_finished.step + 1))
+        x, _ = again.run_view.plots.series["loss"].data()
         assert sorted(x.tolist()) == steps
         assert second.unfinished_run() is None  # offered once
     finally:
@@ -114,25 +115,25 @@ def test_library_resume_continues_a_fine_tuning_run(window, qtbot, lora_inputs):
     qtbot.waitUntil(lambda: tab.steps_seen >= 3, timeout=60000)
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
-    run, stopped = tab.run_dir, tab.last_finished.step
+    run, stopped = tab.run_dir, tab.run_view.last_finished.step
     # As a kill -9 leaves it: steps logged after the newest checkpoint. Resume cuts them away and trains them again,
     # so the curve must show each step once (not the lost ones plus their re-run).
     with open(run / "metrics.jsonl", "a", encoding="utf-8") as fh:
         for s in (stopped + 1, stopped + 2):
             fh.write(json.dumps({"type": "step", "step": s, "total_steps": 400, "loss": 99.0}) + "\n")
-    tab.set_method("pretraining")  # the form shows something else now: Resume must bring the run's own settings
+    tab.setup.set_method("pretraining")  # the form shows something else now: Resume must bring the run's own settings
     window.ctx.workspace_items_changed.emit()
     lib = window.library_tab
     assert lib.select(str(run)) and lib.resume_btn.isEnabled()
     lib.resume_btn.click()
     assert window.tabs.currentWidget() is tab and tab.running
-    assert tab.run_dir == run and tab.current_method().key == "lora" and tab.config.adapter["kind"] == "lora"
+    assert tab.run_dir == run and tab.setup.current_method().key == "lora" and tab.config.adapter["kind"] == "lora"
     qtbot.waitUntil(lambda: tab.steps_seen >= 2, timeout=60000)
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
-    assert tab.last_finished.step > stopped and not window.ctx.errors, window.ctx.errors
-    assert _losses(run) == list(range(1, tab.last_finished.step + 1))
-    x, y = tab.plots.series["loss"].data()
+    assert tab.run_view.last_finished.step > stopped and not window.ctx.errors, window.ctx.errors
+    assert _losses(run) == list(range(1, tab.run_view.last_finished.step + 1))
+    x, y = tab.run_view.plots.series["loss"].data()
     assert sorted(x.tolist()) == _losses(run) and 99.0 not in y.tolist()  # each step once, none of the lost ones
     qtbot.waitUntil(lambda: not window.ctx.runner.running_kinds(), timeout=10000)
 

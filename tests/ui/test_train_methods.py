@@ -15,7 +15,7 @@ from PySide6.QtGui import QDropEvent
 
 from desktop_app.engine.methods import METHODS
 from desktop_app.engine.specs import RunConfig
-from desktop_app.ui.widgets.method_form import DataFileList
+from desktop_app.ui.widgets.data_files import DataFileList
 from desktop_app.ui.widgets.method_plots import MethodPlots, panel_of
 from desktop_app.ui.widgets.task_browser import LOG_NAME
 
@@ -40,7 +40,7 @@ def base(tmp_path):
 
 
 def _visible(tab) -> dict[str, bool]:
-    p = tab.method_panel
+    p = tab.setup.method_panel
     return {name: g.isVisibleTo(tab) for name, g in (("base", p.base_group), ("data", p.data_group),
                                                       ("adapter", p.adapter_group), ("options", p.options_group),
                                                       ("sandbox", p.sandbox_group))}
@@ -52,7 +52,7 @@ def _wait_idle(qtbot, window):
 
 def test_method_switching_shows_the_right_fields_with_help(window, qtbot):
     tab = window.train_tab
-    labels = [tab.method_box.itemText(i) for i in range(tab.method_box.count())]
+    labels = [tab.setup.method_box.itemText(i) for i in range(tab.setup.method_box.count())]
     assert labels == [m.label for m in METHODS] + ["Pipeline"]  # a pipeline chains stages of the others
     expected = {  # base, data, adapter, options, sandbox
         "pretraining": (False, False, False, False, False),
@@ -64,51 +64,52 @@ def test_method_switching_shows_the_right_fields_with_help(window, qtbot):
         "selfplay": (True, False, True, True, True),
     }
     for key, shown in expected.items():
-        tab.set_method(key)
+        tab.setup.set_method(key)
         assert tuple(_visible(tab).values()) == shown, key
-        assert tab.dataset_box.isVisibleTo(tab) == (key == "pretraining")
-        assert tab.bottom_tabs.isTabVisible(tab.preview_index) == (key in ("sft", "lora", "qlora", "dpo"))
-        assert tab.bottom_tabs.isTabVisible(tab.browser_index) == (key == "selfplay")
-        form = tab.method_panel.options_form()
+        assert tab.setup.dataset_box.isVisibleTo(tab) == (key == "pretraining")
+        view = tab.run_view
+        assert view.bottom_tabs.isTabVisible(view.preview_index) == (key in ("sft", "lora", "qlora", "dpo"))
+        assert view.bottom_tabs.isTabVisible(view.browser_index) == (key == "selfplay")
+        form = tab.setup.method_panel.options_form()
         if key != "pretraining":
             editors = [w for w in form.findChildren(object) if w.objectName().startswith(("field_", "option_"))]
             assert editors and all(w.toolTip() for w in editors), key  # every field has its help text
-    tab.set_method("qlora")
-    adapter = tab.method_panel.adapter_form
+    tab.setup.set_method("qlora")
+    adapter = tab.setup.method_panel.adapter_form
     assert adapter.layout().isRowVisible(adapter.editors["quant_type"])
     assert "rank" in adapter.editors["rank"].toolTip().lower()
-    tab.set_method("lora")
+    tab.setup.set_method("lora")
     assert not adapter.layout().isRowVisible(adapter.editors["quant_type"])
-    tab.set_method("dpo")
+    tab.setup.set_method("dpo")
     assert not adapter.isVisibleTo(tab)  # full weights by default
-    tab.method_panel.set_adapter_kind("lora")
+    tab.setup.method_panel.set_adapter_kind("lora")
     assert adapter.isVisibleTo(tab)
-    assert "not sandboxed" in tab.method_panel.option_forms["grpo"].editors["reward_file"][1].toolTip()
-    tab.set_method("pretraining")
+    assert "not sandboxed" in tab.setup.method_panel.option_forms["grpo"].editors["reward_file"].toolTip()
+    tab.setup.set_method("pretraining")
     _wait_idle(qtbot, window)  # the self-play method probed the sandbox
 
 
 def test_learning_rate_follows_the_method_unless_typed(window):
     tab = window.train_tab
-    tab.set_method("sft")
-    assert tab.form.spec().lr == 5e-5
-    tab.set_method("lora")
-    assert tab.form.spec().lr == 2e-4
-    tab.form.set_value("lr", 3e-4)  # the user's own
-    tab.set_method("dpo")
-    assert tab.form.spec().lr == 3e-4
+    tab.setup.set_method("sft")
+    assert tab.setup.form.spec().lr == 5e-5
+    tab.setup.set_method("lora")
+    assert tab.setup.form.spec().lr == 2e-4
+    tab.setup.form.set_value("lr", 3e-4)  # the user's own
+    tab.setup.set_method("dpo")
+    assert tab.setup.form.spec().lr == 3e-4
 
 
 def test_cli_command_for_each_method(window, qtbot, tmp_path, base):
     tab = window.train_tab
     exe = "python -m desktop_app"
     for key in ("sft", "lora", "qlora", "dpo", "grpo", "selfplay"):
-        tab.set_method(key)
-        tab.method_panel.base_picker.set_path(base)
+        tab.setup.set_method(key)
+        tab.setup.method_panel.base_picker.set_path(base)
         data = None
         if key in DATA_FOR:
             data = _jsonl(tmp_path / f"{key} data.jsonl", DATA_FOR[key])
-            tab.method_panel.data_list.set_files([data])
+            tab.setup.method_panel.data_list.set_files([data])
         first = tab.cli_command().splitlines()[0]
         assert first.startswith(f"{exe} train --method {key} --base {shlex.quote(base)}"), first
         assert "--steps 200 --batch-size 16" in first and first.endswith("--out my-run")
@@ -117,26 +118,26 @@ def test_cli_command_for_each_method(window, qtbot, tmp_path, base):
         assert "train --config run.json" in tab.cli_command()
     assert "--world mini" in first
     # options that differ from their defaults become --option / their own flags; adapter settings are named
-    tab.set_method("lora")
-    tab.method_panel.option_forms["sft"].set_value("loss_on", "last")
-    tab.method_panel.adapter_form.set_value("rank", 16)
-    tab.method_panel.adapter_form.set_value("dropout", 0.05)
+    tab.setup.set_method("lora")
+    tab.setup.method_panel.option_forms["sft"].set_value("loss_on", "last")
+    tab.setup.method_panel.adapter_form.set_value("rank", 16)
+    tab.setup.method_panel.adapter_form.set_value("dropout", 0.05)
     first = tab.cli_command().splitlines()[0]
     assert "--option loss_on=last" in first and "--lora-rank 16" in first and "--lora-dropout 0.05" in first
-    tab.set_method("qlora")
-    tab.method_panel.adapter_form.set_value("quant_type", "fp4")
+    tab.setup.set_method("qlora")
+    tab.setup.method_panel.adapter_form.set_value("quant_type", "fp4")
     assert "adapter.quant_type=fp4" in tab.cli_command().splitlines()[1]  # no flag for it: named, in run.json
-    tab.set_method("dpo")
-    tab.method_panel.set_adapter_kind("lora")
+    tab.setup.set_method("dpo")
+    tab.setup.method_panel.set_adapter_kind("lora")
     assert "--method dpo" in tab.cli_command() and "--adapter lora" in tab.cli_command()
-    tab.set_method("grpo")
-    form = tab.method_panel.option_forms["grpo"]
+    tab.setup.set_method("grpo")
+    form = tab.setup.method_panel.option_forms["grpo"]
     form.set_values({**form.values(), "reward_file": "/tmp/my reward.py", "group_size": 8})
     first = tab.cli_command().splitlines()[0]
     assert "--reward-file '/tmp/my reward.py'" in first and "--option group_size=8" in first
-    tab.set_method("pretraining")
+    tab.setup.set_method("pretraining")
     assert tab.cli_command() == f"{exe} train --config run.json --out my-run"
-    tab.set_method("lora")
+    tab.setup.set_method("lora")
     tab.show_cli_command()
     dialog = tab.cli_dialog
     assert "--method lora" in dialog.findChild(object, "cliCommand").toPlainText()
@@ -147,8 +148,8 @@ def test_cli_command_for_each_method(window, qtbot, tmp_path, base):
 @pytest.mark.parametrize("key", ["sft", "lora", "qlora", "dpo", "grpo", "selfplay"])
 def test_config_from_the_form_round_trips(window, qtbot, tmp_path, base, key):
     tab = window.train_tab
-    tab.set_method(key)
-    panel = tab.method_panel
+    tab.setup.set_method(key)
+    panel = tab.setup.method_panel
     panel.base_picker.set_path(base)
     if key in DATA_FOR:
         panel.data_list.set_files([_jsonl(tmp_path / "data.jsonl", DATA_FOR[key])])
@@ -157,8 +158,8 @@ def test_config_from_the_form_round_trips(window, qtbot, tmp_path, base, key):
     if key == "selfplay":
         form = panel.option_forms["selfplay"]
         form.set_values({**form.values(), "task_types": ["deduction", "induction"], "world_options": {"depth": 2}})
-    tab.form.set_value("steps", 7)
-    config = tab.build_config()
+    tab.setup.form.set_value("steps", 7)
+    config = tab.setup.build_config()
     again = RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
     assert config.objective == {"lora": "sft", "qlora": "sft"}.get(key, key)
@@ -174,28 +175,28 @@ def test_config_from_the_form_round_trips(window, qtbot, tmp_path, base, key):
     if key == "grpo":
         assert "prompts" not in config.method_options  # the data files are the prompts
     # back into a fresh form (as resume does): the same config comes out
-    tab.set_method("pretraining")
+    tab.setup.set_method("pretraining")
     panel.data_list.set_files([])
     panel.base_picker.set_path("")
-    tab.apply_config(again)
-    assert tab.current_method().key == key
-    assert tab.build_config() == config
+    tab.setup.apply_config(again)
+    assert tab.setup.current_method().key == key
+    assert tab.setup.build_config() == config
     _wait_idle(qtbot, window)
 
 
 def test_bad_input_is_refused_clearly_and_nothing_is_lost(window, qtbot, tmp_path, base):
     tab = window.train_tab
-    tab.set_method("sft")
+    tab.setup.set_method("sft")
     assert not tab.start()
     message = window.ctx.errors[-1][0]
     assert "choose a base model" in message and "add the data files" in message
-    tab.method_panel.base_picker.set_path(base)
+    tab.setup.method_panel.base_picker.set_path(base)
     missing = str(tmp_path / "missing.jsonl")
     odd = _jsonl(tmp_path / "odd.jsonl", {"text": "no chat here"})
     pref = _jsonl(tmp_path / "pref.jsonl", PREF)
     good = _jsonl(tmp_path / "good.jsonl", CHAT)
-    tab.method_panel.data_list.set_files([missing, odd, pref, good])
-    items = [tab.method_panel.data_list.item(i).text() for i in range(4)]
+    tab.setup.method_panel.data_list.set_files([missing, odd, pref, good])
+    items = [tab.setup.method_panel.data_list.item(i).text() for i in range(4)]
     assert items[0].startswith("✗ missing.jsonl") and "does not exist" in items[0]
     assert "unknown data format" in items[1]
     assert "use it with DPO" in items[2]
@@ -204,33 +205,33 @@ def test_bad_input_is_refused_clearly_and_nothing_is_lost(window, qtbot, tmp_pat
     message = window.ctx.errors[-1][0]
     assert "missing.jsonl does not exist" in message and "unknown data format" in message
     assert "use it with DPO" in message and not tab.running
-    assert tab.method_panel.data_files() == [missing, odd, pref, good]  # nothing lost
-    assert tab.method_panel.base_model() == base
+    assert tab.setup.method_panel.data_files() == [missing, odd, pref, good]  # nothing lost
+    assert tab.setup.method_panel.base_model() == base
     # the same preference file is right for DPO
-    tab.set_method("dpo")
-    assert tab.method_panel.data_list.item(2).text() == "pref.jsonl — preference pairs"
-    assert "DPO needs preference pairs" in tab.method_panel.data_list.item(3).text()
+    tab.setup.set_method("dpo")
+    assert tab.setup.method_panel.data_list.item(2).text() == "pref.jsonl — preference pairs"
+    assert "DPO needs preference pairs" in tab.setup.method_panel.data_list.item(3).text()
 
 
 def test_engine_refusal_at_start_reaches_the_user(window, qtbot, tmp_path):
     """A base folder that is no model passes the form's checks; the engine refuses it by name in the worker."""
     tab = window.train_tab
-    tab.set_method("sft")
+    tab.setup.set_method("sft")
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
-    tab.method_panel.base_picker.set_path(str(not_a_model))
+    tab.setup.method_panel.base_picker.set_path(str(not_a_model))
     data = _jsonl(tmp_path / "chat.jsonl", CHAT)
-    tab.method_panel.data_list.set_files([data])
-    tab.form.set_value("steps", 3)
+    tab.setup.method_panel.data_list.set_files([data])
+    tab.setup.form.set_value("steps", 3)
     assert tab.start()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
     assert window.ctx.errors
     message = window.ctx.errors[-1][0]
     assert "not-a-model" in message
-    assert tab.progress.format() in ("failed", "failed at step 0")
-    assert tab.method_panel.data_files() == [data] and tab.form.spec().steps == 3  # the form is as it was
-    assert tab.method_box.isEnabled() and tab.method_panel.isEnabled()
-    assert str(not_a_model) in tab.method_panel.base_picker.recent()
+    assert tab.run_view.progress.format() in ("failed", "failed at step 0")
+    assert tab.setup.method_panel.data_files() == [data] and tab.setup.form.spec().steps == 3  # the form is as it was
+    assert tab.setup.method_box.isEnabled() and tab.setup.method_panel.isEnabled()
+    assert str(not_a_model) in tab.setup.method_panel.base_picker.recent()
 
 
 def test_data_files_arrive_by_drop(qtbot, tmp_path):
@@ -285,23 +286,23 @@ def test_metric_families_get_grouped_plots(qtbot):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the full layer set is Linux's")
 def test_selfplay_shows_the_sandbox_state_and_a_live_task_browser(window, qtbot, tmp_path):
     tab = window.train_tab
-    tab.set_method("selfplay")
-    qtbot.waitUntil(lambda: "isolation layers" in tab.method_panel.sandbox_label.text(), timeout=20000)
+    tab.setup.set_method("selfplay")
+    qtbot.waitUntil(lambda: "isolation layers" in tab.setup.method_panel.sandbox_label.text(), timeout=20000)
     _wait_idle(qtbot, window)
-    tab.method_panel.sandbox_btn.click()
-    qtbot.waitUntil(lambda: tab.sandbox_dialog is not None, timeout=20000)
-    assert "audit-hook" in tab.sandbox_dialog.label.text()
-    tab.sandbox_dialog.close()
+    tab.setup.method_panel.sandbox_btn.click()
+    qtbot.waitUntil(lambda: tab.setup.sandbox_dialog is not None, timeout=20000)
+    assert "audit-hook" in tab.setup.sandbox_dialog.label.text()
+    tab.setup.sandbox_dialog.close()
     _wait_idle(qtbot, window)
     run = tmp_path / "run"
     run.mkdir()
     (run / LOG_NAME).write_text(json.dumps({"round": 1, "rollouts": [
         {"role": "solver", "type": "deduction", "prompt": "f(2)?", "answer": "3", "verdict": "correct",
          "reward": 1.0, "reason": ""}], "proposals": []}) + "\n")
-    tab.task_browser.start_live(run)
-    qtbot.waitUntil(lambda: tab.task_browser.rollouts.rowCount() == 1, timeout=5000)
+    tab.run_view.task_browser.start_live(run)
+    qtbot.waitUntil(lambda: tab.run_view.task_browser.rollouts.rowCount() == 1, timeout=5000)
     tab.stop_timers()
-    assert not tab.task_browser.timer.isActive()
+    assert not tab.run_view.task_browser.timer.isActive()
 
 
 def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, qtbot, monkeypatch, tmp_path):
@@ -326,12 +327,12 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
 
     monkeypatch.setattr(demo, "run_demo", short_demo)
     tab = window.train_tab
-    tab.set_method("selfplay")
+    tab.setup.set_method("selfplay")
     with qtbot.waitSignal(tab.selfplay_demo_requested, timeout=1000):
-        tab.method_panel.demo_btn.click()
+        tab.setup.method_panel.demo_btn.click()
     assert tab.running and "selfplay-demo-" in str(tab.run_dir)
-    qtbot.waitUntil(lambda: tab.task_browser.rollouts.rowCount() == 1, timeout=10000)
-    assert str(tab.run_dir).endswith("selfplay") and "4/4 self-play" in tab.log_view.toPlainText()
+    qtbot.waitUntil(lambda: tab.run_view.task_browser.rollouts.rowCount() == 1, timeout=10000)
+    assert str(tab.run_dir).endswith("selfplay") and "4/4 self-play" in tab.run_view.log_view.toPlainText()
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=10000)
     _wait_idle(qtbot, window)
@@ -339,7 +340,7 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
 
 def test_config_helpers_are_tolerant_of_the_engine():
     from desktop_app.engine.methods import method_of
-    from desktop_app.ui.tabs.train_tab import make_run_config
+    from desktop_app.ui.widgets.method_panel import make_run_config
 
     def method_key_of(config: RunConfig) -> str:
         return method_of(config).key
@@ -362,8 +363,8 @@ def test_cli_command_builds_the_same_config_as_the_window(window, qtbot, tmp_pat
     from desktop_app.engine import specs
 
     tab = window.train_tab
-    tab.set_method(key)
-    panel = tab.method_panel
+    tab.setup.set_method(key)
+    panel = tab.setup.method_panel
     panel.base_picker.set_path(base)
     panel.data_list.set_files([_jsonl(tmp_path / "data one.jsonl", DATA_FOR[key])])
     form = panel.option_forms["dpo" if key == "dpo" else "sft"]
@@ -374,9 +375,9 @@ def test_cli_command_builds_the_same_config_as_the_window(window, qtbot, tmp_pat
     if panel.adapter() != "none":
         panel.adapter_form.set_value("rank", 4)
         panel.adapter_form.set_value("target_modules", ["q_proj", "v_proj"])
-    tab.form.set_value("steps", 9)
-    tab.form.set_value("lr", 1e-3)  # equal to TrainSpec's default, not the method's: must still be passed
-    gui = tab.build_config()
+    tab.setup.form.set_value("steps", 9)
+    tab.setup.form.set_value("lr", 1e-3)  # equal to TrainSpec's default, not the method's: must still be passed
+    gui = tab.setup.build_config()
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     argv = shlex.split(tab.cli_command().splitlines()[0])
@@ -397,7 +398,7 @@ def test_hooks_for_drops_and_the_library(window, tmp_path, base):
     tab = window.train_tab
     assert not tab.accepts_data_drops()  # pretraining: drops belong to the Data tab
     tab.use_as_base(base)
-    assert tab.current_method().key == "sft" and tab.method_panel.base_model() == base
+    assert tab.setup.current_method().key == "sft" and tab.setup.method_panel.base_model() == base
     assert tab.accepts_data_drops()
     assert tab.add_data_files([_jsonl(tmp_path / "a.jsonl", CHAT)]) == 1
-    assert tab.method_panel.data_files() == [str(tmp_path / "a.jsonl")]
+    assert tab.setup.method_panel.data_files() == [str(tmp_path / "a.jsonl")]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from desktop_app.engine.events import StepMetrics
+from desktop_app.engine.events import StageStarted, StepMetrics
 from desktop_app.engine.methods import default_lr
 from desktop_app.engine.pipeline_folder import read_state
 
@@ -32,9 +32,10 @@ def inputs(trained, tmp_path):
 
 
 def _build(tab, base: str, chats: str, pairs: str, dpo_steps: int) -> None:
-    tab.set_method("pipeline")
-    editor = tab.pipeline_editor
-    assert editor.isVisibleTo(tab) and not tab.method_panel.isVisibleTo(tab) and not tab.hyper_group.isVisibleTo(tab)
+    tab.setup.set_method("pipeline")
+    editor = tab.setup.pipeline_editor
+    assert editor.isVisibleTo(tab) and not tab.setup.method_panel.isVisibleTo(tab)
+    assert not tab.setup.hyper_group.isVisibleTo(tab)
     assert editor.add_stage("sft") == 0
     editor.panel.base_picker.set_path(base)
     editor.panel.data_list.set_files([chats])
@@ -53,7 +54,7 @@ def test_a_two_stage_pipeline_runs_to_the_end_with_its_stages_shown(window, qtbo
     base, chats, pairs = inputs
     tab = window.train_tab
     _build(tab, base, chats, pairs, dpo_steps=4)
-    editor = tab.pipeline_editor
+    editor = tab.setup.pipeline_editor
     pipeline = editor.pipeline()
     assert [s["name"] for s in pipeline["stages"]] == ["sft", "dpo"]
     assert pipeline["stages"][0]["config"]["base_model"] == base
@@ -75,15 +76,15 @@ def test_a_two_stage_pipeline_runs_to_the_end_with_its_stages_shown(window, qtbo
     qtbot.waitUntil(lambda: not tab.running, timeout=120000)
     _wait_idle(qtbot, window)
     assert not window.ctx.errors, window.ctx.errors
-    assert tab.last_finished.reason == "completed", tab.last_finished
+    assert tab.run_view.last_finished.reason == "completed", tab.run_view.last_finished
     assert editor.stage_states() == ["done", "done"]
     assert "✓ done" in editor.stage_list.item(1).text()
     assert (0, ["running", "waiting"]) in seen and (1, ["done", "running"]) in seen  # where the run was
     out = tab.pipeline_dir
     assert [s["status"] for s in read_state(out)["stages"]] == ["completed", "completed"]
-    assert tab.plots.point_count("loss") == 4  # the plots show the current (last) stage: DPO's 4 steps
-    assert "preference_accuracy" in tab.plots.panel_keys()
-    assert "pipeline completed" in tab.progress.format()
+    assert tab.run_view.plots.point_count("loss") == 4  # the plots show the current (last) stage: DPO's 4 steps
+    assert "preference_accuracy" in tab.run_view.plots.panel_keys()
+    assert "pipeline completed" in tab.run_view.progress.format()
     assert f"train --resume {out}" in tab.cli_command()
     assert editor.add_btn.isEnabled()
 
@@ -106,32 +107,32 @@ def test_a_two_stage_pipeline_runs_to_the_end_with_its_stages_shown(window, qtbo
 
 
 def test_stop_in_stage_two_then_resume_continues_stage_two(window, qtbot, inputs, monkeypatch):
-    from desktop_app.ui.tabs import train_tab
+    from desktop_app.ui import train_jobs
 
-    original = train_tab._pipeline_job
+    original = train_jobs.pipeline_job
     stops = []
 
     def stop_in_stage_two(source, out, controls, resume):
         # In the worker thread, as the engine test does: Stop right after stage 2's third step, deterministically.
         stage = -1
         for item in original(source, out, controls, resume):
-            if isinstance(item, tuple) and item[0] == "stage":
-                stage = item[1]
+            if isinstance(item, StageStarted):
+                stage = item.index
             if not resume and stage == 1 and isinstance(item, StepMetrics) and item.step == 3:
                 stops.append(item.step)
                 controls.stop.set()
             yield item
 
-    monkeypatch.setattr(train_tab, "_pipeline_job", stop_in_stage_two)
+    monkeypatch.setattr(train_jobs, "pipeline_job", stop_in_stage_two)
     base, chats, pairs = inputs
     tab = window.train_tab
     _build(tab, base, chats, pairs, dpo_steps=8)
     assert tab.start(), window.ctx.errors
     qtbot.waitUntil(lambda: not tab.running, timeout=120000)
     _wait_idle(qtbot, window)
-    assert stops == [3] and tab.last_finished.reason == "stopped"
+    assert stops == [3] and tab.run_view.last_finished.reason == "stopped"
     out = tab.pipeline_dir
-    assert tab.pipeline_editor.stage_states() == ["done", "stopped"]
+    assert tab.setup.pipeline_editor.stage_states() == ["done", "stopped"]
     assert tab.run_dir == out / "stages" / "02-dpo"  # what a window closed mid-pipeline remembers, to resume
     assert [(s["status"], s["step"]) for s in read_state(out)["stages"]] == [("completed", 3), ("stopped", 3)]
 
@@ -140,38 +141,39 @@ def test_stop_in_stage_two_then_resume_continues_stage_two(window, qtbot, inputs
     assert window.library_tab.select(str(out))
     assert window.library_tab.resume_btn.isEnabled()
 
-    tab.set_method("sft")  # the form shows something else: Resume brings the pipeline back
+    tab.setup.set_method("sft")  # the form shows something else: Resume brings the pipeline back
     steps = []
     assert tab.resume_run(tab.run_dir)  # a stage folder resumes its pipeline
-    assert tab.current_method().key == "pipeline" and [s.name for s in tab.pipeline_editor.stages] == ["sft", "dpo"]
+    assert tab.setup.current_method().key == "pipeline"
+    assert [s.name for s in tab.setup.pipeline_editor.stages] == ["sft", "dpo"]
     tab.task.produced.connect(lambda item: steps.append((tab.stage_index, item.step))
                               if isinstance(item, StepMetrics) else None)
     qtbot.waitUntil(lambda: not tab.running, timeout=120000)
     _wait_idle(qtbot, window)
     assert not window.ctx.errors, window.ctx.errors
-    assert tab.last_finished.reason == "completed"
+    assert tab.run_view.last_finished.reason == "completed"
     assert steps == [(1, s) for s in range(4, 9)]  # stage 2 from its checkpoint on; stage 1 not run again
-    log = tab.log_view.toPlainText()
+    log = tab.run_view.log_view.toPlainText()
     assert "'sft': already completed, skipped" in log and "stage 2/2 'dpo'" in log and "resuming" in log
-    assert tab.pipeline_editor.stage_states() == ["done", "done"]
-    x, _ = tab.plots.series["loss"].data()
+    assert tab.setup.pipeline_editor.stage_states() == ["done", "done"]
+    x, _ = tab.run_view.plots.series["loss"].data()
     assert sorted(x.tolist()) == list(range(1, 9))  # the stage's whole curve: its history, then the new steps
     window.ctx.workspace_items_changed.emit()
     assert window.library_tab.select(str(out)) and not window.library_tab.resume_btn.isEnabled()  # all done
     # Show in plots on the pipeline folder: its stages and the last stage's curves
-    tab.set_method("sft")
+    tab.setup.set_method("sft")
     tab.show_run_history(str(out))
-    assert tab.current_method().key == "pipeline" and tab.pipeline_editor.stage_states() == ["done", "done"]
-    qtbot.waitUntil(lambda: tab.plots.point_count("loss") == 8, timeout=10000)
+    assert tab.setup.current_method().key == "pipeline" and tab.setup.pipeline_editor.stage_states() == ["done", "done"]
+    qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 8, timeout=10000)
     _wait_idle(qtbot, window)
 
 
 def test_pipeline_problems_are_named_before_anything_starts(window, qtbot, tmp_path):
     tab = window.train_tab
-    tab.set_method("pipeline")
+    tab.setup.set_method("pipeline")
     assert not tab.start()
     assert "add at least one stage" in window.ctx.errors[-1][0]
-    editor = tab.pipeline_editor
+    editor = tab.setup.pipeline_editor
     editor.add_stage("sft")  # no base, no data: the first stage cannot follow anything
     editor.add_stage("dpo")
     editor.panel.data_list.set_files([_jsonl(tmp_path / "chats.jsonl", CHATS)])  # chats are no preference pairs

@@ -16,9 +16,9 @@ from desktop_app.ui.widgets.live_plot import LivePlots
 
 
 def _tiny_train_settings(tab, steps=400, **kw):
-    spec = tab.form.spec().replace(steps=steps, batch_size=4, eval_every=5, eval_batches=1, save_every=0,
+    spec = tab.setup.form.spec().replace(steps=steps, batch_size=4, eval_every=5, eval_batches=1, save_every=0,
                                    warmup_steps=2, sample_tokens=4, log_every=1, **kw)
-    tab.form.set_spec(spec)
+    tab.setup.form.set_spec(spec)
 
 
 def test_live_plots_any_scalar_nan_and_exports(qtbot, tmp_path):
@@ -68,7 +68,7 @@ def test_live_plots_take_100k_points(qtbot):
 
 def test_invalid_hyperparameters_are_refused(window):
     tab = window.train_tab
-    tab.form.editors["micro_batch_size"].setValue(5)  # batch 16 is not a multiple of 5
+    tab.setup.form.editors["micro_batch_size"].setValue(5)  # batch 16 is not a multiple of 5
     assert not tab.start()
     assert "micro_batch_size" in window.ctx.errors[-1][0] or "multiple" in window.ctx.errors[-1][0]
     assert not tab.running
@@ -77,16 +77,16 @@ def test_invalid_hyperparameters_are_refused(window):
 def test_history_replay_from_metrics_jsonl(window, populated_workspace, qtbot):
     run = populated_workspace.folder("runs") / "tiny-run"
     window.train_tab.show_run_history(str(run))
-    qtbot.waitUntil(lambda: window.train_tab.plots.point_count("loss") == 6, timeout=10000)
-    assert window.train_tab.plots.point_count("val_loss") >= 1
-    assert "history" in window.train_tab.progress.format()
+    qtbot.waitUntil(lambda: window.train_tab.run_view.plots.point_count("loss") == 6, timeout=10000)
+    assert window.train_tab.run_view.plots.point_count("val_loss") >= 1
+    assert "history" in window.train_tab.run_view.progress.format()
     qtbot.waitUntil(lambda: not window.ctx.runner.is_running("history"), timeout=5000)
 
 
 def test_train_pause_save_now_stop_resume(window, populated_workspace, qtbot):
     tab = window.train_tab
     window.ctx.workspace_items_changed.emit()
-    tab.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
+    tab.setup.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
     window.model_tab.set_spec(TINY)
     _tiny_train_settings(tab)
     assert tab.start()
@@ -105,9 +105,9 @@ def test_train_pause_save_now_stop_resume(window, populated_workspace, qtbot):
         pass
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
-    assert tab.last_finished.reason == "stopped"
+    assert tab.run_view.last_finished.reason == "stopped"
     run = tab.run_dir
-    stopped_step = tab.last_finished.step
+    stopped_step = tab.run_view.last_finished.step
     assert (run / "run.json").exists()
     assert "--config" in tab.cli_command() and str(run) in tab.cli_command()
     # resume continues from the checkpoint saved at stop
@@ -115,22 +115,22 @@ def test_train_pause_save_now_stop_resume(window, populated_workspace, qtbot):
     qtbot.waitUntil(lambda: tab.steps_seen >= 2, timeout=60000)
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
-    assert tab.last_finished.step > stopped_step
+    assert tab.run_view.last_finished.step > stopped_step
     assert not window.ctx.errors, window.ctx.errors
 
 
 def test_first_launch_quick_start_uses_the_sample_corpus(window, qtbot):
     tab = window.train_tab
-    assert tab.dataset_box.currentData() == ""  # empty workspace: sample corpus, prepared automatically
+    assert tab.setup.dataset_box.currentData() == ""  # empty workspace: sample corpus, prepared automatically
     window.quick_start()
     assert window.tabs.currentWidget() is tab
-    assert tab.form.spec().eval_every == 25
-    qtbot.waitUntil(lambda: tab.plots.point_count("loss") >= 2, timeout=120000)
+    assert tab.setup.form.spec().eval_every == 25
+    qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") >= 2, timeout=120000)
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
     datasets = window.ctx.workspace.items("datasets")
     assert datasets and (datasets[0] / "manifest.json").exists()
-    assert tab.dataset_box.currentData() == str(datasets[0])
+    assert tab.setup.dataset_box.currentData() == str(datasets[0])
     assert not window.ctx.errors, window.ctx.errors
 
 
@@ -138,20 +138,20 @@ def test_training_failure_reaches_the_user(window, qtbot, tmp_path):
     tab = window.train_tab
     bogus = tmp_path / "not-a-dataset"
     bogus.mkdir()
-    tab.select_dataset(str(bogus))
+    tab.setup.select_dataset(str(bogus))
     window.model_tab.set_spec(TINY)
     assert tab.start()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
     assert window.ctx.errors
     message, _details = window.ctx.errors[-1]
     assert "not-a-dataset" in message or "manifest" in message
-    assert tab.progress.format() == "failed"
+    assert tab.run_view.progress.format() == "failed"
 
 
 def test_close_during_training_asks_then_stops_saves_and_closes(window, populated_workspace, qtbot):
     tab = window.train_tab
     window.ctx.workspace_items_changed.emit()
-    tab.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
+    tab.setup.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
     window.model_tab.set_spec(TINY)
     _tiny_train_settings(tab, steps=5000)
     assert tab.start()
@@ -163,7 +163,7 @@ def test_close_during_training_asks_then_stops_saves_and_closes(window, populate
     window.close()  # now "yes"
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=60000)
     assert not tab.running
-    assert tab.last_finished.reason == "stopped"
+    assert tab.run_view.last_finished.reason == "stopped"
     assert list((tab.run_dir / "checkpoints").glob("step-*/manifest.json"))
 
 
@@ -171,7 +171,7 @@ def test_gui_stays_responsive_during_training(window, populated_workspace, qtbot
     """A probe timer measures event-loop stalls during a real training run (generous bound, noisy CI)."""
     tab = window.train_tab
     window.ctx.workspace_items_changed.emit()
-    tab.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
+    tab.setup.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
     window.model_tab.set_spec(TINY)
     _tiny_train_settings(tab, steps=5000)
     gaps: list[float] = []
@@ -203,5 +203,5 @@ def test_replay_plots_unknown_scalars(window, tmp_path, records, qtbot):
     run.mkdir()
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n{torn")
     window.train_tab.show_run_history(str(run))
-    qtbot.waitUntil(lambda: window.train_tab.plots.point_count("reward") == 1, timeout=10000)
+    qtbot.waitUntil(lambda: window.train_tab.run_view.plots.point_count("reward") == 1, timeout=10000)
     qtbot.waitUntil(lambda: not window.ctx.runner.is_running("history"), timeout=5000)

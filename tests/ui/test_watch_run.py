@@ -42,10 +42,11 @@ def test_watching_follows_appended_records_until_finished(window, qtbot, tmp_pat
     run = _run_folder(tmp_path)
     before = _snapshot(run)
     assert tab.watch_run(run)
-    assert tab.watching and tab.watch_bar.isVisibleTo(tab)
-    assert "Watching outside-run" in tab.watch_label.text() and "launched outside the window" in tab.watch_label.text()
-    qtbot.waitUntil(lambda: tab.plots.point_count("loss") == 3, timeout=10000)
-    assert "preference_accuracy" in tab.plots.panel_keys()  # the run's method (run.json) picks the panels
+    assert tab.watching and tab.run_view.watch_bar.isVisibleTo(tab)
+    label = tab.run_view.watch_label.text()
+    assert "Watching outside-run" in label and "launched outside the window" in label
+    qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 3, timeout=10000)
+    assert "preference_accuracy" in tab.run_view.plots.panel_keys()  # the run's method (run.json) picks the panels
     assert _snapshot(run) == before  # read-only
 
     appended = threading.Event()
@@ -65,10 +66,10 @@ def test_watching_follows_appended_records_until_finished(window, qtbot, tmp_pat
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     counts = []
-    qtbot.waitUntil(lambda: counts.append(tab.plots.point_count("loss")) or counts[-1] == 11, timeout=10000)
+    qtbot.waitUntil(lambda: counts.append(tab.run_view.plots.point_count("loss")) or counts[-1] == 11, timeout=10000)
     thread.join(5)
     assert appended.is_set() and len(set(counts)) > 2  # it grew while the writer wrote, not all at once
-    assert tab.watching and "watching: step 11/20" in tab.progress.format()
+    assert tab.watching and "watching: step 11/20" in tab.run_view.progress.format()
 
     # a resume of the run cuts metrics.jsonl back to its checkpoint: the watch replays it from the start
     keep = len("".join(_step(s) for s in range(1, 6)).encode())
@@ -78,10 +79,11 @@ def test_watching_follows_appended_records_until_finished(window, qtbot, tmp_pat
         fh.write(_step(6) + _line(6, "finished", reason="completed", message="trained 6 steps"))
     qtbot.waitUntil(lambda: not tab.watching, timeout=10000)  # finished ends the watch
     _wait_idle(qtbot, window)
-    assert tab.plots.point_count("loss") == 6
-    assert not tab.watch_bar.isVisibleTo(tab)
-    assert tab.last_finished.reason == "completed" and "watched run completed at step 6" in tab.progress.format()
-    log = tab.log_view.toPlainText()
+    assert tab.run_view.plots.point_count("loss") == 6
+    assert not tab.run_view.watch_bar.isVisibleTo(tab)
+    assert tab.run_view.last_finished.reason == "completed"
+    assert "watched run completed at step 6" in tab.run_view.progress.format()
+    log = tab.run_view.log_view.toPlainText()
     assert "cut back" in log and "the watched run finished: completed" in log
     assert set(_snapshot(run)) == {"run.json", "metrics.jsonl"}
 
@@ -91,28 +93,28 @@ def test_stop_watching_and_starting_a_training_end_the_watch(window, qtbot, tmp_
     tab = window.train_tab
     run = _run_folder(tmp_path)
     assert tab.watch_run(run)
-    qtbot.waitUntil(lambda: tab.plots.point_count("loss") == 3, timeout=10000)
-    tab.stop_watch_btn.click()
-    assert not tab.watching and not tab.watch_bar.isVisibleTo(tab)
+    qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 3, timeout=10000)
+    tab.run_view.stop_watch_btn.click()
+    assert not tab.watching and not tab.run_view.watch_bar.isVisibleTo(tab)
     _wait_idle(qtbot, window)  # the follower's thread ended
 
-    from desktop_app.ui.tabs import train_tab
+    from desktop_app.ui import train_jobs
 
     def quick_job(config, run_dir, controls, *_args):
         run_dir.mkdir(parents=True, exist_ok=True)
         yield StepMetrics(step=1, total_steps=1, metrics={"loss": 9.0})
         yield Finished("completed", step=1)
 
-    monkeypatch.setattr(train_tab, "_train_job", quick_job)
+    monkeypatch.setattr(train_jobs, "train_job", quick_job)
     assert tab.watch_run(run)
-    qtbot.waitUntil(lambda: tab.plots.point_count("loss") == 3, timeout=10000)
-    tab.set_method("pretraining")
-    tab.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
+    qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 3, timeout=10000)
+    tab.setup.set_method("pretraining")
+    tab.setup.select_dataset(str(populated_workspace.folder("datasets") / "tiny-data"))
     assert tab.start(), window.ctx.errors
-    assert not tab.watching and not tab.watch_bar.isVisibleTo(tab)  # watching stopped first
+    assert not tab.watching and not tab.run_view.watch_bar.isVisibleTo(tab)  # watching stopped first
     qtbot.waitUntil(lambda: not tab.running, timeout=10000)
     _wait_idle(qtbot, window)
-    assert tab.plots.point_count("loss") == 1  # the plots are the training's, nothing of the watched run
+    assert tab.run_view.plots.point_count("loss") == 1  # the plots are the training's, nothing of the watched run
     assert tab.watch_run(run) and tab.watching  # the training ended: watching is allowed again
     tab.stop_watching()
     _wait_idle(qtbot, window)
@@ -132,21 +134,21 @@ def test_library_watch_live_names_the_run(window, qtbot, workspace):
     assert got.args == [str(run)]
     tab = window.train_tab
     assert window.tabs.currentWidget() is tab and tab.watching  # the main window routes it to the Train tab
-    qtbot.waitUntil(lambda: tab.plots.point_count("loss") == 2, timeout=10000)
+    qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 2, timeout=10000)
     tab.stop_watching()
     _wait_idle(qtbot, window)
 
 
 def test_distributed_fields_and_the_torchrun_command(window, qtbot):
     tab = window.train_tab
-    tab.set_method("lora")
-    assert tab.dist_group.isVisibleTo(tab)
-    assert all(w.toolTip() for w in tab.dist_form.editors.values())  # help text from DistributedSpec
-    assert tab.build_config().distributed == {}  # defaults: run.json as the CLI writes it
-    tab.dist_form.set_value("strategy", "fsdp")
-    tab.dist_form.set_value("nproc_per_node", 4)
-    tab.dist_form.set_value("fsdp_cpu_offload", True)
-    config = tab.build_config()
+    tab.setup.set_method("lora")
+    assert tab.setup.dist_group.isVisibleTo(tab)
+    assert all(w.toolTip() for w in tab.setup.dist_form.editors.values())  # help text from DistributedSpec
+    assert tab.setup.build_config().distributed == {}  # defaults: run.json as the CLI writes it
+    tab.setup.dist_form.set_value("strategy", "fsdp")
+    tab.setup.dist_form.set_value("nproc_per_node", 4)
+    tab.setup.dist_form.set_value("fsdp_cpu_offload", True)
+    config = tab.setup.build_config()
     assert config.distributed == {"strategy": "fsdp", "nproc_per_node": 4, "fsdp_cpu_offload": True}
     assert config.distributed_spec().strategy == "fsdp"
     assert "distributed.strategy=fsdp" in tab.cli_command()  # no flag for it: named, in run.json
@@ -157,13 +159,14 @@ def test_distributed_fields_and_the_torchrun_command(window, qtbot):
     assert ("torchrun --nnodes M --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST:PORT --nproc_per_node 4 "
             "-m desktop_app train --config run.json --out my-run") in text
     # back into the form from a run config (resume, Library)
-    tab.dist_form.set_spec(type(tab.dist_form.spec())())
-    tab.apply_config(RunConfig(objective="sft", base_model="/b", data=["/d.jsonl"], train=TrainSpec().to_dict(),
+    tab.setup.dist_form.set_spec(type(tab.setup.dist_form.spec())())
+    tab.setup.apply_config(RunConfig(objective="sft", base_model="/b", data=["/d.jsonl"], train=TrainSpec().to_dict(),
                                distributed={"strategy": "fsdp", "nproc_per_node": 8}))
-    assert tab.dist_form.spec().nproc_per_node == 8 and tab.build_config().distributed["nproc_per_node"] == 8
-    tab.set_method("pipeline")
-    assert not tab.dist_group.isVisibleTo(tab)
-    tab.set_method("pretraining")
+    assert tab.setup.dist_form.spec().nproc_per_node == 8
+    assert tab.setup.build_config().distributed["nproc_per_node"] == 8
+    tab.setup.set_method("pipeline")
+    assert not tab.setup.dist_group.isVisibleTo(tab)
+    tab.setup.set_method("pretraining")
     _wait_idle(qtbot, window)
 
 
@@ -180,7 +183,7 @@ def test_watching_a_pipeline_follows_the_stage_it_is_at(window, qtbot, tmp_path)
                                       {"name": "dpo", "run_dir": str(stage), "status": "running"}]}
     (out / "pipeline_state.json").write_text(json.dumps(state), encoding="utf-8")
     assert tab.watch_run(out)
-    assert tab.watched_dir == stage and "stage 2 'dpo'" in tab.log_view.toPlainText()
-    qtbot.waitUntil(lambda: tab.plots.point_count("loss") == 3, timeout=10000)
+    assert tab.watched_dir == stage and "stage 2 'dpo'" in tab.run_view.log_view.toPlainText()
+    qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 3, timeout=10000)
     tab.stop_watching()
     _wait_idle(qtbot, window)

@@ -32,9 +32,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, method_of
+from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, Method, method_of
 from desktop_app.engine.specs import RunConfig, SpecError, TrainSpec
-from desktop_app.ui.widgets.method_form import MethodPanel, default_lr, describe_data_file, make_run_config
+from desktop_app.ui.widgets.data_files import describe_data_file
+from desktop_app.ui.widgets.method_panel import MethodPanel, make_run_config
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 # What a stage shows while (or after) a pipeline runs; the engine's pipeline_state.json statuses map onto them.
@@ -166,7 +167,7 @@ class PipelineEditor(QWidget):
         self.up_btn.clicked.connect(lambda _=False: self.move_stage(self._current, -1))
         self.down_btn.clicked.connect(lambda _=False: self.move_stage(self._current, 1))
         self.load_btn.clicked.connect(self._load_dialog)
-        self.save_btn.clicked.connect(self._save_dialog)
+        self.save_btn.clicked.connect(self.save_dialog)
         self.name_edit.editingFinished.connect(self._store)
         self.method_box.currentIndexChanged.connect(lambda _i: self._on_stage_method())
         self.follow_check.toggled.connect(lambda _on: self._store())
@@ -183,7 +184,7 @@ class PipelineEditor(QWidget):
         from the previous stage's output. Returns its index, selected."""
         method = method or ("pretraining" if not self.stages and self._model() else "sft")
         m = METHOD_BY_KEY[method]
-        train = TrainSpec(lr=default_lr(m, m.adapter or "none") or TrainSpec().lr).to_dict()
+        train = TrainSpec(lr=m.default_lr(m.adapter or "none")).to_dict()
         if method == "pretraining":
             config = RunConfig(model={} if self.stages else self._model(), dataset=self._first_dataset(), train=train)
         else:
@@ -300,7 +301,7 @@ class PipelineEditor(QWidget):
         if path:
             self.load_file(path)
 
-    def _save_dialog(self, _checked: bool = False) -> None:
+    def save_dialog(self, _checked: bool = False) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save the pipeline", "pipeline.json", "JSON (*.json)")
         if path:
             self.save_file(path)
@@ -456,12 +457,12 @@ class PipelineEditor(QWidget):
             self._follow_default_lr(METHOD_BY_KEY[stage.method], kind)
         self._store()
 
-    def _follow_default_lr(self, old_method: Any, old_adapter: str) -> None:
+    def _follow_default_lr(self, old_method: Method, old_adapter: str) -> None:
         """A learning rate still at the old method's default follows the new method's (the user's own stays)."""
-        old = default_lr(old_method, old_adapter)
-        new = default_lr(self.panel.method, self.panel.adapter())
+        old = old_method.default_lr(old_adapter)
+        new = self.panel.method.default_lr(self.panel.adapter())
         current = self.form.spec().lr
-        if new is not None and old is not None and abs(current - old) <= 1e-12 * max(1.0, abs(current)):
+        if abs(current - old) <= 1e-12 * max(1.0, abs(current)):
             self._loading = True
             try:
                 self.form.set_value("lr", new)

@@ -1,18 +1,16 @@
-"""A form generated from a spec dataclass: one editor per field, help text as tooltip, inline problems."""
+"""A form generated from a spec dataclass: one editor per field, with the words, units and widgets its display
+hints ask for (spec_base.py), help text as tooltip, and inline problems. Every spec's form is this one: the
+model, data, training and generation settings, and each method's options."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
-    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFormLayout,
     QLabel,
     QLineEdit,
@@ -20,41 +18,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.engine.spec_base import field_label, help_text
+from desktop_app.ui.widgets.field_editors import (
+    CheckList,
+    FileListEdit,
+    FloatBox,
+    JsonEdit,
+    LinesEdit,
+    PathEdit,
+    WeightsEdit,
+    format_list,
+    parse_list,
+)
 
-class FloatBox(QDoubleSpinBox):
-    """A spin box that shows floats compactly (1e-05, 0.001, 10000) and accepts scientific notation."""
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setDecimals(12)
-        self.setRange(-1e12, 1e12)
-        self.setKeyboardTracking(False)
-        self.setStepType(QAbstractSpinBox.StepType.AdaptiveDecimalStepType)
-
-    def textFromValue(self, value: float) -> str:
-        return f"{value:.6g}"
-
-    def valueFromText(self, text: str) -> float:
-        try:
-            return float(text)
-        except ValueError:
-            return self.value()
-
-    def validate(self, text: str, pos: int) -> object:
-        try:
-            float(text)
-            return QValidator.State.Acceptable
-        except ValueError:
-            ok = all(c in "0123456789.eE+-" for c in text)
-            return QValidator.State.Intermediate if ok else QValidator.State.Invalid
-
-
-def _label(name: str) -> str:
-    return name.replace("_", " ").capitalize()
+COMPOSITE = ("files", "file", "checklist", "weights", "json", "lines")  # editors with value() / set_value()
 
 
 class SpecForm(QWidget):
-    """Editors for the fields of `spec_cls`. `changed` fires on any edit; `spec()` builds the dataclass."""
+    """Editors for the fields of `spec_cls`. `changed` fires on any edit; `spec()` builds the dataclass.
+
+    `exclude`d fields are not shown and keep their defaults; fields with the `hidden` hint are not shown either but
+    keep the value last set (GRPO's prompt files: the run's data files, set elsewhere)."""
 
     changed = Signal()
 
@@ -62,6 +46,7 @@ class SpecForm(QWidget):
         super().__init__(parent)
         self.spec_cls = spec_cls
         self.editors: dict[str, QWidget] = {}
+        self.hidden: dict[str, Any] = {}
         self._kinds: dict[str, str] = {}
         layout = QFormLayout(self)
         layout.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
@@ -71,11 +56,14 @@ class SpecForm(QWidget):
         for f in dataclasses.fields(spec_cls):
             if f.name in exclude:
                 continue
+            if f.metadata.get("hidden"):
+                self.hidden[f.name] = getattr(default, f.name)
+                continue
             editor, kind = self._make_editor(f, getattr(default, f.name))
-            help_ = str(f.metadata.get("help", ""))
+            help_ = help_text(spec_cls, f.name)
             editor.setToolTip(help_)
             editor.setObjectName(f"field_{f.name}")
-            label = QLabel(_label(f.name))
+            label = QLabel(field_label(spec_cls, f.name))
             label.setToolTip(help_)
             layout.addRow(label, editor)
             self.editors[f.name] = editor
@@ -89,6 +77,15 @@ class SpecForm(QWidget):
 
     def _make_editor(self, f: dataclasses.Field, default: Any) -> tuple[QWidget, str]:
         meta = f.metadata
+        widget = meta.get("widget")
+        if widget in COMPOSITE:
+            label = field_label(self.spec_cls, f.name)
+            editor: Any = {"files": lambda: FileListEdit(label), "file": lambda: PathEdit(label),
+                           "checklist": lambda: CheckList(f.name, meta.get("choices", ())),
+                           "weights": lambda: WeightsEdit(f.name, meta.get("keys", ())),
+                           "json": lambda: JsonEdit(default), "lines": LinesEdit}[widget]()
+            editor.changed.connect(self.changed)
+            return editor, widget
         if "choices" in meta:
             box = QComboBox()
             box.addItems(list(meta["choices"]))
@@ -98,21 +95,25 @@ class SpecForm(QWidget):
             check = QCheckBox()
             check.toggled.connect(self.changed)
             return check, "bool"
-        if isinstance(default, int):
-            spin = QSpinBox()
-            spin.setRange(int(meta.get("minimum", -(2**31 - 1))), int(meta.get("maximum", 2**31 - 1)))
-            spin.setKeyboardTracking(False)
-            spin.setGroupSeparatorShown(True)
-            spin.valueChanged.connect(self.changed)
-            return spin, "int"
-        if isinstance(default, float):
-            fbox = FloatBox()
-            if "minimum" in meta:
-                fbox.setMinimum(float(meta["minimum"]))
-            if "maximum" in meta:
-                fbox.setMaximum(float(meta["maximum"]))
-            fbox.valueChanged.connect(self.changed)
-            return fbox, "float"
+        if isinstance(default, (int, float)):
+            number: QSpinBox | FloatBox
+            if isinstance(default, int):
+                number = QSpinBox()
+                number.setRange(int(meta.get("minimum", -(2**31 - 1))), int(meta.get("maximum", 2**31 - 1)))
+                number.setGroupSeparatorShown(True)
+            else:
+                number = FloatBox()
+                if "minimum" in meta:
+                    number.setMinimum(float(meta["minimum"]))
+                if "maximum" in meta:
+                    number.setMaximum(float(meta["maximum"]))
+            number.setKeyboardTracking(False)
+            if meta.get("unit"):
+                number.setSuffix(f" {meta['unit']}")
+            if meta.get("zero") and number.minimum() == 0:
+                number.setSpecialValueText(str(meta["zero"]))  # shown instead of the minimum, 0
+            number.valueChanged.connect(self.changed)
+            return number, "int" if isinstance(default, int) else "float"
         if isinstance(default, list):
             line = QLineEdit()
             line.setPlaceholderText('items separated by |  (or a JSON list)')
@@ -122,12 +123,25 @@ class SpecForm(QWidget):
         line.editingFinished.connect(self.changed)
         return line, "str"
 
+    def add_note(self, after: str, text: str) -> QLabel:
+        """A muted line of text under the row of the field `after`."""
+        note = QLabel(text)
+        note.setProperty("role", "muted")
+        note.setWordWrap(True)
+        layout: QFormLayout = self.layout()  # type: ignore[assignment]
+        row, _role = layout.getWidgetPosition(self.editors[after])
+        layout.insertRow(row + 1, note)
+        return note
+
     # --- values ---
     def values(self) -> dict[str, Any]:
+        """The shown fields' values, by name."""
         out: dict[str, Any] = {}
         for name, editor in self.editors.items():
             kind = self._kinds[name]
-            if kind == "choice":
+            if kind in COMPOSITE:
+                out[name] = editor.value()  # type: ignore[attr-defined]
+            elif kind == "choice":
                 out[name] = editor.currentText()  # type: ignore[attr-defined]
             elif kind == "bool":
                 out[name] = editor.isChecked()  # type: ignore[attr-defined]
@@ -140,17 +154,21 @@ class SpecForm(QWidget):
         return out
 
     def spec(self) -> Any:
-        """The dataclass built from the editors (fields not shown keep their defaults)."""
-        return self.spec_cls(**self.values())
+        """The dataclass built from the editors (hidden fields as last set, excluded ones at their defaults)."""
+        return self.spec_cls(**{**self.hidden, **self.values()})
 
     def set_spec(self, spec: Any) -> None:
         self.blockSignals(True)
         try:
+            for name in self.hidden:
+                self.hidden[name] = getattr(spec, name)
             for name, editor in self.editors.items():
                 value = getattr(spec, name)
                 kind = self._kinds[name]
                 editor.blockSignals(True)
-                if kind == "choice":
+                if kind in COMPOSITE:
+                    editor.set_value(value)  # type: ignore[attr-defined]
+                elif kind == "choice":
                     editor.setCurrentText(str(value))  # type: ignore[attr-defined]
                 elif kind == "bool":
                     editor.setChecked(bool(value))  # type: ignore[attr-defined]
@@ -165,35 +183,23 @@ class SpecForm(QWidget):
             self.blockSignals(False)
         self.changed.emit()
 
+    def set_values(self, values: dict[str, Any]) -> None:
+        """Set the named fields; the others keep what they show."""
+        self.set_spec(self.spec().replace(**values))
+
     def set_value(self, name: str, value: Any) -> None:
-        spec = self.spec().replace(**{name: value})
-        self.set_spec(spec)
+        self.set_values({name: value})
 
     def show_problems(self, problems: list[str]) -> None:
         self.problems.setText("\n".join(f"• {p}" for p in problems))
         self.problems.setVisible(bool(problems))
 
+    def input_problems(self) -> list[str]:
+        """What the editors cannot read (text that is no JSON), by field name."""
+        return [f"{name} {problem}" for name, editor in self.editors.items() if self._kinds[name] in COMPOSITE
+                for problem in editor.problems()]  # type: ignore[attr-defined]
+
     def validate(self) -> list[str]:
-        problems = self.spec().validate()
+        problems = self.input_problems() + self.spec().validate()
         self.show_problems(problems)
         return problems
-
-
-def parse_list(text: str) -> list[str]:
-    text = text.strip()
-    if text.startswith("["):
-        try:
-            data = json.loads(text)
-            if isinstance(data, list):
-                return [str(x) for x in data]
-        except json.JSONDecodeError:
-            pass
-    if not text:
-        return []
-    return [part.strip() for part in text.split("|")]
-
-
-def format_list(values: list[Any]) -> str:
-    if any("|" in str(v) for v in values) or values == [""]:
-        return json.dumps(values)
-    return " | ".join(str(v) for v in values)

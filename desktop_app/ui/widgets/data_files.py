@@ -1,0 +1,178 @@
+"""Data files of a fine-tuning method: each file checked against what the method reads (chat records, preference
+pairs or prompts) and listed with its format, or in red with the reason it cannot be used. Files and folders arrive
+by drop or Add files…; a folder brings the JSON / JSONL / NDJSON files inside it (`expand_data_paths`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QDragEnterEvent, QDragMoveEvent, QDropEvent
+from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QWidget
+
+from desktop_app.ui import theme
+from desktop_app.ui.widgets.drop_zone import paths_from_mime
+
+DATA_SUFFIXES = (".jsonl", ".json", ".ndjson")
+
+
+def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
+    """(format label, problem) of one data file for a method's data kind; problem is "" when usable."""
+    from desktop_app.engine.errors import UserError
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        return "", f"{p} does not exist" if not p.exists() else f"{p} is not a file"
+    if data_kind == "grpo":
+        from desktop_app.engine.data.prompt_files import describe_prompt_file
+
+        try:
+            return describe_prompt_file(p), ""
+        except (UserError, OSError) as exc:
+            return "", f"{p.name}: {exc}"
+    from desktop_app.engine.finetune.data import FORMAT_NAMES, detect_format
+
+    try:
+        fmt = detect_format(p)
+    except (UserError, OSError) as exc:
+        text = str(exc)
+        return "", text if p.name in text else f"{p.name}: {text}"
+    label = FORMAT_NAMES.get(fmt, fmt)
+    if data_kind == "dpo" and fmt != "preference":
+        return label, f"{p.name}: holds {label} records: DPO needs preference pairs (prompt, chosen, rejected)"
+    if data_kind == "sft" and fmt == "preference":
+        return label, f"{p.name}: holds preference pairs: use it with DPO; SFT needs chat, ShareGPT or Alpaca records"
+    return label, ""
+
+
+def expand_data_paths(paths: list[str]) -> list[str]:
+    """Files as given; folders replaced by the JSON/JSONL/NDJSON files inside them (recursive, sorted).
+
+    The window's one rule for dropped or added data folders (the data list and the pipeline editor's list both
+    come here); the engine is to own this rule, and this body then becomes a call to it."""
+    out: list[str] = []
+    for raw in paths:
+        p = Path(raw).expanduser()
+        if p.is_dir():
+            out += [str(f) for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in DATA_SUFFIXES]
+        else:
+            out.append(str(p))
+    return out
+
+
+class DataFileList(QListWidget):
+    """Data files with their detected format (red with the reason when unusable); drop files or folders on it."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("dataFileList")
+        self.setAcceptDrops(True)
+        self.viewport().setAcceptDrops(True)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.setMinimumHeight(74)
+        self.setMaximumHeight(110)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.data_kind = "sft"
+        self.problems: dict[str, str] = {}
+        self.formats: dict[str, str] = {}
+
+    def files(self) -> list[str]:
+        return [self.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.count())]
+
+    def add_paths(self, paths: list[str]) -> int:
+        have = set(self.files())
+        added = 0
+        for path in expand_data_paths(paths):
+            if path in have:
+                continue
+            have.add(path)
+            item = QListWidgetItem()
+            item.setData(Qt.ItemDataRole.UserRole, path)
+            self.addItem(item)
+            self._describe(item)
+            added += 1
+        if added:
+            self.changed.emit()
+        return added
+
+    def set_files(self, paths: list[str]) -> None:
+        self.clear()
+        self.problems.clear()
+        self.formats.clear()
+        self.blockSignals(True)
+        self.add_paths(list(paths))
+        self.blockSignals(False)
+        self.changed.emit()
+
+    def remove_selected(self) -> None:
+        for item in self.selectedItems():
+            path = item.data(Qt.ItemDataRole.UserRole)
+            self.problems.pop(path, None)
+            self.formats.pop(path, None)
+            self.takeItem(self.row(item))
+        self.changed.emit()
+
+    def set_data_kind(self, kind: str) -> None:
+        """Re-check every file against what the method reads (SFT records, preference pairs or prompts)."""
+        if kind == self.data_kind:
+            return
+        self.data_kind = kind
+        for i in range(self.count()):
+            self._describe(self.item(i))
+
+    def _describe(self, item: QListWidgetItem) -> None:
+        path = item.data(Qt.ItemDataRole.UserRole)
+        label, problem = describe_data_file(path, self.data_kind) if self.data_kind else ("", "")
+        name = Path(path).name
+        self.formats[path] = label
+        if problem:
+            self.problems[path] = problem
+            item.setText(f"✗ {name} — {short_reason(problem, path)}")
+            item.setForeground(_color(theme.ERROR))
+            item.setToolTip(f"{path}\n{problem}")
+        else:
+            self.problems.pop(path, None)
+            item.setText(f"{name} — {label}" if label else name)
+            item.setForeground(_color(theme.TEXT))
+            item.setToolTip(path)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if paths_from_mime(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        if paths_from_mime(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = paths_from_mime(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.add_paths(paths)
+
+
+def short_reason(problem: str, path: str) -> str:
+    """The gist of a file problem for a list row ("unknown data format"); the whole text goes in the tooltip."""
+    text = problem
+    for prefix in (f"{Path(path).expanduser()}: ", f"{Path(path).name}: "):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    if text.endswith("does not exist"):
+        return "does not exist"
+    gist = text.split("; ")[0]
+    if len(gist) > 80:
+        gist = gist.split(": ")[0]
+    return gist if len(gist) <= 80 else gist[:79] + "…"
+
+
+def _color(name: str) -> QColor:
+    return QColor(name)
+

@@ -1,0 +1,295 @@
+"""What the Train tab trains, and how: the method, the dataset (pretraining) or the base model and data files
+(fine-tuning), the method's options, the hyperparameters and the distributed settings; or, for the Pipeline
+method, its stages. `build_config` reads it all as one RunConfig and `apply_config` shows one (resume, Library).
+Nothing here runs: the tab starts what this describes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
+from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
+from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.method_panel import MethodPanel, make_run_config
+from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
+from desktop_app.ui.widgets.spec_form import SpecForm
+
+SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
+
+
+def _group(title: str, name: str, *widgets: QWidget) -> QGroupBox:
+    box = QGroupBox(title)
+    box.setObjectName(name)
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(8, 6, 8, 8)
+    for w in widgets:
+        layout.addWidget(w)
+    return box
+
+
+class TrainSetup(QWidget):
+    """The settings column (scrolls); `top_bar` holds the method, dataset and model line the tab puts above it."""
+
+    method_changed = Signal()  # another method (or Pipeline) is chosen
+    changed = Signal()  # the method's fields changed (base, data, adapter, options)
+    warning = Signal(str)  # something of a config shown could not be shown
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.ctx = ctx
+        self.model_spec: ModelSpec | None = None
+        self.base_model = ""  # the Model tab's base (continued pretraining)
+        self.editable = True
+        self.sandbox_dialog = None
+        self._sandbox_probed = False
+        self._auto_lr: float | None = TrainSpec().lr  # the method default the lr field holds (None: user's own)
+
+        # --- the top bar: what to train on what ---
+        self.method_box = QComboBox()
+        self.method_box.setObjectName("methodBox")
+        for m in (*METHODS, PIPELINE):
+            self.method_box.addItem(m.label, m.key)
+            self.method_box.setItemData(self.method_box.count() - 1, m.help, Qt.ItemDataRole.ToolTipRole)
+        self.method_box.setToolTip("Training method: pretraining from scratch, or fine-tuning / reinforcement "
+                                   "learning on a base model, or a pipeline of several of them")
+        self.method_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.method_box.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.dataset_box = QComboBox()
+        self.dataset_box.setObjectName("trainDatasetBox")
+        self.dataset_box.setMinimumWidth(240)
+        self.dataset_label = QLabel("Dataset")
+        self.model_label = QLabel("")
+        self.model_label.setProperty("role", "muted")
+        self.top_bar = QWidget()
+        top = QHBoxLayout(self.top_bar)
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(QLabel("Method"))
+        top.addWidget(self.method_box)
+        top.addSpacing(12)
+        top.addWidget(self.dataset_label)
+        top.addWidget(self.dataset_box, 1)
+        top.addSpacing(12)
+        top.addWidget(self.model_label, 1)
+        top.addStretch(0)  # takes the room of the pretraining-only fields when they are hidden
+
+        # --- the column: method fields, hyperparameters, distributed settings, or the pipeline's stages ---
+        self.method_panel = MethodPanel(lambda: self.ctx.workspace)
+        self.form = SpecForm(TrainSpec)
+        self.hyper_group = _group("Hyperparameters", "hyperGroup", self.form)
+        # The config's `distributed` block: used when torchrun launches the run (Show CLI command has the command).
+        self.dist_form = SpecForm(DistributedSpec)
+        dist_note = QLabel("Used when torchrun launches this run on several processes or GPUs (Show CLI command "
+                           "gives the command); a run started in the window uses one process.")
+        dist_note.setProperty("role", "muted")
+        dist_note.setWordWrap(True)
+        self.dist_group = _group("Distributed (torchrun)", "distributedGroup", dist_note, self.dist_form)
+        self.pipeline_editor = PipelineEditor(lambda: self.ctx.workspace,
+                                              lambda: self.model_spec.to_dict() if self.model_spec else {})
+        self.pipeline_editor.setObjectName("pipelineEditor")
+        column = QWidget()
+        cl = QVBoxLayout(column)
+        cl.setContentsMargins(0, 0, 6, 0)
+        for w in (self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group):
+            cl.addWidget(w)
+        cl.addStretch(1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.scroll.setWidget(column)
+        self.scroll.setMinimumWidth(360)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.scroll)
+
+        self.dist_form.changed.connect(lambda: self.dist_form.validate())
+        self.form.changed.connect(lambda: self.form.validate())
+        self.pipeline_editor.error.connect(lambda message: self.ctx.report_error(message, title="Pipeline"))
+        self.method_box.currentIndexChanged.connect(lambda _i: self._on_method_changed())
+        self.method_panel.changed.connect(self._on_panel_changed)
+        self.method_panel.sandbox_check_requested.connect(lambda: self.check_sandbox(show_dialog=True))
+        self.refresh_datasets()
+        self._on_method_changed()
+
+    # --- inputs from other tabs ---
+    def set_model_spec(self, spec: ModelSpec | None) -> None:
+        self.model_spec = spec
+        self._update_model_label()
+
+    def set_base_model(self, path: str) -> None:
+        """The Model tab's base (continued pretraining); also offered as the fine-tuning methods' base."""
+        self.base_model = path
+        if path and self.editable:
+            self.method_panel.base_picker.set_path(path)
+        self._update_model_label()
+
+    def _update_model_label(self) -> None:
+        if self.base_model:
+            self.model_label.setText(f"Model: fine-tune {Path(self.base_model).name}")
+        elif self.model_spec is not None:
+            from desktop_app.engine.model.sizing import count_parameters, human_count
+
+            s = self.model_spec
+            self.model_label.setText(f"Model: {s.family}, {human_count(count_parameters(s))} parameters, "
+                                     f"{s.n_layers} layers × {s.d_model}, context {s.context_length}")
+        else:
+            self.model_label.setText("Model: the Model tab's spec has problems")
+
+    def refresh_datasets(self) -> None:
+        self.method_panel.base_picker.refresh()  # runs and models of the Library are bases too
+        self.pipeline_editor.refresh()
+        current = self.dataset_box.currentData()
+        self.dataset_box.blockSignals(True)
+        self.dataset_box.clear()
+        self.dataset_box.addItem("Sample corpus (prepared automatically)", SAMPLE_DATASET)
+        for p in self.ctx.workspace.items("datasets"):
+            if (p / "manifest.json").exists():
+                self.dataset_box.addItem(p.name, str(p))
+        i = self.dataset_box.findData(current) if current is not None else -1
+        self.dataset_box.setCurrentIndex(i if i >= 0 else (1 if self.dataset_box.count() > 1 else 0))
+        self.dataset_box.blockSignals(False)
+
+    def select_dataset(self, path: str) -> None:
+        self.refresh_datasets()
+        i = self.dataset_box.findData(str(path))
+        if i < 0:
+            self.dataset_box.addItem(Path(path).name, str(path))
+            i = self.dataset_box.count() - 1
+        self.dataset_box.setCurrentIndex(i)
+
+    def use_quickstart_settings(self) -> None:
+        """Short, visible first run: ~a minute on a laptop CPU with frequent evaluations."""
+        spec = self.form.spec().replace(steps=300, batch_size=16, eval_every=25, eval_batches=4, log_every=1,
+                                        save_every=100, warmup_steps=20, lr=2e-3, sample_tokens=32)
+        self.form.set_spec(spec)
+
+    def sample_corpus(self) -> tuple[list[str], Path, DataSpec] | None:
+        """With no dataset chosen (pretraining): the bundled sample corpus's files, a new dataset folder to prepare
+        them into and the settings that fit the model. None when a prepared dataset is chosen; UserError when the
+        corpus is missing."""
+        if (self.dataset_box.currentData() or SAMPLE_DATASET) != SAMPLE_DATASET:
+            return None
+        from desktop_app.engine.data.sample_corpus import sample_corpus_files
+        from desktop_app.engine.paths import sample_corpus_dir
+
+        files = [str(p) for p in sample_corpus_files()]
+        if not files:
+            raise UserError(f"No dataset chosen and the bundled sample corpus is missing ({sample_corpus_dir()}). "
+                            "Prepare a dataset on the Data tab first.")
+        spec = self.model_spec or ModelSpec()
+        folder = self.ctx.workspace.new_path("datasets", f"sample-corpus-ctx{spec.context_length}")
+        return files, folder, DataSpec(vocab_size=spec.vocab_size, context_length=spec.context_length)
+
+    # --- method ---
+    def current_method(self) -> Method:
+        key = self.method_box.currentData() or "pretraining"
+        return PIPELINE if key == PIPELINE.key else METHOD_BY_KEY[key]
+
+    def set_method(self, key: str) -> None:
+        i = self.method_box.findData(key)
+        if i < 0:
+            raise KeyError(f"unknown method {key!r}")
+        self.method_box.setCurrentIndex(i)
+
+    def _on_method_changed(self) -> None:
+        m = self.current_method()
+        pipeline = m is PIPELINE
+        if not pipeline:
+            self.method_panel.set_method(m.key)
+        self.method_panel.setVisible(not pipeline)
+        self.pipeline_editor.setVisible(pipeline)
+        self.hyper_group.setVisible(not pipeline)  # each stage has its own
+        self.dist_group.setVisible(not pipeline)
+        for w in (self.dataset_label, self.dataset_box, self.model_label):
+            w.setVisible(not m.finetune)
+        self._apply_default_lr()
+        if m.key == "selfplay" and not self._sandbox_probed:
+            self.check_sandbox(show_dialog=False)
+        self.method_changed.emit()
+
+    def _on_panel_changed(self) -> None:
+        self._apply_default_lr()
+        self.changed.emit()
+
+    def _apply_default_lr(self) -> None:
+        """Follow the method's usual learning rate unless the user typed their own."""
+        new = self.current_method().default_lr(self.method_panel.adapter())
+        current = self.form.spec().lr
+        untouched = self._auto_lr is not None and abs(current - self._auto_lr) <= 1e-12 * max(1.0, abs(current))
+        if untouched and new != current:
+            self.form.set_value("lr", new)
+        self._auto_lr = new if untouched else None
+
+    def check_sandbox(self, *, show_dialog: bool = False) -> None:
+        """Probe the sandboxed executor in the background; the Self-play fields show its state."""
+        from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
+
+        self._sandbox_probed = True
+        self.method_panel.set_sandbox_state(None, checking=True)
+        task = self.ctx.runner.start("sandbox-probe", probe_sandbox)
+
+        def done(state: dict) -> None:
+            self.method_panel.set_sandbox_state(state)
+            if show_dialog:
+                self.sandbox_dialog = SandboxStatusDialog(state, self)
+                self.sandbox_dialog.show()
+
+        task.produced.connect(done)
+        task.failed.connect(lambda message, _d: self.method_panel.set_sandbox_state(
+            {"layers": [], "missing": {}, "error": message}))
+
+    def set_editable(self, on: bool) -> None:
+        """While a run trains, its settings are shown, not edited."""
+        self.editable = on
+        for w in (self.dataset_box, self.form, self.method_box, self.method_panel, self.dist_form):
+            w.setEnabled(on)
+        self.pipeline_editor.set_editable(on)
+
+    # --- the run config ---
+    def build_config(self, dataset: str = "") -> RunConfig:
+        """The run config of the form: pretraining on `dataset`, or the chosen method on its base and data."""
+        return self.config_and_unknown(dataset)[0]
+
+    def config_and_unknown(self, dataset: str = "") -> tuple[RunConfig, list[str]]:
+        """`build_config`, and the method fields this engine's RunConfig does not know (see make_run_config)."""
+        tspec = self.form.spec()
+        m = self.current_method()
+        if not m.finetune:
+            return RunConfig(model=self.model_spec.to_dict() if (self.model_spec and not self.base_model) else {},
+                             base_model=self.base_model, dataset=dataset, objective=m.objective,
+                             train=tspec.to_dict(), distributed=self.distributed_dict()), []
+        return make_run_config(**self.method_panel.config_fields(), train=tspec.to_dict(),
+                               distributed=self.distributed_dict())
+
+    def distributed_dict(self) -> dict[str, Any]:
+        """The Distributed fields that differ from DistributedSpec's defaults ({} = all defaults): run.json stays
+        as the CLI would write it unless the user set something."""
+        defaults = DistributedSpec().to_dict()
+        return {k: v for k, v in self.dist_form.spec().to_dict().items() if v != defaults.get(k)}
+
+    def apply_config(self, config: RunConfig) -> None:
+        """Show a run config in the form (resume, Library): method, base, data, adapter, options, hyperparameters."""
+        key = method_of(config).key
+        self.set_method(key)
+        if METHOD_BY_KEY[key].finetune:
+            self.method_panel.apply_config(config)
+        self.form.set_spec(config.train_spec())
+        try:
+            self.dist_form.set_spec(config.distributed_spec())
+        except SpecError as exc:  # shown, not fatal: a resume runs the config as it is
+            self.warning.emit(f"the Distributed fields cannot show this run's settings: {exc}")
+        self._auto_lr = None  # the run's own learning rate, never replaced by a method default
