@@ -416,7 +416,8 @@ def test_icon_writers_reject_bad_input() -> None:
 def test_spec_and_entry_are_valid_python() -> None:
     spec = (INSTALLER / "azr_trainer.spec").read_text(encoding="utf-8")
     ast.parse(spec)
-    assert "build_config" in spec and '"resources"' in spec and "trim_reason" in spec
+    assert "build_config" in spec and "trim_reason" in spec
+    assert "datas=cfg.bundle_datas(root)" in spec and "*cfg.sandbox_hidden_imports(root)" in spec
     assert 'hide_console="hide-early"' in spec  # Windows: no console window from the Start menu
     entry = (INSTALLER / "entry.py").read_text(encoding="utf-8")
     assert "freeze_support()" in entry and "desktop_app.__main__" in entry
@@ -431,6 +432,30 @@ def test_build_script_options() -> None:
     assert (args.smoke, args.variant, args.no_trim, args.deb_compression) == (False, "cpu", False, "gzip")
     args = build.parse_args(["--smoke", "--variant", "cuda", "--skip-build"])
     assert args.smoke and args.variant == "cuda" and args.skip_build
+
+
+# --- the sandbox's fork server in the bundle --------------------------------------------------------------
+
+
+def test_the_zygote_source_ships_where_the_frozen_app_looks() -> None:
+    from desktop_app.engine.sandbox import launch
+
+    datas = cfg.bundle_datas()
+    zygote = Path(launch.zygote_path())
+    # launch.zygote_path() is <folder of launch.py>/zygote.py; frozen, that folder is sys._MEIPASS/<dest>
+    dest = zygote.parent.relative_to(ROOT).as_posix()
+    assert (str(zygote), dest) in datas and (str(ROOT / "resources"), "resources") in datas
+    assert all(Path(src).exists() for src, _ in datas)
+    assert cfg.trim_reason(f"{dest}/zygote.py") is None and cfg.trim_reason(f"{dest}/zygote.py", "cuda") is None
+
+
+def test_the_modules_untrusted_programs_may_import_are_bundled() -> None:
+    from desktop_app.engine.sandbox import zygote
+
+    hidden = cfg.sandbox_hidden_imports()
+    assert hidden == list(zygote.ALLOWED_MODULES)
+    assert all(name in sys.stdlib_module_names for name in hidden)
+    assert not set(hidden) & set(cfg.excluded_modules())
 
 
 def _fake_bundle(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
