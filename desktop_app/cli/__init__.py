@@ -77,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head`: the reader went away; not an error worth a line
+        from desktop_app.cli.crash import silence_stdout
+
+        silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell shows for a command the pipe ended
     except Exception as exc:  # a bug: the traceback goes to the log folder, the user gets one line
         from desktop_app.cli.crash import EXIT_CRASH, crash_line
 

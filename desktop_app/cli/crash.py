@@ -65,3 +65,10 @@ def crash_line(exc: BaseException, argv: list[str], workspace: str | os.PathLike
     except OSError as log_error:
         where = f"and the error log could not be written ({log_error})"
     return f"error: unexpected {what} (a bug in AZR Model Trainer; {where})"
+
+
+def silence_stdout() -> None:
+    """After a broken pipe: point stdout at the null device, so the exit's flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())

@@ -103,3 +103,16 @@ def test_the_crash_log_falls_back_to_the_temporary_folder(tmp_path: Path, monkey
     line = crash.crash_line(ValueError("bad"), ["train"], workspace=blocked)
     (log,) = (tmp_path / "tmp" / "azr-model-trainer-logs").glob("error-*.log")
     assert str(log) in line and "ValueError: bad" in log.read_text(encoding="utf-8")
+
+
+def test_a_closed_pipe_ends_the_verb_quietly(tmp_path: Path, monkeypatch, capsys) -> None:
+    import desktop_app.cli.tasks as tasks_verb
+
+    def broken_pipe(_args) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setenv("AZR_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setattr(cli, "VERBS", {"tasks": cli.VERBS["tasks"]})
+    monkeypatch.setattr(tasks_verb, "run", broken_pipe)
+    assert cli.main(["tasks"]) == 141  # `azr-trainer tasks | head`: no error line, no log
+    assert capsys.readouterr().err == "" and not (tmp_path / "ws" / "logs").exists()
