@@ -13,6 +13,8 @@ import configparser
 import email.parser
 import importlib.util
 import itertools
+import json
+import os
 import plistlib
 import shutil
 import struct
@@ -447,6 +449,24 @@ def test_the_zygote_source_ships_where_the_frozen_app_looks() -> None:
     assert (str(zygote), dest) in datas and (str(ROOT / "resources"), "resources") in datas
     assert all(Path(src).exists() for src, _ in datas)
     assert cfg.trim_reason(f"{dest}/zygote.py") is None and cfg.trim_reason(f"{dest}/zygote.py", "cuda") is None
+
+
+def test_the_fork_server_runtime_hook_runs_first_and_starts_the_zygote() -> None:
+    spec = (INSTALLER / "azr_trainer.spec").read_text(encoding="utf-8")
+    hook = INSTALLER / "rthooks" / "pyi_rth_azr_fork_server.py"
+    assert 'runtime_hooks=[str(root / "installer" / "rthooks" / "pyi_rth_azr_fork_server.py")]' in spec
+    if not hasattr(os, "fork"):
+        return  # Windows: no fork server
+    from desktop_app.engine.sandbox import launch
+
+    # as the bootloader runs it: an isolated interpreter, the app importable, argv as the executor passes it
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); sys.argv = ['azr-trainer', {launch.FORK_SERVER_FLAG!r}]; "
+            f"exec(compile(open({str(hook)!r}).read(), 'rthook', 'exec'))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], input='{"quit": true}\n', capture_output=True,
+                          text=True, timeout=60, env={})
+    assert done.returncode == 0, done.stderr[-2000:]
+    hello = json.loads(done.stdout.splitlines()[0])["hello"]
+    assert "audit-hook" in hello["layers"] and "isolated-interpreter" in hello["layers"], hello
 
 
 def test_the_modules_untrusted_programs_may_import_are_bundled() -> None:
