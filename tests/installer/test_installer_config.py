@@ -432,8 +432,10 @@ def test_build_script_options() -> None:
     build = _load("build")
     args = build.parse_args([])
     assert (args.smoke, args.variant, args.no_trim, args.deb_compression) == (False, "cpu", False, "gzip")
-    args = build.parse_args(["--smoke", "--variant", "cuda", "--skip-build"])
-    assert args.smoke and args.variant == "cuda" and args.skip_build
+    args = build.parse_args(["--smoke", "--variant", "cuda", "--skip-build", "--smoke-steps", "sandbox", "serve"])
+    assert args.smoke and args.variant == "cuda" and args.skip_build and args.smoke_steps == ["sandbox", "serve"]
+    with pytest.raises(SystemExit):
+        build.parse_args(["--smoke-steps", "no-such-step"])
 
 
 # --- the sandbox's fork server in the bundle --------------------------------------------------------------
@@ -476,6 +478,49 @@ def test_the_modules_untrusted_programs_may_import_are_bundled() -> None:
     assert hidden == list(zygote.ALLOWED_MODULES)
     assert all(name in sys.stdlib_module_names for name in hidden)
     assert not set(hidden) & set(cfg.excluded_modules())
+
+
+# --- the smoke test ---------------------------------------------------------------------------------------
+
+
+def test_the_smoke_runs_every_cli_verb() -> None:
+    from desktop_app.cli import VERBS
+
+    smoke = _load("smoke")
+    source = (INSTALLER / "smoke.py").read_text(encoding="utf-8")
+    names = [name for name, _ in smoke.STEPS]
+    assert len(names) == len(set(names)) and {"window", "errors", "window-selfplay"} <= set(names)
+    missing = sorted(set(VERBS) - set(smoke.STEP_VERBS))
+    assert not missing, f"add a smoke step for {missing} to installer/smoke.py (STEPS and STEP_VERBS)"
+    for verb in smoke.STEP_VERBS:  # each listed verb is really run by a step
+        assert f'ctx.exe, "{verb}"' in source or f'"{verb}", ' in source, verb
+    # steps that use what another makes come after it
+    assert names.index("prepare") < names.index("train") < min(names.index(n) for n in (
+        "generate", "serve", "export", "window-selfplay"))
+
+
+def test_the_smoke_step_runner_records_each_result(tmp_path: Path, monkeypatch, meta) -> None:
+    smoke = _load("smoke")
+    (tmp_path / "app" / "_internal" / "resources" / "sample_corpus").mkdir(parents=True)
+
+    def good(ctx):
+        ctx.made["run"] = tmp_path
+        return {"x": 1}
+
+    def bad(ctx):
+        raise smoke.SmokeFailure("nope")
+
+    def needy(ctx):
+        return {"run": str(ctx.needs("dataset"))}
+
+    monkeypatch.setattr(smoke, "STEPS", (("good", good), ("bad", bad), ("needy", needy)))
+    with pytest.raises(smoke.SmokeFailure) as caught:
+        smoke.run_smoke(meta, exe=tmp_path / "app" / "azr-trainer", install_root=tmp_path / "app",
+                        scratch=tmp_path / "scratch", repeats=1)
+    figures = caught.value.figures
+    assert figures["failed_steps"] == ["bad", "needy"] and figures["steps"]["good"]["x"] == 1
+    assert figures["steps"]["bad"]["error"] == "nope" and "dataset" in figures["steps"]["needy"]["error"]
+    assert figures["install_tree_unchanged"] is True and "smoke_s" in figures
 
 
 def _fake_bundle(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
