@@ -397,8 +397,11 @@ def print_smoke_summary(figures: dict[str, object]) -> None:
         print(f"smoke {name:<17}: {what} ({record.get('step_s')} s)")
     if "smoke_s" in figures:
         print(f"smoke time             : {figures['smoke_s']} s")
-    if figures.get("missing_libraries"):
-        print(f"unresolved libraries   : {figures['missing_libraries']}")
+    missing = figures.get("missing_libraries") or {}
+    if missing:  # system libraries the bundle expects from the target (the .deb's Depends/Recommends)
+        names = sorted({name for names in missing.values() for name in names})
+        print(f"unresolved libraries   : {', '.join(names)} (needed by {len(missing)} bundled objects; "
+              "see build-report.json)")
 
 
 if __name__ == "__main__":
