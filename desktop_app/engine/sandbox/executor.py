@@ -171,7 +171,10 @@ class Executor:
                          name="sandbox-reader").start()
         hello = self._next_message(time.monotonic() + 30)
         if not hello or "hello" not in hello:
-            code = self._proc.poll()
+            try:  # its output ended: it is exiting (or hangs silent past the deadline)
+                code: int | None = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
             self._kill()
             raise RuntimeError("the sandbox's fork server did not start"
                                + (f" (exit status {code})" if code is not None else " within 30 s")
