@@ -43,7 +43,11 @@ class SelfplaySmoke(QObject):
         panel = self.tab.method_panel
         panel.base_picker.set_path(self.base)
         form = panel.options_form()
-        form.set_values({**form.values(), **SMOKE_OPTIONS})
+        options = {**form.values(), **SMOKE_OPTIONS}
+        if hasattr(form, "set_spec"):  # options as a typed spec (SpecForm) or as a dict (DictForm)
+            form.set_spec(form.spec_cls.from_dict(options))
+        else:
+            form.set_values(options)
         self.tab.form.set_value("steps", 2)
         self.timer.start(100)
 
