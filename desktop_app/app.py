@@ -4,7 +4,8 @@
 torch and transformers load in the background once the window is up.
 
 Flags: --workspace DIR, --smoke-test (open the window offscreen, print the time to window, close,
-exit 0: the installers' smoke test), --reset-settings.
+exit 0: the installers' smoke test), --smoke-selfplay RUN (offscreen: start self-play on the python world
+from RUN in the Train tab, print the result as JSON, exit; see ui/smoke.py), --reset-settings.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         "platform user data folder; AZR_WORKSPACE overrides)")
     parser.add_argument("--smoke-test", action="store_true", help="open the window offscreen, print the time "
                         "to window, close and exit 0")
+    parser.add_argument("--smoke-selfplay", metavar="RUN", default="", help="offscreen: start self-play on the "
+                        "python world from RUN in the Train tab, print the result as JSON and exit (smoke test)")
     parser.add_argument("--reset-settings", action="store_true", help="forget window geometry and last tab")
     parser.add_argument("--no-preload", action="store_true", help="do not preload torch in the background")
     args, unknown = parser.parse_known_args(argv)
@@ -35,7 +38,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
-    if args.smoke_test:
+    if args.smoke_test or args.smoke_selfplay:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -62,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot use {args.workspace} as the workspace: {exc.strerror or exc}", file=sys.stderr)
         return 2
     # The smoke test must not stop at the "resume the unfinished run?" question a normal launch may ask.
-    window = MainWindow(workspace, settings=settings, preload=not (args.no_preload or args.smoke_test),
-                        offer_resume=not args.smoke_test)
-    if not args.smoke_test:
+    smoke = args.smoke_test or bool(args.smoke_selfplay)
+    window = MainWindow(workspace, settings=settings, preload=not (args.no_preload or smoke), offer_resume=not smoke)
+    if not smoke:
         _install_sigint(app, window)  # before anything announces the window, so Ctrl+C is always graceful
     window.show()
     icon = window.windowIcon()
@@ -72,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         app.setWindowIcon(icon)
     logging.getLogger("desktop_app").info("window shown in %.3f s", time.perf_counter() - _T0)
 
+    if args.smoke_selfplay:
+        from desktop_app.ui.smoke import run as run_selfplay_smoke
+
+        return run_selfplay_smoke(window, args.smoke_selfplay, app)
     if args.smoke_test:
         def _report() -> None:
             shown = time.perf_counter() - _T0

@@ -8,9 +8,9 @@
              is installed, plus a portable .zip
      macOS   dist/*.dmg (hdiutil) of the .app
 4. with --smoke: installs the package into a scratch root (Linux: `dpkg-deb -x`) and runs the
-   *installed* app headless: --version, the window offscreen (time to window), the bundled CLI prepares
-   the bundled sample corpus, trains 3 steps and streams generated text; it fails if anything was
-   written into the install folder.
+   *installed* app headless (installer/smoke.py): --version, the window offscreen (time to window), every
+   CLI verb (prepare, train, generate, model, sandbox, tasks, selfplay-demo, serve, export), one-line user
+   errors and self-play started from the Train tab; it fails if anything was written into the install folder.
 
 Figures (sizes, build time, time to window frozen vs from source) are printed and written to
 build/build-report.json.
@@ -22,9 +22,7 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -36,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_config as cfg
 import icons
+import smoke
 
 ROOT = cfg.REPO_ROOT
 SPEC = cfg.INSTALLER_DIR / "azr_trainer.spec"
@@ -63,17 +62,6 @@ def tree_size(path: Path) -> int:
             if not os.path.islink(p):
                 total += os.path.getsize(p)
     return total
-
-
-def snapshot(path: Path) -> dict[str, tuple[int, int]]:
-    """path -> (size, mtime_ns) of everything under `path`, to prove nothing was written there."""
-    out: dict[str, tuple[int, int]] = {}
-    for dirpath, dirs, files in os.walk(path):
-        for name in dirs + files:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            out[os.path.relpath(p, path)] = (st.st_size if not os.path.isdir(p) else 0, st.st_mtime_ns)
-    return out
 
 
 def run(cmd: Sequence[str | os.PathLike[str]], **kw) -> subprocess.CompletedProcess:
@@ -259,179 +247,6 @@ def make_dmg(meta: cfg.AppMeta, app: Path, out: Path, stage: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------
-# 4. smoke test of the installed app
-
-
-class SmokeFailure(RuntimeError):
-    pass
-
-
-def smoke_env(scratch: Path) -> dict[str, str]:
-    """A clean user: workspace, home and caches in a temp dir; offscreen Qt; no hub access."""
-    home = scratch / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
-        env.pop(key, None)
-    env.update(
-        AZR_WORKSPACE=str(scratch / "workspace"),
-        HOME=str(home),
-        XDG_DATA_HOME=str(home / ".local" / "share"),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        XDG_CACHE_HOME=str(home / ".cache"),
-        HF_HOME=str(home / ".cache" / "huggingface"),
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        QT_QPA_PLATFORM="offscreen",
-        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
-    )
-    return env
-
-
-def _run_app(cmd: Sequence[str | os.PathLike[str]], env: dict[str, str], timeout: float = 600,
-             cwd: Path | None = None, marker: str | None = None) -> tuple[str, str, float, list[float]]:
-    """Run, collecting stdout as it arrives: returns (stdout, stderr, seconds, arrival times of chunks).
-
-    With `marker`, the arrival times stop at the chunk where that text first appears (so the last one is
-    when the process printed it, measured from the launch: the bootloader's unpacking included).
-    """
-    import threading
-
-    start = time.perf_counter()
-    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=cwd)
-    timed_out = threading.Event()
-
-    def _kill() -> None:
-        timed_out.set()
-        proc.kill()
-
-    watchdog = threading.Timer(timeout, _kill)
-    watchdog.start()
-    err_chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: err_chunks.append(proc.stderr.read()), daemon=True)
-    reader.start()
-    out_chunks: list[bytes] = []
-    arrivals: list[float] = []
-    try:
-        marked = False
-        while chunk := os.read(proc.stdout.fileno(), 65536):
-            out_chunks.append(chunk)
-            if not marked:
-                arrivals.append(time.perf_counter() - start)
-                marked = bool(marker) and marker.encode() in b"".join(out_chunks)
-        code = proc.wait()
-    finally:
-        watchdog.cancel()
-    if timed_out.is_set():
-        raise SmokeFailure(f"timed out after {timeout} s: {' '.join(str(c) for c in cmd)}")
-    reader.join(10)
-    elapsed = time.perf_counter() - start
-    out = b"".join(out_chunks).decode("utf-8", "replace")
-    err = b"".join(err_chunks).decode("utf-8", "replace")
-    if code != 0:
-        raise SmokeFailure(f"exit {code}: {' '.join(str(c) for c in cmd)}\n--- stdout\n{out[-3000:]}\n"
-                           f"--- stderr\n{err[-3000:]}")
-    return out, err, elapsed, arrivals
-
-
-def time_to_window(cmd: list[str], env: dict[str, str], repeats: int) -> dict[str, object]:
-    """`--smoke-test` runs: the app's own figure (from its first import) and the whole process wall time."""
-    reported, seen, walls = [], [], []
-    for _ in range(repeats):
-        out, _err, wall, arrivals = _run_app([*cmd, "--smoke-test"], env, timeout=300, marker="window shown in")
-        match = re.search(r"window shown in ([0-9.]+)\s*s", out)
-        if not match:
-            raise SmokeFailure(f"--smoke-test printed no 'window shown in N s' line:\n{out[-2000:]}")
-        reported.append(float(match.group(1)))
-        seen.append(round(arrivals[-1] if arrivals else wall, 3))
-        walls.append(round(wall, 3))
-    return {"app_reported_s": reported, "process_to_window_s": seen, "process_wall_s": walls,
-            "median_app_reported_s": statistics.median(reported),
-            "median_process_to_window_s": statistics.median(seen),
-            "median_process_wall_s": statistics.median(walls)}
-
-
-def missing_libraries(app_dir: Path) -> dict[str, list[str]]:
-    """ldd every shared object in the bundle; list unresolved dependencies (Linux only)."""
-    missing: dict[str, list[str]] = {}
-    if not shutil.which("ldd"):
-        return missing
-    internal = app_dir / "_internal"
-    for so in internal.rglob("*.so*"):
-        if so.is_symlink() or not so.is_file():
-            continue
-        try:
-            out = subprocess.run(["ldd", str(so)], capture_output=True, text=True, timeout=30,
-                                 env=dict(os.environ, LD_LIBRARY_PATH=str(internal))).stdout
-        except (subprocess.SubprocessError, OSError):
-            continue
-        gone = [line.split("=>")[0].strip() for line in out.splitlines() if "not found" in line]
-        if gone:
-            missing[str(so.relative_to(app_dir))] = gone
-    return missing
-
-
-def smoke_test(meta: cfg.AppMeta, *, exe: Path, install_root: Path, scratch: Path, repeats: int) -> dict[str, object]:
-    env = smoke_env(scratch)
-    figures: dict[str, object] = {}
-    before = snapshot(install_root)
-    resources = install_root / "_internal" / "resources"
-    if not resources.is_dir():  # macOS: PyInstaller's BUNDLE puts data under Contents/Resources|Frameworks
-        found = [p for p in install_root.rglob("resources") if (p / "sample_corpus").is_dir()]
-        resources = found[0] if found else resources
-    corpus = resources / "sample_corpus"
-    if not corpus.is_dir():
-        raise SmokeFailure(f"the bundle has no sample corpus at {corpus}")
-
-    log("smoke: --version")
-    out, err, wall, _ = _run_app([exe, "--version"], env, timeout=120)
-    if meta.version not in out + err:
-        raise SmokeFailure(f"--version printed {out + err!r}, expected {meta.version}")
-    figures["version_s"] = round(wall, 2)
-
-    log("smoke: window offscreen (frozen)")
-    figures["frozen_window"] = time_to_window([str(exe)], env, repeats)
-    log("smoke: window offscreen (from source)")
-    src_env = dict(env, PYTHONPATH=str(ROOT))
-    figures["source_window"] = time_to_window([sys.executable, "-m", "desktop_app"], src_env, repeats)
-
-    work = scratch / "cli"
-    work.mkdir(parents=True, exist_ok=True)
-    dataset, run_dir = work / "dataset", work / "run"
-    log("smoke: prepare the bundled sample corpus")
-    _, _, wall, _ = _run_app([exe, "prepare", corpus, "--out", dataset], env, cwd=work)
-    figures["prepare_s"] = round(wall, 1)
-    if not (dataset / "manifest.json").is_file():
-        raise SmokeFailure(f"prepare wrote no manifest.json into {dataset}")
-
-    log("smoke: train 3 steps (preset tiny)")
-    _, _, wall, _ = _run_app([exe, "train", "--dataset", dataset, "--preset", "tiny", "--steps", "3",
-                              "--out", run_dir], env, cwd=work)
-    figures["train_s"] = round(wall, 1)
-    if not list((run_dir / "checkpoints").glob("step-*/manifest.json")):
-        raise SmokeFailure(f"train left no committed checkpoint under {run_dir / 'checkpoints'}")
-
-    log("smoke: generate (streaming)")
-    out, _err, wall, arrivals = _run_app([exe, "generate", run_dir, "--prompt", "The", "--max-new-tokens", "20"],
-                                         env, cwd=work)
-    figures["generate_s"] = round(wall, 1)
-    figures["generate_stdout_chunks"] = len(arrivals)
-    figures["generated_text"] = out[-300:]
-    if not out.strip():
-        raise SmokeFailure("generate printed no text")
-
-    after = snapshot(install_root)
-    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    if changed:
-        raise SmokeFailure(f"the app wrote into its install folder: {changed[:20]}")
-    figures["install_tree_unchanged"] = True
-    if IS_LINUX:
-        figures["missing_libraries"] = missing_libraries(exe.parent)
-    return figures
-
-
-# ---------------------------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -451,6 +266,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="dpkg-deb compressor (gzip: fast, readable by every dpkg)")
     p.add_argument("--repeats", type=int, default=3, help="--smoke-test runs per side for time to window")
     p.add_argument("--keep-scratch", action="store_true", help="leave the smoke test's scratch folder")
+    p.add_argument("--smoke-steps", nargs="+", default=(), metavar="STEP", choices=[n for n, _ in smoke.STEPS],
+                   help="run only these smoke steps (default: all): " + ", ".join(n for n, _ in smoke.STEPS))
     return p.parse_args(argv)
 
 
@@ -511,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     if args.smoke:
         scratch = Path(tempfile.mkdtemp(prefix="azr-smoke-"))
+        t0 = time.perf_counter()
         try:
             if IS_LINUX and "deb" in packages:
                 root = scratch / "root"
@@ -519,21 +337,23 @@ def main(argv: list[str] | None = None) -> int:
                 exe = root / layout["launcher"]  # through the /usr/bin symlink, as a user would start it
                 install_root = root / layout["app_dir"]
                 if not (root / layout["desktop_file"]).is_file():
-                    raise SmokeFailure("the .deb has no .desktop entry")
+                    raise smoke.SmokeFailure("the .deb has no .desktop entry")
             elif IS_MAC:
                 exe, install_root = bundle / "Contents" / "MacOS" / cfg.EXE_NAME, bundle
             else:
                 exe, install_root = bundle / (cfg.EXE_NAME + (".exe" if IS_WIN else "")), bundle
-            report["smoke"] = smoke_test(meta, exe=exe, install_root=install_root, scratch=scratch,
-                                         repeats=args.repeats)
+            report["smoke"] = smoke.run_smoke(meta, exe=exe, install_root=install_root, scratch=scratch,
+                                              repeats=args.repeats, only=args.smoke_steps)
             report["smoke_passed"] = True
             log("smoke test passed")
-        except SmokeFailure as exc:
+        except smoke.SmokeFailure as exc:
+            report["smoke"] = getattr(exc, "figures", report.get("smoke"))
             report["smoke_passed"] = False
             report["smoke_error"] = str(exc)
             log(f"SMOKE TEST FAILED: {exc}")
             code = 1
         finally:
+            report["smoke_total_s"] = round(time.perf_counter() - t0, 1)  # unpacking the .deb included
             if args.keep_scratch:
                 log(f"scratch kept at {scratch}")
             else:
@@ -553,20 +373,35 @@ def print_summary(report: dict[str, object], report_path: Path) -> None:
         print(f"trimmed from the TOC   : {report['trim_dropped_files']} files, {mib(report['trim_dropped_bytes'])}")
     for kind, info in (report.get("packages") or {}).items():
         print(f"{kind:<23}: {mib(info['bytes'])}  {Path(info['path']).name}")
-    smoke = report.get("smoke")
-    if isinstance(smoke, dict):
-        fw, sw = smoke["frozen_window"], smoke["source_window"]
-        for label, w in (("frozen", fw), ("source", sw)):
-            print(f"time to window, {label} : {w['median_process_to_window_s']:.2f} s from launch "
-                  f"({w['median_app_reported_s']:.2f} s app figure, {w['median_process_wall_s']:.2f} s whole run; "
-                  f"median of {len(w['process_wall_s'])})")
-        print(f"CLI prepare/train/gen  : {smoke['prepare_s']} s / {smoke['train_s']} s / {smoke['generate_s']} s "
-              f"(generate stdout arrived in {smoke['generate_stdout_chunks']} chunks)")
-        if smoke.get("missing_libraries"):
-            print(f"unresolved libraries   : {smoke['missing_libraries']}")
+    smoke_figures = report.get("smoke")
+    if isinstance(smoke_figures, dict):
+        print_smoke_summary(smoke_figures)
     if "smoke_passed" in report:
         print(f"smoke test             : {'PASSED' if report['smoke_passed'] else 'FAILED'}")
     print(f"report                 : {report_path}")
+
+
+def print_smoke_summary(figures: dict[str, object]) -> None:
+    steps = figures.get("steps") or {}
+    window = (steps.get("window") or {})
+    for label in ("frozen", "source"):
+        w = window.get(label)
+        if isinstance(w, dict):
+            print(f"time to window, {label} : {w['median_process_to_window_s']:.2f} s from launch "
+                  f"({w['median_app_reported_s']:.2f} s app figure, {w['median_process_wall_s']:.2f} s whole run; "
+                  f"median of {len(w['process_wall_s'])})")
+    for name, record in steps.items():
+        if name == "window":
+            continue
+        what = "passed" if record.get("passed") else "FAILED: " + str(record.get("error", "")).splitlines()[0][:100]
+        print(f"smoke {name:<17}: {what} ({record.get('step_s')} s)")
+    if "smoke_s" in figures:
+        print(f"smoke time             : {figures['smoke_s']} s")
+    missing = figures.get("missing_libraries") or {}
+    if missing:  # system libraries the bundle expects from the target (the .deb's Depends/Recommends)
+        names = sorted({name for names in missing.values() for name in names})
+        print(f"unresolved libraries   : {', '.join(names)} (needed by {len(missing)} bundled objects; "
+              "see build-report.json)")
 
 
 if __name__ == "__main__":

@@ -422,6 +422,31 @@ def excluded_modules(trim: bool = True) -> list[str]:
     return [*EXCLUDED_QT_MODULES, *EXCLUDED_PACKAGES] if trim else []
 
 
+# The sandbox's fork server: a frozen app runs this file's source as its own isolated interpreter
+# (desktop_app/engine/sandbox/launch.py), next to where the module would be, so it ships as a data file.
+SANDBOX_DIR = "desktop_app/engine/sandbox"
+ZYGOTE_FILE = f"{SANDBOX_DIR}/zygote.py"
+
+
+def bundle_datas(root: Path | None = None) -> list[tuple[str, str]]:
+    """(source, folder in the bundle) of every data file the spec adds: resources/ (sample corpus, icons;
+    desktop_app.engine.paths looks in sys._MEIPASS/resources) and the zygote's source."""
+    root = root or REPO_ROOT
+    return [(str(root / "resources"), "resources"), (str(root / ZYGOTE_FILE), SANDBOX_DIR)]
+
+
+def sandbox_hidden_imports(root: Path | None = None) -> list[str]:
+    """The modules untrusted programs may import (zygote.ALLOWED_MODULES, all stdlib): the zygote imports
+    them by name in a loop, which PyInstaller's scan cannot follow."""
+    import ast
+
+    tree = ast.parse(((root or REPO_ROOT) / ZYGOTE_FILE).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ALLOWED_MODULES":
+            return list(ast.literal_eval(node.value))
+    raise ValueError(f"{ZYGOTE_FILE} has no ALLOWED_MODULES")
+
+
 # Files dropped from the collected binaries/datas, as globs on the path inside the bundle ("/" separated).
 # torch: C++ headers, CMake files, static libs, test binaries and test-only libraries. torch_shm_manager
 # must stay (import torch fails without it).

@@ -1,7 +1,8 @@
 """Headless command line: `python -m desktop_app <verb> ...` (or `azr-trainer <verb> ...`).
 
 Each verb lives in its own module with `add_arguments(parser)` and `run(args) -> int`. User mistakes
-(UserError) print one clear line on stderr and exit 2; nothing prints a traceback for them.
+(UserError) print one clear line on stderr and exit 2; nothing prints a traceback for them. Anything else
+a verb raises is a bug: one line on stderr naming the log file that holds the traceback, exit 1 (crash.py).
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
         print(unknown_verb_message(argv[0]), file=sys.stderr)
         return 2
-    parser = build_parser(argv[0] if argv and argv[0] in VERBS else "")
-    args = parser.parse_args(argv)
-    if not getattr(args, "_module", None):
-        parser.print_help()
-        return 2
+    args = None
     try:
+        parser = build_parser(argv[0] if argv and argv[0] in VERBS else "")
+        args = parser.parse_args(argv)
+        if not getattr(args, "_module", None):
+            parser.print_help()
+            return 2
         return int(args._module.run(args) or 0)
     except UserError as exc:
         from desktop_app.cli.reporting import process_prefix
@@ -77,3 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head`: the reader went away; not an error worth a line
+        from desktop_app.cli.crash import silence_stdout
+
+        silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell shows for a command the pipe ended
+    except Exception as exc:  # a bug: the traceback goes to the log folder, the user gets one line
+        from desktop_app.cli.crash import EXIT_CRASH, crash_line
+        from desktop_app.cli.reporting import process_prefix
+
+        print(f"{process_prefix()}{crash_line(exc, argv, getattr(args, 'workspace', None))}", file=sys.stderr)
+        return EXIT_CRASH

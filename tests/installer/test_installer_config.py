@@ -13,6 +13,8 @@ import configparser
 import email.parser
 import importlib.util
 import itertools
+import json
+import os
 import plistlib
 import shutil
 import struct
@@ -416,7 +418,8 @@ def test_icon_writers_reject_bad_input() -> None:
 def test_spec_and_entry_are_valid_python() -> None:
     spec = (INSTALLER / "azr_trainer.spec").read_text(encoding="utf-8")
     ast.parse(spec)
-    assert "build_config" in spec and '"resources"' in spec and "trim_reason" in spec
+    assert "build_config" in spec and "trim_reason" in spec
+    assert "datas=cfg.bundle_datas(root)" in spec and "*cfg.sandbox_hidden_imports(root)" in spec
     assert 'hide_console="hide-early"' in spec  # Windows: no console window from the Start menu
     entry = (INSTALLER / "entry.py").read_text(encoding="utf-8")
     assert "freeze_support()" in entry and "desktop_app.__main__" in entry
@@ -429,8 +432,95 @@ def test_build_script_options() -> None:
     build = _load("build")
     args = build.parse_args([])
     assert (args.smoke, args.variant, args.no_trim, args.deb_compression) == (False, "cpu", False, "gzip")
-    args = build.parse_args(["--smoke", "--variant", "cuda", "--skip-build"])
-    assert args.smoke and args.variant == "cuda" and args.skip_build
+    args = build.parse_args(["--smoke", "--variant", "cuda", "--skip-build", "--smoke-steps", "sandbox", "serve"])
+    assert args.smoke and args.variant == "cuda" and args.skip_build and args.smoke_steps == ["sandbox", "serve"]
+    with pytest.raises(SystemExit):
+        build.parse_args(["--smoke-steps", "no-such-step"])
+
+
+# --- the sandbox's fork server in the bundle --------------------------------------------------------------
+
+
+def test_the_zygote_source_ships_where_the_frozen_app_looks() -> None:
+    from desktop_app.engine.sandbox import launch
+
+    datas = cfg.bundle_datas()
+    zygote = Path(launch.zygote_path())
+    # launch.zygote_path() is <folder of launch.py>/zygote.py; frozen, that folder is sys._MEIPASS/<dest>
+    dest = zygote.parent.relative_to(ROOT).as_posix()
+    assert (str(zygote), dest) in datas and (str(ROOT / "resources"), "resources") in datas
+    assert all(Path(src).exists() for src, _ in datas)
+    assert cfg.trim_reason(f"{dest}/zygote.py") is None and cfg.trim_reason(f"{dest}/zygote.py", "cuda") is None
+
+
+def test_the_fork_server_runtime_hook_runs_first_and_starts_the_zygote() -> None:
+    spec = (INSTALLER / "azr_trainer.spec").read_text(encoding="utf-8")
+    hook = INSTALLER / "rthooks" / "pyi_rth_azr_fork_server.py"
+    assert 'runtime_hooks=[str(root / "installer" / "rthooks" / "pyi_rth_azr_fork_server.py")]' in spec
+    if not hasattr(os, "fork"):
+        return  # Windows: no fork server
+    from desktop_app.engine.sandbox import launch
+
+    # as the bootloader runs it: an isolated interpreter, the app importable, argv as the executor passes it
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); sys.argv = ['azr-trainer', {launch.FORK_SERVER_FLAG!r}]; "
+            f"exec(compile(open({str(hook)!r}).read(), 'rthook', 'exec'))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], input='{"quit": true}\n', capture_output=True,
+                          text=True, timeout=60, env={})
+    assert done.returncode == 0, done.stderr[-2000:]
+    hello = json.loads(done.stdout.splitlines()[0])["hello"]
+    assert "audit-hook" in hello["layers"] and "isolated-interpreter" in hello["layers"], hello
+
+
+def test_the_modules_untrusted_programs_may_import_are_bundled() -> None:
+    from desktop_app.engine.sandbox import zygote
+
+    hidden = cfg.sandbox_hidden_imports()
+    assert hidden == list(zygote.ALLOWED_MODULES)
+    assert all(name in sys.stdlib_module_names for name in hidden)
+    assert not set(hidden) & set(cfg.excluded_modules())
+
+
+# --- the smoke test ---------------------------------------------------------------------------------------
+
+
+def test_the_smoke_runs_every_cli_verb() -> None:
+    from desktop_app.cli import VERBS
+
+    smoke = _load("smoke")
+    source = (INSTALLER / "smoke.py").read_text(encoding="utf-8")
+    names = [name for name, _ in smoke.STEPS]
+    assert len(names) == len(set(names)) and {"window", "errors", "window-selfplay"} <= set(names)
+    missing = sorted(set(VERBS) - set(smoke.STEP_VERBS))
+    assert not missing, f"add a smoke step for {missing} to installer/smoke.py (STEPS and STEP_VERBS)"
+    for verb in smoke.STEP_VERBS:  # each listed verb is really run by a step
+        assert f'ctx.exe, "{verb}"' in source or f'"{verb}", ' in source, verb
+    # steps that use what another makes come after it
+    assert names.index("prepare") < names.index("train") < min(names.index(n) for n in (
+        "generate", "serve", "export", "window-selfplay"))
+
+
+def test_the_smoke_step_runner_records_each_result(tmp_path: Path, monkeypatch, meta) -> None:
+    smoke = _load("smoke")
+    (tmp_path / "app" / "_internal" / "resources" / "sample_corpus").mkdir(parents=True)
+
+    def good(ctx):
+        ctx.made["run"] = tmp_path
+        return {"x": 1}
+
+    def bad(ctx):
+        raise smoke.SmokeFailure("nope")
+
+    def needy(ctx):
+        return {"run": str(ctx.needs("dataset"))}
+
+    monkeypatch.setattr(smoke, "STEPS", (("good", good), ("bad", bad), ("needy", needy)))
+    with pytest.raises(smoke.SmokeFailure) as caught:
+        smoke.run_smoke(meta, exe=tmp_path / "app" / "azr-trainer", install_root=tmp_path / "app",
+                        scratch=tmp_path / "scratch", repeats=1)
+    figures = caught.value.figures
+    assert figures["failed_steps"] == ["bad", "needy"] and figures["steps"]["good"]["x"] == 1
+    assert figures["steps"]["bad"]["error"] == "nope" and "dataset" in figures["steps"]["needy"]["error"]
+    assert figures["install_tree_unchanged"] is True and "smoke_s" in figures
 
 
 def _fake_bundle(tmp_path: Path) -> tuple[Path, dict[str, Path]]:

@@ -15,7 +15,6 @@ import queue
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.sandbox.launch import fork_server_command, zygote_path
 from desktop_app.engine.sandbox.literal import LiteralError, LiteralLimits, parse_literal
 from desktop_app.engine.sandbox.screen import ScreenError, screen_source
 
-ZYGOTE = Path(__file__).with_name("zygote.py")
+ZYGOTE = Path(zygote_path())  # in a frozen app: the copy the bundle's data carries (installer/build_config.py)
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "forbidden", "killed")
 # Layers whose absence "strict" refuses to accept.
 REQUIRED_LAYERS = ("separate-process", "isolated-interpreter", "audit-hook", "memory-limit", "cpu-limit",
@@ -154,18 +154,31 @@ class Executor:
         if not hasattr(os, "fork"):
             raise UserError("the sandboxed executor needs a POSIX system (Linux or macOS); "
                             "on Windows use the mini task world, which runs without it")
+        if not ZYGOTE.is_file():
+            raise RuntimeError(f"the sandbox's fork server program is missing ({ZYGOTE}): the installation is "
+                               "incomplete")
         self._lines = queue.Queue()
-        # -I: isolated (no environment variables, no user site, no script folder on sys.path); -S: no site.
+        # `python -I -S zygote.py` (isolated: no environment variables, no user site, no script folder on
+        # sys.path; -S: no site), or the frozen app's fork-server mode that emulates it (launch.py).
         # An empty environment and a fresh working folder; its own session so killpg reaches every child.
-        self._proc = subprocess.Popen([sys.executable, "-I", "-S", str(ZYGOTE)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={},
-                                      cwd=self._workdir, start_new_session=True, bufsize=0)
+        # Its stderr goes to a file: the first lines say why it did not start, if it does not.
+        errors_path = os.path.join(self._workdir, "fork-server.err")
+        with open(errors_path, "wb") as errors:
+            self._proc = subprocess.Popen(fork_server_command(str(ZYGOTE)), stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=errors, env={}, cwd=self._workdir,
+                                          start_new_session=True, bufsize=0)
         threading.Thread(target=_pump, args=(self._proc.stdout, self._lines), daemon=True,
                          name="sandbox-reader").start()
         hello = self._next_message(time.monotonic() + 30)
         if not hello or "hello" not in hello:
+            try:  # its output ended: it is exiting (or hangs silent past the deadline)
+                code: int | None = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
             self._kill()
-            raise RuntimeError("the sandbox's fork server did not start")
+            raise RuntimeError("the sandbox's fork server did not start"
+                               + (f" (exit status {code})" if code is not None else " within 30 s")
+                               + _last_line(errors_path))
         layers = [*list(hello["hello"].get("layers", [])), "literal-values"]
         layers += ["static-screen"] if self.screen else []
         missing = dict(hello["hello"].get("missing", {}))
@@ -278,6 +291,15 @@ def _pump(stream: Any, lines: queue.Queue) -> None:
     except (OSError, ValueError):
         pass
     lines.put(None)
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            lines = [line for line in fh.read()[-4000:].decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return f": {lines[-1].strip()[:300]}" if lines else ""
 
 
 def _zygote_allowed_modules() -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""The sandbox's fork server. Runs as its own isolated interpreter (`python -I -S zygote.py`), stdlib only.
+"""The sandbox's fork server. Runs as its own isolated interpreter (`python -I -S zygote.py`), stdlib only;
+in a frozen app, as the app's own executable in its fork-server mode (launch.py), with the same isolation.
 
 It never runs untrusted code itself: for every program it forks a child that drops privileges, applies
 resource limits, installs the audit hook and only then compiles and runs the program. So no program can
@@ -85,10 +86,40 @@ def isolate_network() -> list[str]:
     return []
 
 
+def interpreter_isolation() -> str:
+    """'' when this interpreter is isolated as `python -I -S` makes it, else why not: checked, not assumed
+    (a frozen app cannot pass -I -S to itself; launch.py emulates them and this proves the result)."""
+    stdlib = frozenset(getattr(sys, "stdlib_module_names", sys.builtin_module_names))
+    extra = sorted(set(os.environ) - {"LC_CTYPE"})  # LC_CTYPE: Python's own locale coercion (PEP 538)
+    if extra:
+        return f"environment variables are set ({', '.join(extra[:3])})"
+    if not sys.flags.no_site and "site" in sys.modules:
+        return "the site module ran at start-up (site-packages, .pth files, the user site)"
+    if not sys.flags.ignore_environment:
+        return "Python read its PYTHON* environment variables at start-up (no -I or -E)"
+    path = [os.path.abspath(p) for p in sys.path if p]
+    if os.path.dirname(os.path.abspath(__file__)) in path:
+        return "the app's own code folder is on the import path"
+    if any(part in ("site-packages", "dist-packages") for p in path for part in p.split(os.sep)):
+        return "a site-packages folder is on the import path"
+    if getattr(sys, "frozen", False) and not getattr(sys.meta_path[0], "stdlib_only", False):
+        return "the frozen app's archive holds more than the standard library and no stdlib-only import guard is on"
+    foreign = sorted(n for n in sys.modules if n.partition(".")[0] not in stdlib and n != "__main__"
+                     and not n.startswith("pyimod"))  # pyimod*: PyInstaller's importer of the stdlib
+    if foreign:
+        return f"modules from outside the standard library are loaded ({', '.join(foreign[:3])})"
+    return ""
+
+
 def layers() -> tuple[list[str], dict[str, str]]:
-    active = ["separate-process", "process-group", "isolated-interpreter", "fresh-temp-folder", "audit-hook",
-              "wall-timeout", "output-cap", "fork-per-program"]
+    active = ["separate-process", "process-group", "fresh-temp-folder", "audit-hook", "wall-timeout", "output-cap",
+              "fork-per-program"]
     missing: dict[str, str] = {}
+    why = interpreter_isolation()
+    if why:
+        missing["isolated-interpreter"] = why
+    else:
+        active.insert(2, "isolated-interpreter")
     active += isolate_network()
     if "network-namespace" not in active:
         missing["network-namespace"] = ("not available here (needs Linux with unprivileged user namespaces "

@@ -66,3 +66,53 @@ def test_unknown_verb_names_the_nearest_and_never_opens_the_window() -> None:
     assert err.strip() == "error: unknown command 'sandox'; did you mean 'sandbox'?"
     code, _, err = _run("xyzzy")
     assert code == 2 and "the verbs are" in err
+
+
+def test_an_unexpected_error_is_one_line_naming_the_log_that_holds_the_traceback(tmp_path: Path, monkeypatch,
+                                                                                   capsys) -> None:
+    import desktop_app.cli.sandbox as sandbox_verb
+
+    def broken(_args) -> int:
+        raise RuntimeError("the sandbox's fork server did not start\nsecond line")
+
+    monkeypatch.setenv("AZR_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setattr(cli, "VERBS", {"sandbox": cli.VERBS["sandbox"]})
+    original = sandbox_verb.run
+    monkeypatch.setattr(sandbox_verb, "run", broken)
+    assert cli.main(["sandbox", "ok.py"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.startswith("error: unexpected RuntimeError: the sandbox's fork server did not start (")
+    (log,) = (tmp_path / "ws" / "logs").glob("error-*.log")
+    assert str(log) in captured.err
+    text = log.read_text(encoding="utf-8")
+    assert "cli: azr-trainer sandbox ok.py" in text and "Traceback (most recent call last)" in text
+    assert "in broken" in text and "second line" in text
+    # a user mistake stays a one-line error with exit status 2 and writes no log
+    monkeypatch.setattr(sandbox_verb, "run", original)
+    assert cli.main(["sandbox", str(tmp_path / "nope.py")]) == 2
+    assert log.read_text(encoding="utf-8") == text
+
+
+def test_the_crash_log_falls_back_to_the_temporary_folder(tmp_path: Path, monkeypatch) -> None:
+    from desktop_app.cli import crash
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setattr(crash.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    line = crash.crash_line(ValueError("bad"), ["train"], workspace=blocked)
+    (log,) = (tmp_path / "tmp" / "azr-model-trainer-logs").glob("error-*.log")
+    assert str(log) in line and "ValueError: bad" in log.read_text(encoding="utf-8")
+
+
+def test_a_closed_pipe_ends_the_verb_quietly(tmp_path: Path, monkeypatch, capsys) -> None:
+    import desktop_app.cli.tasks as tasks_verb
+
+    def broken_pipe(_args) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setenv("AZR_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setattr(cli, "VERBS", {"tasks": cli.VERBS["tasks"]})
+    monkeypatch.setattr(tasks_verb, "run", broken_pipe)
+    assert cli.main(["tasks"]) == 141  # `azr-trainer tasks | head`: no error line, no log
+    assert capsys.readouterr().err == "" and not (tmp_path / "ws" / "logs").exists()

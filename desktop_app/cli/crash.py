@@ -1,0 +1,74 @@
+"""An exception no CLI verb expected: its traceback goes to the workspace's log folder, the user gets one line.
+
+The window does the same with its error dialogs (ui/context.py writes `logs/error-YYYYMMDD.log`); the CLI
+appends to the same file, so "Open log folder" shows both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+EXIT_CRASH = 1  # a failure, not a usage mistake (UserError and argparse exit 2)
+
+
+def log_folder(workspace: str | os.PathLike[str] | None = None) -> Path:
+    """The workspace's logs folder (the --workspace given, else $AZR_WORKSPACE or the user data folder)."""
+    from desktop_app.engine.workspace import default_workspace_root
+
+    root = Path(workspace).expanduser() if workspace else default_workspace_root()
+    return root / "logs"
+
+
+def write_crash_log(exc: BaseException, argv: list[str], workspace: str | os.PathLike[str] | None = None) -> Path:
+    """Append the traceback (with the command and versions) to the day's error log; returns its path.
+
+    Falls back to the temporary folder when the workspace cannot be written (a read-only or missing drive).
+    """
+    from desktop_app import __version__
+
+    header = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} cli: azr-trainer {' '.join(argv)}\n"
+              f"AZR Model Trainer {__version__}, Python {sys.version.split()[0]}, {sys.platform}"
+              f"{', frozen' if getattr(sys, 'frozen', False) else ''}\n")
+    text = header + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) + "\n"
+    name = f"error-{time.strftime('%Y%m%d')}.log"
+    for folder in _candidates(workspace):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(text)
+            return path
+        except OSError:
+            continue
+    raise OSError("no folder to write the error log to")
+
+
+def _candidates(workspace: str | os.PathLike[str] | None) -> list[Path]:
+    folders = []
+    with contextlib.suppress(Exception):  # no platformdirs, no home folder: the temporary folder still works
+        folders.append(log_folder(workspace))
+    return [*folders, Path(tempfile.gettempdir()) / "azr-model-trainer-logs"]
+
+
+def crash_line(exc: BaseException, argv: list[str], workspace: str | os.PathLike[str] | None = None) -> str:
+    """The one line the user sees; the traceback is in the file it names."""
+    summary = (str(exc).strip().splitlines() or [""])[0][:300]
+    what = f"{type(exc).__name__}: {summary}" if summary else type(exc).__name__
+    try:
+        where = f"the details are in {write_crash_log(exc, argv, workspace)}"
+    except OSError as log_error:
+        where = f"and the error log could not be written ({log_error})"
+    return f"error: unexpected {what} (a bug in AZR Model Trainer; {where})"
+
+
+def silence_stdout() -> None:
+    """After a broken pipe: point stdout at the null device, so the exit's flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
