@@ -39,16 +39,12 @@ class SelfplaySmoke(QObject):
     def start(self) -> None:
         self.window.ctx.dialogs_enabled = False  # errors are collected in ctx.errors and printed
         self.window.tabs.setCurrentWidget(self.tab)
-        self.tab.set_method("selfplay")  # starts the tab's sandbox probe
-        panel = self.tab.method_panel
+        self.tab.setup.set_method("selfplay")  # starts the tab's sandbox probe
+        panel = self.tab.setup.method_panel
         panel.base_picker.set_path(self.base)
         form = panel.options_form()
-        options = {**form.values(), **SMOKE_OPTIONS}
-        if hasattr(form, "set_spec"):  # options as a typed spec (SpecForm) or as a dict (DictForm)
-            form.set_spec(form.spec_cls.from_dict(options))
-        else:
-            form.set_values(options)
-        self.tab.form.set_value("steps", 2)
+        form.set_spec(form.spec_cls.from_dict({**form.values(), **SMOKE_OPTIONS}))
+        self.tab.setup.form.set_value("steps", 2)
         self.timer.start(100)
 
     def _poll(self) -> None:
@@ -68,7 +64,7 @@ class SelfplaySmoke(QObject):
             self._finish()
 
     def _after_probe(self) -> None:
-        state = self.tab.method_panel.sandbox_state
+        state = self.tab.setup.method_panel.sandbox_state
         if state is None:
             return
         self.result["tab_sandbox"] = state
@@ -95,7 +91,7 @@ class SelfplaySmoke(QObject):
 
     def _finish(self, failure: str = "") -> None:
         self.timer.stop()
-        last = self.tab.last_finished
+        last = self.tab.run_view.last_finished
         self.result.update(steps_seen=self.tab.steps_seen, finished=getattr(last, "reason", None),
                            message=getattr(last, "message", ""), errors=[m for m, _ in self.window.ctx.errors])
         if not failure and self.tab.steps_seen < 1:
