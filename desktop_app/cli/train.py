@@ -219,7 +219,7 @@ def finetune_config(args: argparse.Namespace) -> Any:
 
         base = download_base(args.base)
     elif not base.exists():
-        from desktop_app.engine.finetune.base_model import resolve_base
+        from desktop_app.engine.model.folders import resolve_base
 
         resolve_base(args.base)  # says what is wrong (a Hub id without --allow-download, a missing folder)
     config = RunConfig(base_model=str(base.resolve()), objective=objective,

@@ -32,7 +32,7 @@ DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 def resolve_source(source: str | Path) -> Path:
     """The model folder to export: the folder itself, or a run folder's newest verified checkpoint."""
-    from desktop_app.engine.model.loading import resolve_model_folder
+    from desktop_app.engine.model.folders import resolve_model_folder
 
     return resolve_model_folder(source)[0]
 
@@ -71,7 +71,7 @@ def gguf_problem(source: str | Path) -> str | None:
 
 def _source_config(folder: Path) -> dict[str, Any]:
     """config.json of a model folder; for an adapter folder (LoRA run), its base's."""
-    from desktop_app.engine.finetune.base_model import is_adapter_folder, resolve_base
+    from desktop_app.engine.model.folders import is_adapter_folder, resolve_base
 
     if is_adapter_folder(folder):
         info = resolve_base(folder)
@@ -334,7 +334,7 @@ def export_model(
         raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
     out = Path(out).expanduser()
     src = resolve_source(source)
-    from desktop_app.engine.finetune.base_model import is_adapter_folder
+    from desktop_app.engine.model.folders import is_adapter_folder
 
     adapter = is_adapter_folder(src)
     if adapter and not merge:

@@ -590,9 +590,10 @@ def as_hf_tokenizer(obj_or_path: Any) -> Any:
         if p.is_file():
             tok = hf_tokenizer(p)
         else:
-            from desktop_app.engine.model.loading import _load_tokenizer, resolve_model_folder
+            from desktop_app.engine.model.folders import resolve_model_folder
+            from desktop_app.engine.model.loading import load_tokenizer
 
-            tok = _load_tokenizer(resolve_model_folder(p)[0])
+            tok = load_tokenizer(resolve_model_folder(p)[0])
     if not getattr(tok, "is_fast", False):
         raise UserError("fine-tuning needs a fast (tokenizer.json) tokenizer; this one is a slow Python "
                         "tokenizer: convert it once with transformers' AutoTokenizer and save_pretrained")

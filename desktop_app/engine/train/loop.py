@@ -996,7 +996,7 @@ def _hf_tokenizer_writer(tokenizer: Any, context_length: int | None) -> Callable
 def _resolve_base(run: _Run, resume: bool) -> tuple[RunConfig, Any]:
     """Resolve run.config.base_model to the folder holding its weights, checksum them, and record both in the
     config (run.config is replaced). A base that changed since the config recorded it is refused."""
-    from desktop_app.engine.finetune.base_model import resolve_base, weights_sha256
+    from desktop_app.engine.model.folders import resolve_base, weights_sha256
 
     config = run.config
     try:

@@ -57,7 +57,8 @@ class ModelCache:
         self.loaded: Any = None
 
     def get(self, path: str) -> Any:
-        from desktop_app.engine.model.loading import load_model, resolve_model_folder
+        from desktop_app.engine.model.folders import resolve_model_folder
+        from desktop_app.engine.model.loading import load_model
 
         # Keyed on the folder a path resolves to: a run's "newest checkpoint" moves on while it trains.
         folder = str(resolve_model_folder(path)[0])
