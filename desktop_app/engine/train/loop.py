@@ -985,10 +985,9 @@ def _store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
 
 def _hf_tokenizer_writer(tokenizer: Any, context_length: int | None) -> Callable[[Path], None]:
     def write_tokenizer(folder: Path) -> None:
-        from desktop_app.engine.export.hf import _portable_tokenizer_config
+        from desktop_app.engine.data.tokenization import save_hf_tokenizer
 
-        tokenizer.save_pretrained(str(folder))
-        _portable_tokenizer_config(folder, tokenizer, context_length)
+        save_hf_tokenizer(tokenizer, folder, context_length)
 
     return write_tokenizer
 
