@@ -34,8 +34,9 @@ from typing import Any
 import torch
 
 from desktop_app.engine.generate.beam_search import BeamSearch
-from desktop_app.engine.generate.decode import context_length, short_gil_switch, stop_token_ids
+from desktop_app.engine.generate.prompts import context_length, stop_token_ids
 from desktop_app.engine.generate.text_stream import TextStream
+from desktop_app.engine.generate.threads import short_gil_switch
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import RowSampler, SamplingParams, sample_rows
 from desktop_app.server.slot_cache import FixedBatch, SlotCache

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generate.decode import NoChatTemplateError, encode_messages, encode_prompt
+from desktop_app.engine.generate.prompts import NoChatTemplateError, encode_messages, encode_prompt
 from desktop_app.server.errors import ApiError
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generate.decode import forget_prepared_weights
+from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.objectives.selfplay import _Text
 from desktop_app.engine.selfplay.options import GRPO_DEFAULTS

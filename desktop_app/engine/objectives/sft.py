@@ -126,7 +126,7 @@ def held_out_split(n: int, fraction: float, seed: int) -> tuple[list[int], list[
 
 def max_len_for(model: Any, requested: int) -> int:
     """The longest example: `requested`, or the model's context length when 0 (refused when it exceeds it)."""
-    from desktop_app.engine.generate.decode import context_length
+    from desktop_app.engine.generate.prompts import context_length
 
     ctx = context_length(model)
     if requested:
@@ -236,7 +236,7 @@ def chat_samples(model: Any, ctx: TrainContext, prompts: list[list[int]]) -> lis
     if not spec.sample_tokens or tok is None or not prompts or not hasattr(model, "generate"):
         return []
     from desktop_app.engine.finetune.data import stop_token_ids
-    from desktop_app.engine.generate.decode import context_length
+    from desktop_app.engine.generate.prompts import context_length
 
     stops = stop_token_ids(tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (stops[0] if stops else 0)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from desktop_app.engine.generate.decode import make_runner
+from desktop_app.engine.generate.runners import make_runner
 from desktop_app.engine.generate.sampling import Sampler
 
 

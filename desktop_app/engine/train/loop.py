@@ -624,7 +624,7 @@ def _auto_micro_batch(run: _Run, model: Any, model_spec: ModelSpec | None, wrapp
     if device.type != "cuda":
         import psutil
 
-        from desktop_app.engine.generate.decode import context_length
+        from desktop_app.engine.generate.prompts import context_length
 
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -1062,12 +1062,12 @@ def _prepare_model(config: RunConfig, base_info: Any, store: TokenStore | None, 
         before = len(tokenizer)
         notes += ensure_chat_tokens(tokenizer, model)
         new_ids = list(range(before, len(tokenizer)))
-        from desktop_app.engine.generate.decode import context_length
+        from desktop_app.engine.generate.prompts import context_length
 
         write_tokenizer = _hf_tokenizer_writer(tokenizer, context_length(model))
     elif config.is_rl and store is None:  # rollouts speak the base's own tokenizer (no chat tokens added)
         from desktop_app.engine.finetune.data import as_hf_tokenizer
-        from desktop_app.engine.generate.decode import context_length
+        from desktop_app.engine.generate.prompts import context_length
 
         tokenizer = as_hf_tokenizer(base.tokenizer)
         write_tokenizer = _hf_tokenizer_writer(tokenizer, context_length(model))

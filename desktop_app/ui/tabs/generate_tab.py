@@ -77,7 +77,8 @@ class ModelCache:
 def _generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[str, str]], spec: GenerateSpec,
                   controls: Controls):
     """Stream `prompt` (a text, or a chat conversation: a list of {"role", "content"} messages) from each model."""
-    from desktop_app.engine.generate.decode import context_length, fit_messages, stream_text
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.generate.prompts import context_length, fit_messages
 
     for column, path in enumerate(paths):
         if controls.stop.is_set():
