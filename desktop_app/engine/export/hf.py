@@ -236,7 +236,7 @@ def _write_hf(model: Any, tokenizer: Any, source: Path, folder: Path, max_shard_
         spec = spec_from_hf_config(model.config)
     except UserError:
         spec = None  # a foreign model: the card lists what we know
-    if spec is not None:  # marks the folder as our export (loading.py) and keeps the designer's view of it
+    if spec is not None:  # marks the folder as our export (model/folders.py) and keeps the designer's view of it
         (folder / "model_spec.json").write_text(spec.to_json() + "\n", encoding="utf-8")
     params = sum(p.numel() for p in model.parameters())
     card = model_card(name, spec, params, _run_info(source))

@@ -14,7 +14,8 @@ cache objects and a list of logits processors per token; the loop below, on the 
   Prompts of different lengths are padded on the LEFT with an attention mask and position ids counted
   from each row's first real token, so each row computes what it would compute alone (greedy batch ==
   greedy single, tested).
-- A sample ends at a stop string, the token budget, or a stop token (prompts.py's `stop_token_ids`).
+- A sample ends at a stop string, the token budget, or a stop token: data/chat.py's `stop_token_ids`
+  (the end-of-sequence ids, and in chat mode the chat template's end-of-turn token).
 - Threads (threads.py): "auto" starts on the safe choice (1 thread for small work on CPU) and a
   ThreadTuner times it against all cores while decoding, keeps the faster and re-checks; the GIL switch
   interval is lowered while generating.
@@ -29,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
 from desktop_app.engine.generate.beam_search import stream_beams
-from desktop_app.engine.generate.prompts import context_length, encode_prompt, stop_token_ids
+from desktop_app.engine.generate.prompts import context_length, encode_prompt
 from desktop_app.engine.generate.runners import make_runner
 from desktop_app.engine.generate.sampling import Sampler
 from desktop_app.engine.generate.text_stream import TextStream
@@ -97,7 +99,7 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
         n_threads = decode_threads(model, len(encoded) * spec.num_beams) if threads == "auto" else threads
         with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
             yield from stream_beams(model, tokenizer, encoded, budget, spec, stop_event, backend, t0,
-                                    _decoder(tokenizer), stop_token_ids(model, tokenizer, chat=spec.chat))
+                                    _decoder(tokenizer), set(stop_token_ids(tokenizer, model, chat=spec.chat)))
         return
     tuner, n_threads = thread_tuner(model, len(encoded) * spec.samples) if threads == "auto" else (None, threads)
     try:
@@ -114,7 +116,7 @@ def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, s
     rows = [ids for ids in prompts for _ in range(spec.samples)]  # prompt-major sample numbering
     n = len(rows)
     device = next(model.parameters()).device
-    eos = stop_token_ids(model, tokenizer, chat=spec.chat)
+    eos = set(stop_token_ids(tokenizer, model, chat=spec.chat))
     decode = _decoder(tokenizer)
     streams = [TextStream(decode, spec.stop, context_ids=r) for r in rows]
     generated: list[list[int]] = [[] for _ in rows]

@@ -1,8 +1,8 @@
 """Prompts for generation: a plain-text prompt or a conversation as token ids, fitted to the model's context.
 
-Conversations are rendered by the tokenizer's own chat template (`encode_messages`): the Generate tab's chat,
-`generate --chat` and the server's /v1/chat/completions all come here. `stop_token_ids` says which ids end a
-sample.
+Conversations are read by data/chat.py's `check_messages` (the one reading of chat messages) and rendered by
+the tokenizer's own chat template (`encode_messages`): the Generate tab's chat, `generate --chat` and the
+server's /v1/chat/completions all come here.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from desktop_app.engine.data.chat import check_messages
 from desktop_app.engine.errors import UserError
 
 
@@ -27,15 +28,6 @@ class NoChatTemplateError(UserError):
     """The tokenizer has no chat template, so a conversation cannot be rendered (callers may word it their way)."""
 
 
-def check_messages(messages: Any) -> list[dict[str, str]]:
-    """The conversation as plain {"role", "content"} dicts (roles system/user/assistant, "developer" read as
-    system; text content), or a UserError naming the first bad message."""
-    # The same reading as fine-tuning data's "messages" (one validator, one set of error messages).
-    from desktop_app.engine.finetune.data import _messages
-
-    return _messages(list(messages) if isinstance(messages, tuple) else messages, "conversation")
-
-
 def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
     """Token ids of a conversation (system/user/assistant messages, in order) rendered by the tokenizer's chat
     template with the assistant's turn opened (add_generation_prompt), ready for the model's reply.
@@ -45,7 +37,7 @@ def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> li
     model's context is fit_messages' job. The rendered text already holds the template's special tokens,
     so the tokenizer adds none (as apply_chat_template(tokenize=True) does).
     """
-    conversation = check_messages(messages)
+    conversation = check_messages(messages, "conversation")
     if not getattr(tokenizer, "chat_template", None):
         raise NoChatTemplateError("this model's tokenizer has no chat template, so chat mode cannot be used; "
                                   "turn chat mode off to continue the prompt as plain text")
@@ -69,7 +61,7 @@ def fit_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]], context:
     and the template's markup. System messages and the newest message are always kept: a UserError says so
     when even they do not fit. Returns (kept messages, how many were dropped) so the caller can say so.
     """
-    kept = check_messages(messages)
+    kept = check_messages(messages, "conversation")
     if not context:
         return kept, 0
     room = max(1, min(reply_tokens, context // 2))
@@ -107,24 +99,3 @@ def encode_prompt(tokenizer: Any, prompt: str | Sequence[Mapping[str, str]], *, 
             raise UserError("the prompt is empty and the tokenizer has no start token: type a prompt")
         ids = [int(start)]
     return [int(i) for i in ids]
-
-
-def stop_token_ids(model: Any, tokenizer: Any, *, chat: bool = False) -> set[int]:
-    """Ids that end a sample (finish_reason "eos"): the tokenizer's and the model's end-of-sequence ids,
-    plus the end-of-turn token in chat mode."""
-    ids: set[int] = set()
-    candidates: list[Any] = [tokenizer.eos_token_id]
-    gen_cfg = getattr(model, "generation_config", None)
-    candidates.append(getattr(gen_cfg, "eos_token_id", None))
-    candidates.append(getattr(model.config, "eos_token_id", None))
-    for c in candidates:
-        if isinstance(c, int):
-            ids.add(c)
-        elif isinstance(c, (list, tuple)):
-            ids.update(int(x) for x in c if isinstance(x, int))
-    if chat:
-        for token in ("<|end|>", "<|im_end|>", "<|eot_id|>"):
-            tid = tokenizer.convert_tokens_to_ids(token)
-            if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
-                ids.add(tid)
-    return ids

@@ -1,6 +1,6 @@
 """Supervised fine-tuning: next-token cross-entropy on chat/instruction records, loss only where the mask says.
 
-Records are read, rendered through the chat template and masked by `finetune/data.py` (assistant tokens
+Records are read, rendered through the chat template and masked by `finetune/examples.py` (assistant tokens
 carry loss by default); this objective turns them into batches and a loss. The same objective trains a
 full model or a LoRA/QLoRA-wrapped one (the loop hands in whatever the run config asks for).
 
@@ -235,7 +235,7 @@ def chat_samples(model: Any, ctx: TrainContext, prompts: list[list[int]]) -> lis
     tok = ctx.tokenizer
     if not spec.sample_tokens or tok is None or not prompts or not hasattr(model, "generate"):
         return []
-    from desktop_app.engine.finetune.data import stop_token_ids
+    from desktop_app.engine.data.chat import stop_token_ids
     from desktop_app.engine.generate.prompts import context_length
 
     stops = stop_token_ids(tok)
@@ -289,7 +289,7 @@ class SFTObjective:
         self._sample_prompts: list[list[int]] = []
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-        from desktop_app.engine.finetune.data import build_sft_examples, pack_examples
+        from desktop_app.engine.finetune.examples import build_sft_examples, pack_examples
 
         opts = ctx.config.options()
         tok = ctx.tokenizer
@@ -335,7 +335,7 @@ class SFTObjective:
         wanted = val[:opts.sample_count]
         if opts.loss_on != "all" or not wanted:
             return [p for p in (prompt_of(e) for e in wanted) if p]
-        from desktop_app.engine.finetune.data import build_sft_examples
+        from desktop_app.engine.finetune.examples import build_sft_examples
 
         files = opts.val_data if val_idx is None else ctx.config.data
         try:

@@ -1056,7 +1056,7 @@ def _prepare_model(config: RunConfig, base_info: Any, store: TokenStore | None, 
              f"{' as stored' if base.quantized else ''}) from {base_info.folder}", *base.notes]
     new_ids: list[int] = []
     if config.is_finetune:
-        from desktop_app.engine.finetune.data import as_hf_tokenizer, ensure_chat_tokens
+        from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
 
         tokenizer = as_hf_tokenizer(base.tokenizer)
         before = len(tokenizer)
@@ -1066,7 +1066,7 @@ def _prepare_model(config: RunConfig, base_info: Any, store: TokenStore | None, 
 
         write_tokenizer = _hf_tokenizer_writer(tokenizer, context_length(model))
     elif config.is_rl and store is None:  # rollouts speak the base's own tokenizer (no chat tokens added)
-        from desktop_app.engine.finetune.data import as_hf_tokenizer
+        from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
         from desktop_app.engine.generate.prompts import context_length
 
         tokenizer = as_hf_tokenizer(base.tokenizer)
@@ -1096,7 +1096,7 @@ def _prepare_model(config: RunConfig, base_info: Any, store: TokenStore | None, 
         """A second, frozen copy of the base prepared the same way (full-model DPO's reference)."""
         ref = load_base(base_info, device)
         if config.is_finetune:
-            from desktop_app.engine.finetune.data import as_hf_tokenizer, ensure_chat_tokens
+            from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
 
             ensure_chat_tokens(as_hf_tokenizer(ref.tokenizer), ref.model)
         ref.model.eval().requires_grad_(False)

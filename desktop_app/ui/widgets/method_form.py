@@ -244,7 +244,7 @@ def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
             return _grpo_format(p), ""
         except (UserError, OSError) as exc:
             return "", f"{p.name}: {exc}"
-    from desktop_app.engine.finetune.data import FORMAT_NAMES, detect_format
+    from desktop_app.engine.finetune.formats import FORMAT_NAMES, detect_format
 
     try:
         fmt = detect_format(p)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.finetune.data import (
+from desktop_app.engine.finetune.formats import (
     FORMATS,
     RecordVerdict,
     detect_format,
