@@ -3,12 +3,13 @@ give every record that is not plainly usable a verdict.
 
 Files
     JSON Lines (one record per line) or a JSON array (.json); the format is detected per file from its
-    first records. Every record that is not plainly usable gets a `RecordVerdict` naming its line (bad
-    JSON, missing keys, wrong types, empty assistant turn, over-long → truncated or dropped); every file
-    gets one summary verdict (line 0). Nothing is dropped without a verdict. Readers never raise for
-    content; the `build_*` functions (examples.py) refuse (UserError) a file that is unusable as a whole
-    (empty, unknown format, preference data given to SFT or the reverse) and a data set that leaves nothing
-    to train on.
+    first records. A folder stands for every DATA_SUFFIXES file anywhere inside it (`expand_data_paths`,
+    which the window's data list uses too, so it lists exactly what training reads). Every record that is
+    not plainly usable gets a `RecordVerdict` naming its line (bad JSON, missing keys, wrong types, empty
+    assistant turn, over-long → truncated or dropped); every file gets one summary verdict (line 0).
+    Nothing is dropped without a verdict. Readers never raise for content; the `build_*` functions
+    (examples.py) refuse (UserError) a file that is unusable as a whole (empty, unknown format, preference
+    data given to SFT or the reverse) and a data set that leaves nothing to train on.
 
 Normalised records
     SFT formats → {"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]} (messages read
@@ -80,19 +81,24 @@ class RecordError(UserError):
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def _expand_paths(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+def expand_data_paths(paths: str | Path | Iterable[str | Path], *, check: bool = True) -> list[Path]:
+    """Files as given (`~` expanded); a folder stands for the DATA_SUFFIXES files anywhere inside it, sorted.
+
+    check: UserError when nothing is given, a path does not exist or a folder holds no data file (what training
+    needs); the window passes False to list such paths and show their problem instead.
+    """
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    if not items:
+    if check and not items:
         raise UserError("no data file given")
     out: list[Path] = []
     for item in items:
         p = Path(item).expanduser()
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in DATA_SUFFIXES)
-            if not found:
+            found = [f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in DATA_SUFFIXES]
+            if check and not found:
                 raise UserError(f"{p} holds no {', '.join(DATA_SUFFIXES)} file")
             out += found
-        elif p.is_file():
+        elif p.is_file() or not check:
             out.append(p)
         else:
             raise UserError(f"data file {p} does not exist")
@@ -430,7 +436,7 @@ def _read_file(path: Path) -> FileRead:
 
 def read_files(paths: str | Path | Iterable[str | Path]) -> list[FileRead]:
     """Every data file of `paths` (folders expanded) read and normalised; UserError for a missing path."""
-    return [_read_file(p) for p in _expand_paths(paths)]
+    return [_read_file(p) for p in expand_data_paths(paths)]
 
 
 def summary_verdict(f: FileRead, examples: int | None = None) -> RecordVerdict:

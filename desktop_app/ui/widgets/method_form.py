@@ -98,7 +98,6 @@ OPTIONS_TITLES = {"sft": "SFT options", "dpo": "DPO options", "grpo": "GRPO opti
 RECENT_KEY = "train/recent_base_models"
 MAX_RECENT = 8
 CHOOSE = "\x00choose"  # combo data of "Choose folder…"
-DATA_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
 # --- GRPO / self-play options: plain dicts in the engine; help and widgets here -----------------------------
 DICT_HELP: dict[str, str] = {
@@ -260,15 +259,11 @@ def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
 
 
 def expand_data_paths(paths: list[str]) -> list[str]:
-    """Files as given; folders replaced by the JSON/JSONL files inside them (sorted)."""
-    out: list[str] = []
-    for raw in paths:
-        p = Path(raw).expanduser()
-        if p.is_dir():
-            out += [str(f) for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in DATA_SUFFIXES]
-        else:
-            out.append(str(p))
-    return out
+    """Files as given; folders replaced by the JSON/JSONL files anywhere inside them (sorted): the engine's own
+    rule, so the list shows exactly the files training reads."""
+    from desktop_app.engine.finetune import formats
+
+    return [str(p) for p in formats.expand_data_paths(paths, check=False)]
 
 
 class DataFileList(QListWidget):
