@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise UserError("--system needs --chat (a system message only exists in a chat conversation)")
 
-    from desktop_app.engine.generate.decode import context_length, fit_messages, stream_text
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.generate.prompts import context_length, fit_messages
     from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(args.model, device=args.device)

@@ -23,6 +23,8 @@ as "[process K] ...". A signal sent to any process reaches all of them at the ne
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +211,7 @@ def finetune_config(args: argparse.Namespace) -> Any:
 
         base = download_base(args.base)
     elif not base.exists():
-        from desktop_app.engine.finetune.base_model import resolve_base
+        from desktop_app.engine.model.folders import resolve_base
 
         resolve_base(args.base)  # says what is wrong (a Hub id without --allow-download, a missing folder)
     config = RunConfig(base_model=str(base.resolve()), objective=objective,
@@ -221,6 +223,7 @@ def finetune_config(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from desktop_app.engine.events import Controls
+    from desktop_app.engine.train.distributed import launched_world_size
 
     if args.pipeline or (args.resume and _is_pipeline(args.resume)):
         return _run_pipeline(args)
@@ -230,9 +233,19 @@ def run(args: argparse.Namespace) -> int:
     controls = Controls()
     with StopSignals(controls):
         events = train(config, run_dir, controls, resume=resume, accept_config_change=args.accept_config_change)
-        if _other_process():
-            return consume_quietly(events)
-        return consume(events, notes, as_json=args.json)
+        code = consume_quietly(events) if _other_process() else consume(events, notes, as_json=args.json)
+    if launched_world_size() > 1:
+        _leave_now(code)
+    return code
+
+
+def _leave_now(code: int) -> None:
+    """End a torchrun process right after its run: the process group is already closed and every file written, but
+    C++ destructors of torch's communication threads at interpreter exit sometimes abort the process ("terminate
+    called without an active exception", exit -6, seen under load), which torchrun reports as a failed run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _other_process() -> bool:

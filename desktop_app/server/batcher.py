@@ -33,9 +33,11 @@ from typing import Any
 
 import torch
 
+from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.generate.beam_search import BeamSearch
-from desktop_app.engine.generate.decode import context_length, short_gil_switch, stop_token_ids
+from desktop_app.engine.generate.prompts import context_length
 from desktop_app.engine.generate.text_stream import TextStream
+from desktop_app.engine.generate.threads import short_gil_switch
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import RowSampler, SamplingParams, sample_rows
 from desktop_app.server.slot_cache import FixedBatch, SlotCache
@@ -164,7 +166,7 @@ class Batcher:
         vocab = getattr(self.model.config, "vocab_size", None)
         self.vocab_size = int(vocab) if isinstance(vocab, int) else 0
         self.max_tokens_cap = max_tokens_cap  # the budget when the model states no context length
-        self.eos = {chat: stop_token_ids(self.model, self.tokenizer, chat=chat) for chat in (False, True)}
+        self.eos = {chat: set(stop_token_ids(self.tokenizer, self.model, chat=chat)) for chat in (False, True)}
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else next(iter(self.eos[False]), 0)
         backend = getattr(self.tokenizer, "backend_tokenizer", None)

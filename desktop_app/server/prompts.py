@@ -1,21 +1,21 @@
 """Request -> token ids, the way `generate` does it (so the same settings give the same text).
 
 Completions: a string goes through the engine's `encode_prompt` (plain text); token-id arrays are taken
-as they are. Chat: the whole conversation goes through the engine's `encode_messages` (the tokenizer's chat
-template with the assistant's turn opened), the one renderer the Generate tab's chat and `generate --chat`
-use too. Prompts longer than the model's context keep their end (the model cannot attend further back), as
-in the engine's plain-text path.
+as they are. Chat: the messages are read by the engine's `check_messages` (data/chat.py, the one reading of
+chat messages) and the whole conversation goes through `encode_messages` (the tokenizer's chat template with
+the assistant's turn opened), the one renderer the Generate tab's chat and `generate --chat` use too.
+Prompts longer than the model's context keep their end (the model cannot attend further back), as in the
+engine's plain-text path.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from desktop_app.engine.data.chat import ChatError, check_messages
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generate.decode import NoChatTemplateError, encode_messages, encode_prompt
+from desktop_app.engine.generate.prompts import NoChatTemplateError, encode_messages, encode_prompt
 from desktop_app.server.errors import ApiError
-
-CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
 def _fit(ids: list[int], context: int | None, vocab: int) -> list[int]:
@@ -51,31 +51,15 @@ def completion_prompts(tokenizer: Any, prompt: Any, context: int | None, vocab: 
     return out
 
 
-def _content_text(content: Any, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content:
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise ApiError(400, f"{where}: only text content is supported, got a {kind!r} part", param=where)
-        parts.append(part["text"])
-    return "".join(parts)
-
-
 def chat_prompt(tokenizer: Any, messages: list[Any], context: int | None, vocab: int) -> list[int]:
     """Token ids of a conversation rendered by the model's chat template, ready for the assistant's reply."""
     if not messages:
         raise ApiError(400, "messages is empty: give at least one message", param="messages")
-    conversation = []
-    for i, m in enumerate(messages):
-        role = CHAT_ROLES.get(m.role)
-        if role is None:
-            raise ApiError(400, f"messages[{i}].role {m.role!r} is not supported (use system, user or assistant; "
-                                "tool calls are not supported)", param=f"messages[{i}].role")
-        conversation.append({"role": role, "content": _content_text(m.content, f"messages[{i}].content")})
+    try:  # OpenAI allows a null content (read as no text, as is an empty list of parts)
+        conversation = check_messages([{"role": m.role, "content": m.content or ""} for m in messages])
+    except ChatError as exc:
+        where = "messages" if exc.index is None else f"messages[{exc.index}]" + (f".{exc.key}" if exc.key else "")
+        raise ApiError(400, exc.reason, param=where) from None
     try:
         ids = encode_messages(tokenizer, conversation)
     except NoChatTemplateError:

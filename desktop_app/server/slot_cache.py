@@ -1,6 +1,6 @@
 """The KV cache of the rows decoding together: requests join and leave between two decode steps.
 
-The engine's lean runners (generate/decode.py) decode a fixed batch over one preallocated cache
+The engine's lean runners (generate/runners.py) decode a fixed batch over one preallocated cache
 [layers, batch, kv_heads, max_len, head_dim] in which every row's tokens end at the same column
 (`length`): shorter prompts are padded on the left and masked out through `valid`, and each row keeps
 its own position counter. That layout fits rows that start at different times just as well. A new
@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from desktop_app.engine.generate.decode import context_length, lean_supported, make_runner
+from desktop_app.engine.generate.prompts import context_length
+from desktop_app.engine.generate.runners import lean_supported, make_runner
 
 
 def _pad_prompts(prompts: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

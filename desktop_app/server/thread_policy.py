@@ -1,9 +1,10 @@
 """Torch threads of the decode thread: the engine's policy, applied to a batch whose size changes.
 
 The engine starts small work on one thread and lets a ThreadTuner time 1 thread against all cores while
-it decodes (generate/decode.py, generate/thread_tuner.py). Step times depend on how many rows decode, so the server
-keeps one tuner per batch-size bucket (1, 2, 4, ... rows) and each learns its own answer; torch's
-thread count is per calling thread here, so this touches only the decode thread.
+it decodes (generate/threads.py, generate/thread_tuner.py). Step times depend on how many rows decode, so the
+server keeps one tuner per batch-size bucket (1, 2, 4, ... rows), each made by the engine's `new_tuner`, and
+each learns its own answer; torch's thread count is per calling thread here, so this touches only the decode
+thread.
 """
 
 from __future__ import annotations
@@ -12,13 +13,10 @@ import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from desktop_app.engine.devices import cpu_cores
-from desktop_app.engine.generate.decode import count_parameters, decode_threads
 from desktop_app.engine.generate.thread_tuner import ThreadTuner
-
-_TUNE_MIN_WORK = 10_000_000  # parameters x rows below which one thread is as fast as two (generate/decode.py)
+from desktop_app.engine.generate.threads import decode_threads, new_tuner
 
 
 def _bucket(rows: int) -> int:
@@ -31,8 +29,6 @@ class DecodeThreads:
     def __init__(self, model: Any, fixed: int | None = None):
         self.model = model
         self.fixed = fixed
-        self.params = count_parameters(model)
-        self.cpu = next(model.parameters()).device.type == "cpu"
         self.cores = cpu_cores()
         self.tuners: dict[int, ThreadTuner | None] = {}
         self._current: ThreadTuner | None = None
@@ -42,25 +38,8 @@ class DecodeThreads:
     def _tuner(self, rows: int) -> ThreadTuner | None:
         key = _bucket(rows)
         if key not in self.tuners:
-            if not self.cpu or self.cores < 2 or self.params * key < _TUNE_MIN_WORK:
-                self.tuners[key] = None
-            else:
-                first = decode_threads(self.model, key) or self.cores
-                self.tuners[key] = ThreadTuner(first, 1 if first > 1 else self.cores, quick_check=self._check())
+            self.tuners[key] = new_tuner(self.model, key)
         return self.tuners[key]
-
-    def _check(self) -> Any:
-        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
-        weight = getattr(head, "weight", None)
-        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-            return None
-        row = torch.zeros(1, weight.shape[1], dtype=weight.dtype, device=weight.device)
-
-        def check() -> None:
-            with torch.no_grad():
-                F.linear(row, weight)
-
-        return check
 
     def _set(self, n: int | None) -> None:
         if n and n != self._applied:

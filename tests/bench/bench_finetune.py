@@ -127,7 +127,8 @@ def bare_lora(args: argparse.Namespace) -> None:
     from torch import nn
     from transformers import AutoModelForCausalLM
 
-    from desktop_app.engine.finetune.data import as_hf_tokenizer, build_sft_examples
+    from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
+    from desktop_app.engine.finetune.examples import build_sft_examples
     from desktop_app.engine.objectives.sft import collate
 
     torch.set_num_threads(args.threads)

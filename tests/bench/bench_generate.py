@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.devices import cpu_cores
-from desktop_app.engine.generate.decode import stream_text, torch_threads
+from desktop_app.engine.generate.decode import stream_text
+from desktop_app.engine.generate.threads import torch_threads
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.presets import preset

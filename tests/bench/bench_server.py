@@ -126,7 +126,7 @@ def _cpu(process) -> float:
 
 
 def direct_batcher(batcher, loaded, requests: int, tokens: int) -> float:
-    from desktop_app.engine.generate.decode import encode_prompt
+    from desktop_app.engine.generate.prompts import encode_prompt
     from desktop_app.server.batcher import Done, GenerationRequest
     from desktop_app.server.row_sampler import SamplingParams
 

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.beam_search import BeamSearch, beam_search
-from desktop_app.engine.generate.decode import make_runner, stop_token_ids, stream_text, torch_threads
+from desktop_app.engine.generate.decode import stream_text
+from desktop_app.engine.generate.runners import make_runner
+from desktop_app.engine.generate.threads import torch_threads
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.specs import GenerateSpec, ModelSpec, SpecError
@@ -28,7 +31,7 @@ CASES = [(2, 1.0, False), (4, 1.0, False), (4, 0.5, False), (4, 2.0, False), (4,
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    # Tiny models on a busy shared machine: more threads only add synchronisation (see generate/decode.py).
+    # Tiny models on a busy shared machine: more threads only add synchronisation (see generate/threads.py).
     with torch_threads(1):
         yield
 
@@ -147,7 +150,7 @@ def test_stream_text_runs_beams(loaded):
     events = list(stream_text(loaded, PROMPTS[:2], spec))
     stats = sorted((e for e in events if e.type == "generation"), key=lambda e: e.sample)
     assert [s.sample for s in stats] == list(range(6))
-    eos = stop_token_ids(loaded.model, loaded.tokenizer)
+    eos = stop_token_ids(loaded.tokenizer, loaded.model, chat=False)
     for p, prompt in enumerate(PROMPTS[:2]):
         ids = loaded.tokenizer(prompt)["input_ids"]
         hyps = beam_search(loaded.model, [ids], num_beams=4, budget=BUDGET, length_penalty=0.5, eos=eos,

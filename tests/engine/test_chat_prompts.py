@@ -9,13 +9,8 @@ import pytest
 
 from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generate.decode import (
-    NoChatTemplateError,
-    encode_messages,
-    encode_prompt,
-    fit_messages,
-    stream_text,
-)
+from desktop_app.engine.generate.decode import stream_text
+from desktop_app.engine.generate.prompts import NoChatTemplateError, encode_messages, encode_prompt, fit_messages
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.specs import GenerateSpec, ModelSpec

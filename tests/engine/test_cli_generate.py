@@ -98,11 +98,11 @@ def test_whole_cli_one_line_error_and_exit_code(tmp_path):
 
 
 def test_chat_with_a_system_prompt(model_dir, capsys, monkeypatch):
-    from desktop_app.engine.generate import decode
+    from desktop_app.engine.generate import prompts
 
     rendered: list[list[dict]] = []
-    real = decode.encode_messages
-    monkeypatch.setattr(decode, "encode_messages", lambda tok, msgs: rendered.append(list(msgs)) or real(tok, msgs))
+    real = prompts.encode_messages
+    monkeypatch.setattr(prompts, "encode_messages", lambda tok, msgs: rendered.append(list(msgs)) or real(tok, msgs))
     assert _run([str(model_dir), "--chat", "--system", "Be brief.", "--prompt", "hello", "--max-new-tokens", "4",
                  "--temperature", "0", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)

@@ -12,8 +12,11 @@ import torch
 from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.devices import cpu_cores
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generate import decode as generation
-from desktop_app.engine.generate.decode import decode_threads, encode_prompt, make_runner, stream_text
+from desktop_app.engine.generate import runners, threads
+from desktop_app.engine.generate.decode import stream_text
+from desktop_app.engine.generate.prompts import encode_prompt
+from desktop_app.engine.generate.runners import make_runner
+from desktop_app.engine.generate.threads import decode_threads
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.specs import GenerateSpec, ModelSpec, SpecError
@@ -76,7 +79,7 @@ def test_greedy_with_repetition_penalty_equals_transformers(loaded):
 @pytest.mark.parametrize("prepared", [True, False])
 def test_lean_logits_match_transformers_forward(loaded, prepared, monkeypatch):
     # prepared: the transposed, norm-folded weight copies; else the model's own weights (huge models).
-    monkeypatch.setattr(generation, "_FUSE_MAX_PARAMS", 10**12 if prepared else 0)
+    monkeypatch.setattr(runners, "_FUSE_MAX_PARAMS", 10**12 if prepared else 0)
     ids = loaded.tokenizer(["Привет мир! Hello world 🙂 The cat sat on the mat"], return_tensors="pt")["input_ids"]
     assert ids.shape[1] > 8
     with torch.inference_mode():
@@ -90,7 +93,7 @@ def test_lean_logits_match_transformers_forward(loaded, prepared, monkeypatch):
 
 def test_unprepared_lean_path_equals_prepared_in_a_padded_batch(loaded, monkeypatch):
     prepared, _ = _run(loaded, PROMPTS, max_new_tokens=10, temperature=0.0, backend="lean")
-    monkeypatch.setattr(generation, "_FUSE_MAX_PARAMS", 0)
+    monkeypatch.setattr(runners, "_FUSE_MAX_PARAMS", 0)
     plain, _ = _run(loaded, PROMPTS, max_new_tokens=10, temperature=0.0, backend="lean")
     assert [s.token_ids for s in plain] == [s.token_ids for s in prepared]
 
@@ -235,7 +238,7 @@ def test_thread_policy_and_restore(loaded):
 
 
 def test_auto_threads_only_use_one_or_all_cores_restore_and_change_no_token(loaded, monkeypatch):
-    monkeypatch.setattr(generation, "_TUNE_MIN_WORK", 0)  # tune even this tiny model
+    monkeypatch.setattr(threads, "_TUNE_MIN_WORK", 0)  # tune even this tiny model
     spec = GenerateSpec(max_new_tokens=24, temperature=0.0)
     pinned = [e for e in stream_text(loaded, "The cat", spec, threads=1) if e.type == "generation"]
     before = torch.get_num_threads()
@@ -248,7 +251,7 @@ def test_auto_threads_only_use_one_or_all_cores_restore_and_change_no_token(load
         assert [e.token_ids for e in events if e.type == "generation"] == [e.token_ids for e in pinned]
     assert seen <= {1, cpu_cores()}
     assert torch.get_num_threads() == before
-    assert generation._TUNING  # the tuner ran and left its state for the next call
+    assert threads._TUNING  # the tuner ran and left its state for the next call
 
 
 def test_weight_changes_are_seen_between_calls(loaded):

@@ -14,7 +14,8 @@ from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.decode import stream_text
 from desktop_app.engine.model.architecture import build_model
-from desktop_app.engine.model.loading import list_generatable, load_model
+from desktop_app.engine.model.folders import list_generatable
+from desktop_app.engine.model.loading import load_model
 from desktop_app.engine.specs import GenerateSpec, ModelSpec
 from desktop_app.engine.workspace import Workspace
 

@@ -18,7 +18,7 @@ from desktop_app.server.row_sampler import SamplingParams
 
 def _run_staggered(loaded, batcher: Batcher, count: int, seed: int = 0) -> tuple[list, list]:
     """Submit `count` greedy requests of varied prompts and lengths a few ms apart; (requests, results)."""
-    from desktop_app.engine.generate.decode import encode_prompt
+    from desktop_app.engine.generate.prompts import encode_prompt
 
     rng = random.Random(seed)
     words = ["hello", "world", "the", "cat", "sat", "on", "the", "mat", "and", "dog", "ran"]

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from server_helpers import engine_text
 
-from desktop_app.engine.generate import decode
+from desktop_app.engine.generate import prompts
 from desktop_app.server.errors import ApiError
 from desktop_app.server.prompts import chat_prompt
 
@@ -131,7 +131,7 @@ def test_multi_turn_chat_equals_the_engines_conversation(openai_client, loaded, 
 
 def test_chat_prompt_renders_through_the_engine(loaded, monkeypatch):
     seen = []
-    real = decode.encode_messages
+    real = prompts.encode_messages
     monkeypatch.setattr("desktop_app.server.prompts.encode_messages",
                         lambda tok, msgs: seen.append(msgs) or real(tok, msgs))
     messages = [SimpleNamespace(role="developer", content="be brief"),

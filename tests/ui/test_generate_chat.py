@@ -29,7 +29,7 @@ def chat_model(tmp_path_factory):
 @pytest.fixture
 def chat_tab(window, chat_model, monkeypatch):
     """The Generate tab on the chat model in chat mode, with every conversation the engine renders recorded."""
-    from desktop_app.engine.generate import decode
+    from desktop_app.engine.generate import prompts
 
     model = shutil.copytree(chat_model, window.ctx.workspace.folder("models") / "chatty")
     window.ctx.workspace_items_changed.emit()
@@ -38,7 +38,7 @@ def chat_tab(window, chat_model, monkeypatch):
     assert gen.source_box.currentData() == str(model)
     gen.rendered = []  # (messages, ids) of each rendering, in order; the last one per turn is what was sent
     lock = threading.Lock()
-    real = decode.encode_messages
+    real = prompts.encode_messages
 
     def spy(tokenizer, messages):
         ids = real(tokenizer, messages)
@@ -46,7 +46,7 @@ def chat_tab(window, chat_model, monkeypatch):
             gen.rendered.append(([dict(m) for m in messages], ids))
         return ids
 
-    monkeypatch.setattr(decode, "encode_messages", spy)
+    monkeypatch.setattr(prompts, "encode_messages", spy)
     gen.form.set_spec(gen.form.spec().replace(max_new_tokens=6, temperature=0.0, chat=True))
     return gen
 

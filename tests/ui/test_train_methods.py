@@ -252,6 +252,21 @@ def test_data_files_arrive_by_drop(qtbot, tmp_path):
     assert files.formats[str(folder / "a.jsonl")] == "chat JSONL"
 
 
+def test_a_nested_folder_lists_exactly_the_files_training_reads(qtbot, tmp_path):
+    from desktop_app.engine.finetune.formats import read_records
+
+    files = DataFileList()
+    qtbot.addWidget(files)
+    folder = tmp_path / "set"
+    (folder / "more" / "deeper").mkdir(parents=True)
+    listed = [_jsonl(folder / "a.jsonl", CHAT), _jsonl(folder / "more" / "b.jsonl", CHAT),
+              _jsonl(folder / "more" / "deeper" / "c.jsonl", CHAT)]
+    (folder / "more" / "notes.txt").write_text("not data")
+    files.add_paths([str(folder)])
+    _, verdicts = read_records(folder)  # what training reads when given the folder
+    assert files.files() == [v.path for v in verdicts if v.line == 0] == listed
+
+
 def test_metric_families_get_grouped_plots(qtbot):
     plots = MethodPlots()
     qtbot.addWidget(plots)

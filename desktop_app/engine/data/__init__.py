@@ -1,1 +1,2 @@
-"""Data: find and judge input files, tokenizers, prepared token stores, seeded batch sources."""
+"""Data: find and judge input files, tokenizers, chat messages and templates, prepared token stores, seeded
+batch sources."""

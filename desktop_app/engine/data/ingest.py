@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.data.chat import ChatError, check_messages
 from desktop_app.engine.events import FileVerdict
 
 TEXT_EXTENSIONS = (".txt", ".md", ".markdown", ".text")
 JSONL_EXTENSIONS = (".jsonl",)
 SUPPORTED_EXTENSIONS = TEXT_EXTENSIONS + JSONL_EXTENSIONS
 RECORD_KINDS = ("chat", "instruction", "preference")
-CHAT_ROLES = ("system", "user", "assistant")
 
 BLOCK_BYTES = 1 << 20  # read size: memory per open file stays around a few MiB whatever the file size
 PIECE_CHARS = 1 << 18  # longest text handed to the tokenizer at once (cut before whitespace)
@@ -360,23 +360,11 @@ def iter_text_docs(blocks: Iterable[str], limit: int | None = None) -> Iterator[
 # -------------------------------------------------------------------------------------------- JSONL
 
 def _jsonl_record(obj: Any) -> tuple[str, Any]:
-    """(kind, payload) of one JSONL object, or raise ValueError with the reason."""
+    """(kind, payload) of one JSONL object, or raise ValueError (ChatError for its messages) with the reason."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     if "messages" in obj:
-        messages = obj["messages"]
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("'messages' must be a non-empty list")
-        clean = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict):
-                raise ValueError(f"message {i + 1} is not an object")
-            role, content = m.get("role"), m.get("content")
-            if role not in CHAT_ROLES:
-                raise ValueError(f"message {i + 1} has role {role!r}; use one of {', '.join(CHAT_ROLES)}")
-            if not isinstance(content, str):
-                raise ValueError(f"message {i + 1} has no text 'content'")
-            clean.append({"role": role, "content": content})
+        clean = check_messages(obj["messages"])  # the one reading of chat messages (data/chat.py)
         if not any(m["role"] == "assistant" for m in clean):
             raise ValueError("a chat needs at least one assistant message")
         return "chat", {"messages": clean}
@@ -414,7 +402,7 @@ def iter_jsonl(blocks: Iterable[str]) -> Iterator[tuple[str, Any]]:
         except json.JSONDecodeError as exc:
             raise FileProblem("bad-jsonl", f"line {n}: invalid JSON ({exc.msg}; column {exc.colno})",
                               line=n) from None
-        except ValueError as exc:
+        except (ValueError, ChatError) as exc:
             raise FileProblem("bad-jsonl", f"line {n}: {exc}", line=n) from None
 
     for block in blocks:

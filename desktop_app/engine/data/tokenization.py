@@ -1,4 +1,5 @@
-"""Train, load and save tokenizers (Hugging Face `tokenizers`), and wrap them for transformers.
+"""Train, load and save tokenizers (Hugging Face `tokenizers`), wrap them for transformers, and save transformers
+tokenizers so that any transformers version loads them (`save_hf_tokenizer`).
 
 Every tokenizer we train starts with the same special tokens at fixed low ids (0..7): pad, bos, eos,
 unk and the reserved chat-role tokens, so models, datasets and chat templates agree on them.
@@ -248,3 +249,28 @@ def hf_tokenizer(tokenizer_or_path: Tokenizer | str | Path, *, model_max_length:
     elif all(SPECIAL_TOKENS[r] in vocab for r in ("system", "user", "assistant", "end")):
         fast.chat_template = CHAT_TEMPLATE
     return fast
+
+
+def save_hf_tokenizer(tokenizer: Any, folder: str | Path, context_length: int | None = None) -> None:
+    """`tokenizer.save_pretrained(folder)`, made loadable by older transformers and other tools too.
+
+    transformers 5 writes its own class name ("TokenizersBackend") into tokenizer_config.json and keeps the chat
+    template only in chat_template.jinja; 4.x needs "PreTrainedTokenizerFast" and the template inside
+    tokenizer_config.json. `context_length` (when known) is recorded as model_max_length.
+    """
+    folder = Path(folder)
+    tokenizer.save_pretrained(str(folder))
+    path = folder / "tokenizer_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(config, dict):
+        return
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if context_length:
+        config["model_max_length"] = int(context_length)
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and template:
+        config["chat_template"] = template
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -32,7 +32,7 @@ DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 def resolve_source(source: str | Path) -> Path:
     """The model folder to export: the folder itself, or a run folder's newest verified checkpoint."""
-    from desktop_app.engine.model.loading import resolve_model_folder
+    from desktop_app.engine.model.folders import resolve_model_folder
 
     return resolve_model_folder(source)[0]
 
@@ -71,7 +71,7 @@ def gguf_problem(source: str | Path) -> str | None:
 
 def _source_config(folder: Path) -> dict[str, Any]:
     """config.json of a model folder; for an adapter folder (LoRA run), its base's."""
-    from desktop_app.engine.finetune.base_model import is_adapter_folder, resolve_base
+    from desktop_app.engine.model.folders import is_adapter_folder, resolve_base
 
     if is_adapter_folder(folder):
         info = resolve_base(folder)
@@ -208,27 +208,11 @@ def _special_ids(tokenizer: Any) -> dict[str, int | None]:
     return {role: getattr(tokenizer, f"{role}_token_id", None) for role in ("bos", "eos", "pad", "unk")}
 
 
-def _portable_tokenizer_config(folder: Path, tokenizer: Any, context_length: int | None) -> None:
-    """Make tokenizer_config.json load in older transformers and other tools too: transformers 5 writes
-    its own class name ("TokenizersBackend") and keeps the chat template only in chat_template.jinja;
-    4.x needs "PreTrainedTokenizerFast" and the template inside tokenizer_config.json."""
-    path = folder / "tokenizer_config.json"
-    config = read_json(path)
-    if not isinstance(config, dict):
-        return
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    if context_length:
-        config["model_max_length"] = int(context_length)
-    template = getattr(tokenizer, "chat_template", None)
-    if isinstance(template, str) and template:
-        config["chat_template"] = template
-    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def _write_hf(model: Any, tokenizer: Any, source: Path, folder: Path, max_shard_size: str | int,
               name: str) -> Iterator[Event]:
     from transformers import GenerationConfig
 
+    from desktop_app.engine.data.tokenization import save_hf_tokenizer
     from desktop_app.engine.model.architecture import spec_from_hf_config
 
     folder.mkdir(parents=True)
@@ -241,19 +225,18 @@ def _write_hf(model: Any, tokenizer: Any, source: Path, folder: Path, max_shard_
     yield Progress("weights", 0, 1, "files", "model.safetensors")
     model.save_pretrained(folder, max_shard_size=max_shard_size)
     yield Progress("weights", 1, 1, "files", "model.safetensors")
-    tokenizer.save_pretrained(folder)
+    save_hf_tokenizer(tokenizer, folder, getattr(model.config, "max_position_embeddings", None)
+                      or getattr(model.config, "n_positions", None))
     special_map = {f"{role}_token": getattr(tokenizer, f"{role}_token") for role in ("bos", "eos", "pad", "unk")
                    if getattr(tokenizer, f"{role}_token", None)}
     if not (folder / "special_tokens_map.json").exists():
         (folder / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n", encoding="utf-8")
-    _portable_tokenizer_config(folder, tokenizer, getattr(model.config, "max_position_embeddings", None)
-                               or getattr(model.config, "n_positions", None))
     GenerationConfig(bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"]).save_pretrained(folder)
     try:
         spec = spec_from_hf_config(model.config)
     except UserError:
         spec = None  # a foreign model: the card lists what we know
-    if spec is not None:  # marks the folder as our export (loading.py) and keeps the designer's view of it
+    if spec is not None:  # marks the folder as our export (model/folders.py) and keeps the designer's view of it
         (folder / "model_spec.json").write_text(spec.to_json() + "\n", encoding="utf-8")
     params = sum(p.numel() for p in model.parameters())
     card = model_card(name, spec, params, _run_info(source))
@@ -334,7 +317,7 @@ def export_model(
         raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
     out = Path(out).expanduser()
     src = resolve_source(source)
-    from desktop_app.engine.finetune.base_model import is_adapter_folder
+    from desktop_app.engine.model.folders import is_adapter_folder
 
     adapter = is_adapter_folder(src)
     if adapter and not merge:

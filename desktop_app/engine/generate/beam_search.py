@@ -35,6 +35,7 @@ import torch
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
+from desktop_app.engine.generate.runners import make_runner
 from desktop_app.engine.generate.text_stream import TextStream
 
 MAX_BEAMS = 64
@@ -126,8 +127,6 @@ class BeamSearch:
 
     # --- the search ---------------------------------------------------------------------------------
     def _start(self) -> None:
-        from desktop_app.engine.generate.decode import make_runner
-
         b, n, dev = len(self.prompts), self.num_beams, self.device
         longest = max(len(p) for p in self.prompts)
         ids = torch.tensor([[self.pad] * (longest - len(p)) + p for p in self.prompts], dtype=torch.long, device=dev)

@@ -1,8 +1,9 @@
-"""Load a model for generation or further training from any folder a user can point at.
+"""Read a model's weights and tokenizer, for generation, export or further training.
 
-Accepted: a run folder (its newest committed checkpoint that verifies), a checkpoint folder, our
-Hugging Face export, or any local Hugging Face causal-LM folder. A LoRA/QLoRA run or adapter folder
-(PEFT files) loads as its base with the adapter merged in memory. Safety rules:
+`load_model` opens any folder model/folders.py resolves: a run (its newest committed checkpoint that
+verifies), a checkpoint, our Hugging Face export, or any local Hugging Face causal-LM folder. A LoRA/QLoRA
+run or adapter folder (PEFT files) loads as its base with the adapter merged in memory (`load_merged`).
+Safety rules:
 
 - `trust_remote_code` is never enabled: a config that needs custom code is refused with a message.
 - Weights come from safetensors. A folder with only pickle weights (.bin/.pt/.pth) is read with
@@ -16,16 +17,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.folders import (
+    BaseModelInfo,
+    check_no_remote_code,
+    is_adapter_folder,
+    read_config,
+    resolve_base,
+    resolve_model_folder,
+    weight_files,
+    weights_sha256,
+)
+from desktop_app.engine.run_folder import read_json
 from desktop_app.engine.specs import ModelSpec
-
-KINDS = ("run", "checkpoint", "export", "hf")
-_PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 
 
 @dataclass
@@ -45,77 +55,9 @@ class LoadedModel:
         return next(self.model.parameters()).device
 
 
-@dataclass
-class ModelCandidate:
-    """A folder in the workspace that `load_model` accepts (for the Generate tab's model picker)."""
-
-    path: Path
-    kind: str  # run | export | hf
-    name: str
-
-
-def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
-    """(folder holding config + weights, kind, display name) for a user-given path; UserError if unusable."""
-    from desktop_app.engine import run_folder
-
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise UserError(f"{p} does not exist")
-    if not p.is_dir():
-        raise UserError(f"{p} is a file; give the model folder (the one holding config.json)")
-    if run_folder.is_run_folder(p):
-        committed = run_folder.list_committed(p)
-        found, problems = run_folder.find_resumable(p)
-        if found is None:
-            if committed:
-                raise UserError(f"run {p} has no usable checkpoint: " + "; ".join(problems))
-            raise UserError(f"run {p} has no committed checkpoint yet: train it until the first checkpoint "
-                            "is saved, then load it")
-        return found, "run", f"{p.name} (step {run_folder.step_of(found)})"
-    if run_folder.is_checkpoint_folder(p):
-        run_folder.verify_checkpoint(p)  # raises a UserError naming the damaged file
-        parent = p.parent.parent.name if p.parent.name == "checkpoints" else ""
-        return p, "checkpoint", f"{parent} {p.name}".strip()
-    kind = "export" if (p / "model_spec.json").is_file() else "hf"
-    return p, kind, p.name
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
-def _read_config(folder: Path) -> dict[str, Any]:
-    file = folder / "config.json"
-    if not file.is_file():
-        raise UserError(f"{folder} has no config.json: not a model folder (expected a run, checkpoint, export "
-                        "or Hugging Face model folder)")
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"{file} is not readable JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{file} must hold a JSON object")
-    return data
-
-
-def _check_no_remote_code(folder: Path, config: dict[str, Any]) -> None:
-    from transformers import CONFIG_MAPPING
-
-    model_type = config.get("model_type")
-    if model_type in CONFIG_MAPPING:
-        return
-    if config.get("auto_map"):
-        raise UserError(f"{folder} needs custom Python code shipped with the model (trust_remote_code), which "
-                        "this app never runs for safety; use a model of an architecture transformers knows")
-    raise UserError(f"{folder}: model type {model_type!r} is not known to the installed transformers")
-
-
-def _weight_files(folder: Path) -> tuple[list[Path], list[Path]]:
-    safetensors = sorted(folder.glob("*.safetensors"))
-    pickles = sorted(p for p in folder.iterdir() if p.suffix in _PICKLE_SUFFIXES and p.is_file()
-                     and not p.name.startswith(("optimizer", "training_args", "scheduler", "rng")))
-    return safetensors, pickles
 
 
 def load_pickle_state_dict(file: Path) -> dict[str, Any]:
@@ -162,7 +104,9 @@ def _load_from_pickles(folder: Path, files: list[Path], dtype: Any) -> Any:
     return model
 
 
-def _load_tokenizer(folder: Path) -> Any:
+def load_tokenizer(folder: Path) -> Any:
+    """The fast tokenizer of a model folder (its tokenizer_config.json's, else its tokenizer.json wrapped);
+    pad falls back to eos. UserError when there is none."""
     from transformers import PreTrainedTokenizerFast
 
     from desktop_app.engine.data.tokenization import hf_tokenizer
@@ -194,7 +138,8 @@ def nonfinite_tensors(model: Any) -> list[str]:
     return [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
 
 
-def _load_weights(folder: Path, safetensors: list[Path], pickles: list[Path], dtype: Any) -> Any:
+def load_weights(folder: Path, safetensors: list[Path], pickles: list[Path], dtype: Any) -> Any:
+    """The causal LM of a folder from its safetensors, else its plain-tensor pickles (see weight_files)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -216,7 +161,7 @@ def _load_weights(folder: Path, safetensors: list[Path], pickles: list[Path], dt
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     """No "Loading weights" progress bar on stderr (the CLI prints one clear line per problem)."""
     from transformers.utils import logging as hf_logging
 
@@ -239,17 +184,16 @@ def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
     """
 
     from desktop_app.engine.devices import resolve_device
-    from desktop_app.engine.finetune.base_model import is_adapter_folder
 
     folder, kind, name = resolve_model_folder(path)
     if is_adapter_folder(folder):  # a LoRA/QLoRA run: its base with the adapter merged in memory
         return _load_adapter(folder, kind, name, resolve_device(device), dtype)
-    config = _read_config(folder)
-    _check_no_remote_code(folder, config)
-    safetensors, pickles = _weight_files(folder)
-    tokenizer = _load_tokenizer(folder)  # before the weights: a missing tokenizer fails fast
-    with _quiet_transformers():
-        model = _load_weights(folder, safetensors, pickles, dtype)
+    config = read_config(folder)
+    check_no_remote_code(folder, config)
+    safetensors, pickles = weight_files(folder)
+    tokenizer = load_tokenizer(folder)  # before the weights: a missing tokenizer fails fast
+    with quiet_transformers():
+        model = load_weights(folder, safetensors, pickles, dtype)
     model.to(resolve_device(device))
     model.eval()
     warnings: list[str] = []
@@ -272,9 +216,7 @@ def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
 def _load_adapter(folder: Path, kind: str, name: str, device: Any, dtype: Any) -> LoadedModel:
     """An adapter folder (PEFT files, no config.json): its base (any kind this module loads) with the adapter
     merged in memory, which decodes as fast as a plain model; the base on disk is untouched."""
-    from desktop_app.engine.finetune.base_model import load_merged
-
-    with _quiet_transformers():
+    with quiet_transformers():
         model, tokenizer, info, _notes = load_merged(folder)
     if dtype is not None:
         model.to(dtype)
@@ -305,27 +247,48 @@ def _spec_of(folder: Path, model: Any) -> ModelSpec | None:
         return None
 
 
-def list_generatable(workspace: Any) -> list[ModelCandidate]:
-    """Folders of a workspace that `load_model` can open: runs with a committed checkpoint, exports and
-    models/ folders with a config.json. Newest first within each kind (runs, then exports, then models).
+def load_full(info: BaseModelInfo) -> tuple[Any, Any, list[str]]:
+    """fp32 model (adapters merged) and tokenizer of a base, on the CPU, and notes on what was done."""
+    import torch
 
-    `workspace` is a Workspace or its root path. Cheap: no checksum is verified and no weights read.
-    """
-    from desktop_app.engine import run_folder
-    from desktop_app.engine.workspace import Workspace
+    notes: list[str] = []
+    if info.adapter_base is not None:
+        from peft import PeftModel
 
-    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
-    found: list[ModelCandidate] = []
-    for run in ws.items("runs") if ws.folder("runs").is_dir() else []:
-        if run.is_dir():
-            latest = run_folder.latest_checkpoint(run, verify=False)
-            if latest is not None:
-                found.append(ModelCandidate(run, "run", f"{run.name} (step {run_folder.step_of(latest)})"))
-    for kind_folder, kind in (("exports", "export"), ("models", "hf")):
-        if not ws.folder(kind_folder).is_dir():
-            continue
-        for item in ws.items(kind_folder):
-            if item.is_dir() and (item / "config.json").is_file():
-                found.append(ModelCandidate(item, "export" if (item / "model_spec.json").is_file() else kind,
-                                            item.name))
-    return found
+        model, _, inner_notes = load_full(info.adapter_base)
+        notes += inner_notes
+        tokenizer = load_tokenizer(info.folder)
+        rows = int(model.get_input_embeddings().weight.shape[0])
+        if len(tokenizer) > rows:  # the adapter's run added chat tokens; its saved embeddings fill the rows
+            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        with quiet_transformers(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # peft asks a deprecated transformers property
+            model = PeftModel.from_pretrained(model, str(info.folder), is_trainable=False)
+        model = model.merge_and_unload()
+        notes.append(f"base {info.name}: the adapter was merged into its base {info.adapter_base.name} in memory")
+        return model, tokenizer, notes
+    tokenizer = load_tokenizer(info.folder)
+    safetensors, pickles = weight_files(info.folder)
+    with quiet_transformers():
+        model = load_weights(info.folder, safetensors, pickles, torch.float32)
+    bad = nonfinite_tensors(model)
+    if bad:
+        raise UserError(f"base model {info.folder} has NaN or infinite weights in {len(bad)} tensor(s) "
+                        f"({', '.join(bad[:3])}): it cannot be fine-tuned; choose an earlier checkpoint")
+    return model, tokenizer, notes
+
+
+def load_merged(path: str | Path) -> tuple[Any, Any, BaseModelInfo, list[str]]:
+    """An adapter run/checkpoint/folder for inference or export: (its base with the adapter merged, in fp32 on
+    the CPU; the adapter's tokenizer; what it is; notes). Refused when the base changed since training."""
+    info = resolve_base(path)
+    if info.adapter_base is None:
+        raise UserError(f"{path} holds no adapter")
+    recorded = read_json(info.folder / "run.json")
+    sha = recorded.get("base_model_sha256") if isinstance(recorded, dict) else None
+    if isinstance(sha, str) and sha and sha != weights_sha256(info.adapter_base):
+        raise UserError(f"the base model {info.adapter_base.folder} of the adapter {info.folder} has changed since "
+                        "the adapter was trained (its weights' checksum differs); the adapter only fits the base it "
+                        "was trained on: restore that base model")
+    model, tokenizer, notes = load_full(info)
+    return model, tokenizer, info, notes

@@ -27,7 +27,7 @@ from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
 
 if TYPE_CHECKING:
     from desktop_app.engine.data.token_store import TokenStore
-    from desktop_app.engine.finetune.base_model import BaseModelInfo
+    from desktop_app.engine.model.folders import BaseModelInfo
 
 
 @dataclass

@@ -101,7 +101,7 @@ class DPOObjective(Objective):
     # --- setup -----------------------------------------------------------------------------------------------
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-        from desktop_app.engine.finetune.data import build_preference_examples
+        from desktop_app.engine.finetune.examples import build_preference_examples
 
         opts = ctx.config.options()
         tok = ctx.tokenizer

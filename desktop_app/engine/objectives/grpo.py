@@ -17,7 +17,7 @@ import torch
 from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.data.prompt_files import load_prompts
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.generate.decode import forget_prepared_weights
+from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.method_options import GRPOOptions, typed_options
 from desktop_app.engine.objectives.base import Objective, TrainContext, context_of
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps

@@ -1,6 +1,6 @@
 """Supervised fine-tuning: next-token cross-entropy on chat/instruction records, loss only where the mask says.
 
-Records are read, rendered through the chat template and masked by `finetune/data.py` (assistant tokens
+Records are read, rendered through the chat template and masked by `finetune/examples.py` (assistant tokens
 carry loss by default); this objective turns them into batches and a loss. The same objective trains a
 full model or a LoRA/QLoRA-wrapped one (the loop hands in whatever the run config asks for).
 
@@ -30,10 +30,10 @@ import torch.nn.functional as F
 from desktop_app.engine.data.batches import IndexBatchSource
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Log
+from desktop_app.engine.finetune.examples import IGNORE_INDEX
 from desktop_app.engine.model import fused_llama
 from desktop_app.engine.objectives.base import Objective, TrainContext
 
-IGNORE_INDEX = -100
 VERDICTS_FILE = "data_verdicts.jsonl"
 MAX_VERDICT_LINES = 200  # per run, on screen; data_verdicts.jsonl in the run folder holds every one
 
@@ -64,7 +64,7 @@ def held_out_split(n: int, fraction: float, seed: int) -> tuple[list[int], list[
 
 def max_len_for(model: Any, requested: int) -> int:
     """The longest example: `requested`, or the model's context length when 0 (refused when it exceeds it)."""
-    from desktop_app.engine.generate.decode import context_length
+    from desktop_app.engine.generate.prompts import context_length
 
     ctx = context_length(model)
     if requested:
@@ -173,8 +173,8 @@ def chat_samples(model: Any, ctx: TrainContext, prompts: list[list[int]]) -> lis
     tok = ctx.tokenizer
     if not spec.sample_tokens or tok is None or not prompts or not hasattr(model, "generate"):
         return []
-    from desktop_app.engine.finetune.data import stop_token_ids
-    from desktop_app.engine.generate.decode import context_length
+    from desktop_app.engine.data.chat import stop_token_ids
+    from desktop_app.engine.generate.prompts import context_length
 
     stops = stop_token_ids(tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (stops[0] if stops else 0)
@@ -227,7 +227,7 @@ class SFTObjective(Objective):
         self._sample_prompts: list[list[int]] = []
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-        from desktop_app.engine.finetune.data import build_sft_examples, pack_examples
+        from desktop_app.engine.finetune.examples import build_sft_examples, pack_examples
 
         opts = ctx.config.options()
         tok = ctx.tokenizer
@@ -273,7 +273,7 @@ class SFTObjective(Objective):
         wanted = val[:opts.sample_count]
         if opts.loss_on != "all" or not wanted:
             return [p for p in (prompt_of(e) for e in wanted) if p]
-        from desktop_app.engine.finetune.data import build_sft_examples
+        from desktop_app.engine.finetune.examples import build_sft_examples
 
         files = opts.val_data if val_idx is None else ctx.config.data
         try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from desktop_app.engine.generate.decode import make_runner
+from desktop_app.engine.generate.runners import make_runner
 from desktop_app.engine.generate.sampling import Sampler
 
 

@@ -106,7 +106,7 @@ def choose_micro_batch(parts: Parts, dist: DistContext | None, rows: int, curren
     if device.type != "cuda":
         import psutil
 
-        from desktop_app.engine.generate.decode import context_length
+        from desktop_app.engine.generate.prompts import context_length
 
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -30,7 +30,7 @@ from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train.distributed import Wrapped
 
 if TYPE_CHECKING:
-    from desktop_app.engine.finetune.base_model import BaseModelInfo
+    from desktop_app.engine.model.folders import BaseModelInfo
 
 
 # --- the run config --------------------------------------------------------------------------------------
@@ -105,8 +105,8 @@ def config_from_preset(dataset: str | Path, preset_name: str, *, seed: int = 133
 def resolve_base(config: RunConfig, resume: bool) -> tuple[RunConfig, BaseModelInfo]:
     """Resolve config.base_model to the folder holding its weights, checksum them, and record both in the config
     it returns. A base that changed since the config recorded it is refused."""
-    from desktop_app.engine.finetune.base_model import resolve_base as resolve
-    from desktop_app.engine.finetune.base_model import weights_sha256
+    from desktop_app.engine.model.folders import resolve_base as resolve
+    from desktop_app.engine.model.folders import weights_sha256
 
     try:
         info = resolve(config.base_model)
@@ -271,18 +271,18 @@ def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: Tok
              f"{' as stored' if base.quantized else ''}) from {base_info.folder}", *base.notes]
     new_ids: list[int] = []
     if config.is_finetune:
-        from desktop_app.engine.finetune.data import as_hf_tokenizer, ensure_chat_tokens
+        from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
 
         tokenizer = as_hf_tokenizer(base.tokenizer)
         before = len(tokenizer)
         notes += ensure_chat_tokens(tokenizer, model)
         new_ids = list(range(before, len(tokenizer)))
-        from desktop_app.engine.generate.decode import context_length
+        from desktop_app.engine.generate.prompts import context_length
 
         write_tokenizer = hf_tokenizer_writer(tokenizer, context_length(model))
     elif config.is_rl and store is None:  # rollouts speak the base's own tokenizer (no chat tokens added)
-        from desktop_app.engine.finetune.data import as_hf_tokenizer
-        from desktop_app.engine.generate.decode import context_length
+        from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
+        from desktop_app.engine.generate.prompts import context_length
 
         tokenizer = as_hf_tokenizer(base.tokenizer)
         write_tokenizer = hf_tokenizer_writer(tokenizer, context_length(model))
@@ -311,7 +311,7 @@ def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: Tok
         """A second, frozen copy of the base prepared the same way (full-model DPO's reference)."""
         ref = load_base(base_info, device)
         if config.is_finetune:
-            from desktop_app.engine.finetune.data import as_hf_tokenizer, ensure_chat_tokens
+            from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
 
             ensure_chat_tokens(as_hf_tokenizer(ref.tokenizer), ref.model)
         ref.model.eval().requires_grad_(False)
@@ -377,10 +377,9 @@ def store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
 
 def hf_tokenizer_writer(tokenizer: Any, context_length: int | None) -> Callable[[Path], None]:
     def write_tokenizer(folder: Path) -> None:
-        from desktop_app.engine.export.hf import _portable_tokenizer_config
+        from desktop_app.engine.data.tokenization import save_hf_tokenizer
 
-        tokenizer.save_pretrained(str(folder))
-        _portable_tokenizer_config(folder, tokenizer, context_length)
+        save_hf_tokenizer(tokenizer, folder, context_length)
 
     return write_tokenizer
 

@@ -57,7 +57,8 @@ class ModelCache:
         self.loaded: Any = None
 
     def get(self, path: str) -> Any:
-        from desktop_app.engine.model.loading import load_model, resolve_model_folder
+        from desktop_app.engine.model.folders import resolve_model_folder
+        from desktop_app.engine.model.loading import load_model
 
         # Keyed on the folder a path resolves to: a run's "newest checkpoint" moves on while it trains.
         folder = str(resolve_model_folder(path)[0])
@@ -76,7 +77,8 @@ class ModelCache:
 def _generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[str, str]], spec: GenerateSpec,
                   controls: Controls):
     """Stream `prompt` (a text, or a chat conversation: a list of {"role", "content"} messages) from each model."""
-    from desktop_app.engine.generate.decode import context_length, fit_messages, stream_text
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.generate.prompts import context_length, fit_messages
 
     for column, path in enumerate(paths):
         if controls.stop.is_set():

@@ -13,8 +13,6 @@ from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, Q
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 
-DATA_SUFFIXES = (".jsonl", ".json", ".ndjson")
-
 
 def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
     """(format label, problem) of one data file for a method's data kind; problem is "" when usable."""
@@ -30,7 +28,7 @@ def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
             return describe_prompt_file(p), ""
         except (UserError, OSError) as exc:
             return "", f"{p.name}: {exc}"
-    from desktop_app.engine.finetune.data import FORMAT_NAMES, detect_format
+    from desktop_app.engine.finetune.formats import FORMAT_NAMES, detect_format
 
     try:
         fmt = detect_format(p)
@@ -46,18 +44,11 @@ def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
 
 
 def expand_data_paths(paths: list[str]) -> list[str]:
-    """Files as given; folders replaced by the JSON/JSONL/NDJSON files inside them (recursive, sorted).
+    """Files as given; folders replaced by the data files inside them: the engine's one rule (training reads
+    exactly what the list shows), without its checks (a missing path is listed with its problem)."""
+    from desktop_app.engine.finetune.formats import expand_data_paths as engine_rule
 
-    The window's one rule for dropped or added data folders (the data list and the pipeline editor's list both
-    come here); the engine is to own this rule, and this body then becomes a call to it."""
-    out: list[str] = []
-    for raw in paths:
-        p = Path(raw).expanduser()
-        if p.is_dir():
-            out += [str(f) for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in DATA_SUFFIXES]
-        else:
-            out.append(str(p))
-    return out
+    return [str(p) for p in engine_rule(paths, check=False)]
 
 
 class DataFileList(QListWidget):

@@ -3,7 +3,7 @@ coloured by whether it carries loss (green) or not (grey: prompt, system and tem
 
 The first thing that goes wrong in SFT is a template or mask that leaves nothing to learn; this shows it
 before a run starts. The tokenizer (transformers) loads in the background runner; the rendering itself
-is the engine's `finetune.data.preview`, so what is shown is exactly what training will use.
+is the engine's `finetune.chat_template.preview`, so what is shown is exactly what training will use.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class PreviewCache:
     def tokenizer(self, source: Any) -> tuple[Any, list[str]]:
         key = source if isinstance(source, str) else id(source)
         if key != self._tok_key:
-            from desktop_app.engine.finetune.data import as_hf_tokenizer, ensure_chat_tokens
+            from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
 
             tok = as_hf_tokenizer(source)
             notes = ensure_chat_tokens(tok)  # as training does: ChatML added when the tokenizer has no template
@@ -50,7 +50,7 @@ class PreviewCache:
         st = p.stat()
         key = (str(p), st.st_mtime_ns, st.st_size)
         if key != self._rec_key:
-            from desktop_app.engine.finetune.data import read_records
+            from desktop_app.engine.finetune.formats import read_records
 
             self._records = read_records([p])
             self._rec_key = key
@@ -66,7 +66,7 @@ def _messages_text(messages: Any) -> str:
 def preview_job(cache: PreviewCache, source: Any, path: str, index: int, loss_on: str):
     """Runs in the worker thread: yields one dict describing record `index` of `path`, rendered."""
     from desktop_app.engine.errors import UserError
-    from desktop_app.engine.finetune.data import preview
+    from desktop_app.engine.finetune.chat_template import preview
 
     with cache.lock:
         records, verdicts = cache.records(path)

@@ -15,20 +15,16 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from desktop_app.engine.data.chat import CHATML_TEMPLATE, stop_token_ids
 from desktop_app.engine.data.tokenization import CHAT_TEMPLATE, hf_tokenizer, save_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.finetune.data import (
-    CHATML_TEMPLATE,
+from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens, preview, render_chat
+from desktop_app.engine.finetune.examples import (
     IGNORE_INDEX,
     SFTExample,
-    as_hf_tokenizer,
     build_preference_examples,
     build_sft_examples,
-    ensure_chat_tokens,
     pack_examples,
-    preview,
-    render_chat,
-    stop_token_ids,
 )
 
 CORPUS = [

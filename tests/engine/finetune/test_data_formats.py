@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.finetune.data import (
+from desktop_app.engine.finetune.formats import (
     FORMATS,
     RecordVerdict,
     detect_format,
+    expand_data_paths,
     normalise_record,
     read_records,
 )
@@ -301,3 +302,21 @@ def test_non_utf8_lines_and_folders_and_missing_paths(tmp_path: Path) -> None:
         read_records([tmp_path / "missing.jsonl"])
     with pytest.raises(UserError, match="no data file"):
         read_records([])
+
+
+def test_a_folder_stands_for_its_data_files_at_any_depth(tmp_path: Path) -> None:
+    root = tmp_path / "set"
+    (root / "b" / "deep").mkdir(parents=True)
+    (root / "empty").mkdir()
+    for path in (root / "a.jsonl", root / "b" / "c.json", root / "b" / "deep" / "d.NDJSON"):
+        path.write_text(json.dumps(CHAT) + "\n", encoding="utf-8")
+    (root / "notes.txt").write_text("not data", encoding="utf-8")
+    (root / "b" / "readme.md").write_text("not data", encoding="utf-8")
+    expected = [root / "a.jsonl", root / "b" / "c.json", root / "b" / "deep" / "d.NDJSON"]
+    assert expand_data_paths(root) == expected
+    records, verdicts = read_records(root)
+    assert [v.path for v in verdicts if v.line == 0] == [str(p) for p in expected] and len(records) == 3
+    with pytest.raises(UserError, match=r"holds no \.jsonl"):
+        expand_data_paths([root / "empty"])
+    # The window's reading (check=False) keeps what it cannot use, to show the problem next to it.
+    assert expand_data_paths([root / "empty", tmp_path / "missing.jsonl"], check=False) == [tmp_path / "missing.jsonl"]

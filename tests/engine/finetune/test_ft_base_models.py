@@ -20,7 +20,7 @@ from train_helpers import make_dataset, tiny_config
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.finetune.adapters import FAMILY_TARGETS
-from desktop_app.engine.finetune.base_model import resolve_base, weights_sha256
+from desktop_app.engine.model.folders import resolve_base, weights_sha256
 from desktop_app.engine.train.loop import train
 
 

@@ -33,7 +33,8 @@ def _hand_logp(model, prompt: list[int], answer: list[int]) -> float:
 def test_dpo_loss_matches_a_hand_computation_on_a_fixed_batch(world, loss_type):
     from transformers import AutoModelForCausalLM
 
-    from desktop_app.engine.finetune.data import as_hf_tokenizer, build_preference_examples
+    from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
+    from desktop_app.engine.finetune.examples import build_preference_examples
     from desktop_app.engine.objectives.dpo import DPOObjective
 
     tok = as_hf_tokenizer(world["base"])

@@ -11,7 +11,8 @@ from ft_helpers import make_base, repeat_chats, write_jsonl
 
 from desktop_app.cli import main
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.finetune.base_model import download_base, looks_like_hub_id, resolve_base
+from desktop_app.engine.finetune.base_model import download_base
+from desktop_app.engine.model.folders import looks_like_hub_id, resolve_base
 from desktop_app.engine.specs import RunConfig
 
 

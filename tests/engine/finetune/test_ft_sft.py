@@ -66,7 +66,8 @@ def test_sft_learns_the_task_exact_match_on_held_out_prompts_rises(tmp_path):
 def test_loss_is_the_token_mean_of_the_batch_whatever_the_micro_batch(world, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from desktop_app.engine.finetune.data import as_hf_tokenizer, build_sft_examples
+    from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
+    from desktop_app.engine.finetune.examples import build_sft_examples
 
     first = {}
     for micro in (1, 2, 4):
@@ -98,7 +99,8 @@ def test_loss_is_the_token_mean_of_the_batch_whatever_the_micro_batch(world, tmp
 def test_packing_never_lets_examples_attend_to_each_other(world):
     from transformers import AutoModelForCausalLM
 
-    from desktop_app.engine.finetune.data import as_hf_tokenizer, build_sft_examples, pack_examples
+    from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
+    from desktop_app.engine.finetune.examples import build_sft_examples, pack_examples
     from desktop_app.engine.objectives.sft import collate, masked_ce_sum
 
     for family in ("llama", "gpt2"):

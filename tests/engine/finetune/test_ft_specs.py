@@ -22,11 +22,11 @@ def test_defaults_valid_round_trip_and_help(spec_cls) -> None:
 
 
 def test_objectives_and_choices_agree_with_the_data_module() -> None:
-    from desktop_app.engine.finetune import data
+    from desktop_app.engine.finetune import chat_template, examples
     from desktop_app.engine.method_options import LOSS_ON, OVERLONG
 
     assert {"causal_lm", "sft", "dpo"} <= set(OBJECTIVES)
-    assert set(LOSS_ON) == set(data.LOSS_ON) and set(OVERLONG) == set(data.OVERLONG)
+    assert set(LOSS_ON) == set(chat_template.LOSS_ON) and set(OVERLONG) == set(examples.OVERLONG)
 
 
 def test_a_run_json_written_before_these_fields_still_loads_and_resumes_without_a_diff() -> None:

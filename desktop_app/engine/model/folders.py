@@ -1,0 +1,263 @@
+"""What a model folder is, without reading any weights: the one place that opens a path a user names as a model.
+
+Kinds (KINDS), tried in this order by `resolve_model_folder`:
+
+    run         a training run: its newest committed checkpoint that verifies
+    checkpoint  one checkpoint folder (verified against its manifest)
+    export      our Hugging Face export (it holds model_spec.json)
+    hf          any other local Hugging Face causal-LM folder
+
+Any of them may hold a LoRA/QLoRA adapter (PEFT files, no config.json) instead of full weights: `resolve_base`
+follows such an adapter to the base it sits on, down a chain of adapters. A new kind is one more recogniser
+in `_RECOGNISERS` (and its name in KINDS).
+
+Safety: `check_no_remote_code` refuses configs that need `trust_remote_code`; `check_causal_lm` refuses models
+that are not causal language models. Reading weights and tokenizers is model/loading.py's job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from desktop_app.engine import run_folder
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.run_folder import ADAPTER_WEIGHTS, read_json, recorded_checksum, sha256_file
+
+KINDS = ("run", "checkpoint", "export", "hf")
+ADAPTER_CONFIG = "adapter_config.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
+# Encoder families that transformers can also load with a causal head (only when built as decoders).
+_ENCODERS = ("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra", "ernie", "data2vec-text",
+             "bert-generation", "roc_bert", "rembert", "megatron-bert", "xmod")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+# --- which folder, which kind -------------------------------------------------------------------------------
+
+def _run(p: Path) -> tuple[Path, str, str] | None:
+    if not (p.is_dir() and run_folder.is_run_folder(p)):
+        return None
+    committed = run_folder.list_committed(p)
+    found, problems = run_folder.find_resumable(p)
+    if found is None:
+        if committed:
+            raise UserError(f"run {p} has no usable checkpoint: " + "; ".join(problems))
+        raise UserError(f"run {p} has no committed checkpoint yet: train it until the first checkpoint "
+                        "is saved, then load it")
+    return found, "run", f"{p.name} (step {run_folder.step_of(found)})"
+
+
+def _checkpoint(p: Path) -> tuple[Path, str, str] | None:
+    if not (p.is_dir() and run_folder.is_checkpoint_folder(p)):
+        return None
+    run_folder.verify_checkpoint(p)  # raises a UserError naming the damaged file
+    parent = p.parent.parent.name if p.parent.name == "checkpoints" else ""
+    return p, "checkpoint", f"{parent} {p.name}".strip()
+
+
+def _export_or_hf(p: Path) -> tuple[Path, str, str] | None:
+    if not p.is_dir():
+        return None
+    return p, "export" if (p / "model_spec.json").is_file() else "hf", p.name
+
+
+# First match wins; the last accepts any folder (a missing config.json is reported when it is read).
+_RECOGNISERS: tuple[Callable[[Path], tuple[Path, str, str] | None], ...] = (_run, _checkpoint, _export_or_hf)
+
+
+def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
+    """(folder holding config + weights, kind, display name) for a user-given path; UserError if unusable."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"{p} does not exist")
+    for recognise in _RECOGNISERS:
+        found = recognise(p)
+        if found is not None:
+            return found
+    raise UserError(f"{p} is a file; give the model folder (the one holding config.json)")
+
+
+def is_adapter_folder(folder: Path) -> bool:
+    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
+
+
+def adapter_base_path(folder: Path) -> str:
+    """The base an adapter folder was trained on: its run.json's base_model, else PEFT's base_model_name_or_path."""
+    run = read_json(folder / "run.json")
+    if isinstance(run, dict) and isinstance(run.get("base_model"), str) and run["base_model"]:
+        return run["base_model"]
+    config = read_json(folder / ADAPTER_CONFIG)
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not isinstance(base, str) or not base:
+        raise UserError(f"{folder} holds an adapter but does not say which base model it belongs to "
+                        f"(no base_model in run.json, no base_model_name_or_path in {ADAPTER_CONFIG})")
+    return base
+
+
+# --- what the folder holds ----------------------------------------------------------------------------------
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """config.json of a model folder; UserError when it is missing or not a JSON object."""
+    file = folder / "config.json"
+    if not file.is_file():
+        raise UserError(f"{folder} has no config.json: not a model folder (expected a run, checkpoint, export "
+                        "or Hugging Face model folder)")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{file} is not readable JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{file} must hold a JSON object")
+    return data
+
+
+def check_no_remote_code(folder: Path, config: dict[str, Any]) -> None:
+    """UserError unless the installed transformers knows the config's model type (never trust_remote_code)."""
+    from transformers import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if model_type in CONFIG_MAPPING:
+        return
+    if config.get("auto_map"):
+        raise UserError(f"{folder} needs custom Python code shipped with the model (trust_remote_code), which "
+                        "this app never runs for safety; use a model of an architecture transformers knows")
+    raise UserError(f"{folder}: model type {model_type!r} is not known to the installed transformers")
+
+
+def check_causal_lm(folder: Path, config: dict[str, Any]) -> str:
+    """The model_type of a config that transformers' AutoModelForCausalLM loads without remote code."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    check_no_remote_code(folder, config)  # refuses auto_map / unknown model types with a message
+    model_type = str(config.get("model_type"))
+    architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    lm_heads = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+    encoder = architectures and not any(a.endswith(lm_heads) for a in architectures)
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or encoder or (
+            model_type in _ENCODERS and not config.get("is_decoder")):
+        raise UserError(f"{folder} is a {model_type!r} model, which is not a causal language model (a model that "
+                        "continues text): choose a llama, mistral, qwen2, gpt2, phi3, gemma or similar model")
+    return model_type
+
+
+def weight_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(safetensors files, pickle weight files) of a model folder; training-state pickles are not weights."""
+    safetensors = sorted(folder.glob("*.safetensors"))
+    pickles = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()
+                     and not p.name.startswith(("optimizer", "training_args", "scheduler", "rng")))
+    return safetensors, pickles
+
+
+# --- base models (fine-tuning, adapter merging) -------------------------------------------------------------
+
+@dataclass
+class BaseModelInfo:
+    """Where a base model's weights are, what it is, and (for an adapter) the model it sits on."""
+
+    given: str  # what the user named
+    folder: Path  # the folder holding the weights (a run resolves to its checkpoint)
+    kind: str  # run | checkpoint | export | hf (KINDS)
+    name: str
+    model_type: str
+    adapter_base: BaseModelInfo | None = None  # set when `folder` holds a PEFT adapter, not full weights
+
+    @property
+    def is_adapter(self) -> bool:
+        return self.adapter_base is not None
+
+
+def looks_like_hub_id(path: str | Path) -> bool:
+    """'org/name' (a Hugging Face Hub repository id) rather than a path."""
+    return bool(_HUB_ID.match(str(path))) and not str(path).startswith((".", "/", "~"))
+
+
+def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
+    """What `path` names as a base model (reads configs only, no weights). UserError when it cannot be one."""
+    if not str(path).strip():
+        raise UserError("no base model given")
+    if looks_like_hub_id(path) and not Path(path).expanduser().exists():
+        raise UserError(f"{path} is not a folder here; it looks like a Hugging Face Hub id. Nothing is downloaded "
+                        "unless you say so: add --allow-download (when online) to fetch it once into the Hugging "
+                        "Face cache, or give the local folder of the model")
+    if _depth > 8:
+        raise UserError(f"{path}: adapters nest more than 8 levels deep (an adapter whose base is itself?)")
+    folder, kind, name = resolve_model_folder(path)
+    folder = folder.resolve()
+    if is_adapter_folder(folder):
+        base_path = adapter_base_path(folder)
+        if not Path(base_path).expanduser().exists():
+            raise UserError(f"{folder} is an adapter of the base model {base_path}, which no longer exists: restore "
+                            "that folder, or export this run with --merge and use the export")
+        inner = resolve_base(base_path, _depth=_depth + 1)
+        return BaseModelInfo(str(path), folder, kind, name, inner.model_type, adapter_base=inner)
+    config = read_config(folder)
+    model_type = check_causal_lm(folder, config)
+    return BaseModelInfo(str(path), folder, kind, name, model_type)
+
+
+def weights_sha256(info: BaseModelInfo) -> str:
+    """sha256 over the weight files (and tokenizer.json) of a base; for an adapter, over the adapter's files
+    and its base's checksum. Changes whenever a weight or the tokenizer changes.
+
+    A checkpoint's files were just verified against its manifest when it was resolved, so the checksums its
+    manifest records are used instead of hashing again."""
+    folder = info.folder
+    manifest = read_json(folder / run_folder.MANIFEST)
+    manifest = manifest if isinstance(manifest, dict) else None
+    h = hashlib.sha256()
+    if info.adapter_base is not None:
+        files = [folder / ADAPTER_WEIGHTS] if (folder / ADAPTER_WEIGHTS).is_file() else \
+            sorted(folder.glob("adapter_model.*"))
+        h.update(b"adapter-of:" + weights_sha256(info.adapter_base).encode())
+    else:
+        safetensors, pickles = weight_files(folder)
+        files = safetensors or pickles
+    if not files:
+        raise UserError(f"{folder} has no weights (model.safetensors)")
+    if (folder / "tokenizer.json").is_file():
+        files = [*files, folder / "tokenizer.json"]
+    for f in files:
+        h.update(f.name.encode() + b"\0" + (recorded_checksum(manifest, f) or sha256_file(f)).encode() + b"\n")
+    return h.hexdigest()
+
+
+# --- the workspace's models ---------------------------------------------------------------------------------
+
+@dataclass
+class ModelCandidate:
+    """A folder in the workspace that `load_model` accepts (for the Generate tab's model picker)."""
+
+    path: Path
+    kind: str  # run | export | hf
+    name: str
+
+
+def list_generatable(workspace: Any) -> list[ModelCandidate]:
+    """Folders of a workspace that `load_model` can open: runs with a committed checkpoint, exports and
+    models/ folders with a config.json. Newest first within each kind (runs, then exports, then models).
+
+    `workspace` is a Workspace or its root path. Cheap: no checksum is verified and no weights read.
+    """
+    from desktop_app.engine.workspace import Workspace
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    found: list[ModelCandidate] = []
+    for run in ws.items("runs") if ws.folder("runs").is_dir() else []:
+        if run.is_dir():
+            latest = run_folder.latest_checkpoint(run, verify=False)
+            if latest is not None:
+                found.append(ModelCandidate(run, "run", f"{run.name} (step {run_folder.step_of(latest)})"))
+    for kind_folder, kind in (("exports", "export"), ("models", "hf")):
+        if not ws.folder(kind_folder).is_dir():
+            continue
+        for item in ws.items(kind_folder):
+            if item.is_dir() and (item / "config.json").is_file():
+                found.append(ModelCandidate(item, "export" if (item / "model_spec.json").is_file() else kind,
+                                            item.name))
+    return found
