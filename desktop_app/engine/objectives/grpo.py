@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.data.prompt_files import load_prompts
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.runners import forget_prepared_weights
@@ -22,27 +21,7 @@ from desktop_app.engine.method_options import GRPOOptions, typed_options
 from desktop_app.engine.objectives.base import Objective, TrainContext, context_of
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
-from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
-
-
-class PromptSource(BatchSource):
-    def __init__(self, objective: GRPOObjective):
-        super().__init__()
-        self.o = objective
-        self.round = 0
-
-    def take(self, count: int) -> tuple[EpisodeBatch, list[int]]:
-        self.round += 1
-        return self.o.play_round(self.round), [self.round]
-
-    def skip(self, position: list[int]) -> None:
-        self.round = max(self.round, int(position[0]) if position else self.round)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"round": self.round}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.round = int(state.get("round", 0))
+from desktop_app.engine.selfplay.rollout import RoundSource, TextCodec, sample_completions
 
 
 class GRPOObjective(Objective):
@@ -84,8 +63,8 @@ class GRPOObjective(Objective):
         if float(self.options.kl_coef) > 0 or "likelihood" in self.mix.weights:
             self.reference = make_reference(ctx.adapter, ctx.load_reference)
 
-    def batch_source(self, ctx: TrainContext) -> PromptSource:
-        return PromptSource(self)
+    def batch_source(self, ctx: TrainContext) -> RoundSource:
+        return RoundSource(self.play_round)
 
     def split(self, batch: EpisodeBatch, micro_batch: int) -> list[EpisodeBatch]:
         return [EpisodeBatch(batch[i:i + micro_batch], batch.stats) for i in range(0, len(batch), micro_batch)] \

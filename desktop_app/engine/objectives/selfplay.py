@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.method_options import SelfPlayOptions, typed_options
@@ -31,30 +30,22 @@ from desktop_app.engine.objectives.base import Objective, TrainContext, context_
 from desktop_app.engine.selfplay.buffer import TaskBuffer
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
-from desktop_app.engine.selfplay.rollout import TextCodec, sample_completions
+from desktop_app.engine.selfplay.rollout import RoundSource, TextCodec, sample_completions
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
 
 LOG_NAME = "selfplay.jsonl"
-class SelfPlaySource(BatchSource):
-    """The resumable batch source: every `take` plays one self-play round with the current model."""
+class SelfPlaySource(RoundSource):
+    """Self-play rounds; the task buffers travel with the round in every checkpoint."""
 
     def __init__(self, objective: SelfPlayObjective):
-        super().__init__()
+        super().__init__(objective.play_round)
         self.o = objective
-        self.round = 0
-
-    def take(self, count: int) -> tuple[EpisodeBatch, list[int]]:
-        self.round += 1
-        return self.o.play_round(self.round), [self.round]
-
-    def skip(self, position: list[int]) -> None:
-        self.round = max(self.round, int(position[0]) if position else self.round)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"round": self.round, "buffers": {t: b.state_dict() for t, b in self.o.buffers.items()}}
+        return {**super().state_dict(), "buffers": {t: b.state_dict() for t, b in self.o.buffers.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.round = int(state.get("round", 0))
+        super().load_state_dict(state)
         for task_type, buffer_state in state.get("buffers", {}).items():
             if task_type in self.o.buffers:
                 self.o.buffers[task_type].load_state_dict(buffer_state)

@@ -6,12 +6,13 @@ resumed run samples the same completions. The model is put in eval mode (no drop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.generate.runners import make_runner
 from desktop_app.engine.generate.sampling import Sampler
 
@@ -96,3 +97,26 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     finally:
         model.train(was_training)
     return out
+
+
+class RoundSource(BatchSource):
+    """The batch source of a rollout method: every take plays one round with the current model
+    (`play_round(round) -> EpisodeBatch`); its position is the round, so a resumed run plays the same rounds."""
+
+    def __init__(self, play_round: Callable[[int], Any]):
+        super().__init__()
+        self.play_round = play_round
+        self.round = 0
+
+    def take(self, count: int) -> tuple[Any, list[int]]:
+        self.round += 1
+        return self.play_round(self.round), [self.round]
+
+    def skip(self, position: list[int]) -> None:
+        self.round = max(self.round, int(position[0]) if position else self.round)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"round": self.round}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.round = int(state.get("round", 0))
