@@ -188,6 +188,9 @@ class TrainSpec(SpecMixin):
     sample_tokens: int = _f(48, "Tokens generated per sample at each evaluation (0 disables).", minimum=0)
     auto_micro_batch: bool = _f(False, "Find the largest micro-batch that fits in memory (a search on CUDA, a "
                                 "memory model on CPU) and reach the batch size by gradient accumulation.")
+    time_budget_s: float = _f(0.0, "Train for at most this long (earlier sessions of a resumed run included), then "
+                              "save and finish, whichever comes first with the steps (0 = no limit).", minimum=0.0,
+                              label="Time limit", unit="s", zero="no limit")
 
     def validate(self) -> list[str]:
         p: list[str] = []

@@ -369,3 +369,18 @@ def test_training_module_does_not_import_qt():
     code = ("import sys; import desktop_app.engine.train.loop, desktop_app.engine.train.checkpoints; "
             "assert not any(m.startswith(('PySide6', 'pyqtgraph')) for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_time_limited_run_reports_progress_by_the_clock_and_completes(tmp_path: Path) -> None:
+    """A run with a time limit (the self-play demo's phases) shows progress and ETA by the clock, not by a step count
+    it will never reach, and ends as completed, saved, at the step the limit found it."""
+    dataset = make_dataset(tmp_path / "ds")
+    config = tiny_config(dataset, steps=100_000, time_budget_s=1.5)
+    events = list(train(config, tmp_path / "run"))
+    finished = events[-1]
+    assert finished.reason == "completed" and 0 < finished.step < 100_000, finished
+    assert "time limit" in finished.message
+    steps = [e for e in events if e.type == "step"]
+    assert steps[-1].metrics["progress"] > 0.5 and steps[-1].eta_s < 1.5  # by the clock: most of the way there
+    assert steps[0].metrics["progress"] >= steps[0].step / 100_000
+    assert rf.list_committed(tmp_path / "run") and rf.step_of(rf.list_committed(tmp_path / "run")[-1]) == finished.step

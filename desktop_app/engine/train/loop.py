@@ -280,13 +280,17 @@ def _run(run: Run, notes: list[Event]) -> Iterator[Event]:
         yield run.emit(event)
     try:
         outcome = yield from _steps(run)
-        if outcome is not None:  # failed or stopped early: its Finished was emitted
+        if outcome in ("failed", "early_stopped"):  # its Finished was emitted
             run.finished_cleanly = True
             return
-        # loop left: completed, or stopped between steps
+        # loop left: completed (all steps, or the time budget), or stopped between steps
         if run.state.step != run.last_saved_step and run.state.step > 0:
             yield from _save(run)
-        if run.state.step >= run.spec.steps:
+        if outcome == "time_budget":
+            minutes = run.spec.time_budget_s / 60
+            finished = Finished("completed", step=run.state.step, message=f"trained {run.state.step} steps in the "
+                                f"time limit of {minutes:.3g} min", result=run.result())
+        elif run.state.step >= run.spec.steps:
             finished = Finished("completed", step=run.state.step, message=f"trained {run.state.step} steps",
                                 result=run.result())
         else:
@@ -321,6 +325,7 @@ def _steps(run: Run) -> Iterator[Event]:
     start_step = run.state.step
     # FSDP: every process takes part in each forward (evaluation too); DDP: process 0 evaluates alone.
     evaluates = run.is_main or (dist is not None and dist.fsdp)
+    budget = spec.time_budget_s
     while run.state.step < spec.steps:
         if run.flag("pause") and not run.flag("stop"):
             yield run.emit(Log("info", f"paused at step {run.state.step}"))
@@ -381,16 +386,19 @@ def _steps(run: Run) -> Iterator[Event]:
             now = time.perf_counter()
             tps = log_tokens / max(now - log_t0, 1e-9)
             session = now - run.session_start - run.paused_s
+            eta = session / max(1, step - start_step) * (spec.steps - step)
+            progress = step / spec.steps
+            if budget:  # a time-limited run: whichever ends it first, the steps or the clock
+                progress = max(progress, min(1.0, run.elapsed() / budget))
+                eta = min(eta, max(0.0, budget - run.elapsed()))
             metrics = {"loss": loss_value, "lr": lr, "grad_norm": norm_value, "tokens_per_s": tps,
                        "mfu": parts.flops_per_token * tps / parts.peak_flops if parts.peak_flops else 0.0,
-                       "tokens": run.state.tokens_seen, "epoch": parts.source.epoch_progress,
-                       "progress": step / spec.steps}
+                       "tokens": run.state.tokens_seen, "epoch": parts.source.epoch_progress, "progress": progress}
             for name, value in metric_sums.items():
                 metrics[name] = float(value)
             log_t0, log_tokens = time.perf_counter(), 0
             yield run.emit(StepMetrics(step=step, total_steps=spec.steps, metrics=metrics,
-                                       elapsed_s=run.state.elapsed_s + session,
-                                       eta_s=session / max(1, step - start_step) * (spec.steps - step)))
+                                       elapsed_s=run.state.elapsed_s + session, eta_s=eta))
 
         early_stop = False
         if spec.eval_every and (step % spec.eval_every == 0 or step == spec.steps):
@@ -416,6 +424,8 @@ def _steps(run: Run) -> Iterator[Event]:
             yield run.emit(Log("info", f"early stopping: {message}"))
             yield run.emit(Finished("early_stopped", step=step, message=message, result=run.result()))
             return "early_stopped"
+        if budget and run.elapsed() >= budget:
+            return "time_budget"
     return None
 
 
