@@ -335,6 +335,7 @@ class Batcher:
             self._gil = contextlib.ExitStack()
             self._gil.enter_context(short_gil_switch())
         still: list[tuple[GenerationRequest, BeamSearch]] = []
+        finished: list[tuple[GenerationRequest, list[Any]]] = []
         for request, search in self._beams:
             if request.cancelled.is_set():
                 continue
@@ -352,11 +353,15 @@ class Batcher:
                         reason = "length" if h.finish_reason == "length" else "stop"
                         events.append(Done(index, reason, len(h.token_ids), h.text))
                 self.stats["tokens"] += search.cur * len(request.prompts) * request.params.num_beams
-                self._deliver(request, events)
+                finished.append((request, events))
             except Exception as exc:
                 log.exception("beam search failed")
                 self._fail_all([request], f"generation failed: {type(exc).__name__}: {exc}", 500)
         self._beams = still
+        if not still and not self.rows:
+            self._release_gil_setting()  # before the last results go out (see _step)
+        for request, events in finished:
+            self._deliver(request, events)
 
     def _iterate(self, admitted: list[GenerationRequest]) -> None:
         try:
@@ -423,9 +428,13 @@ class Batcher:
             if row.push(token, out.setdefault(row.request, [])):
                 leaving.append(i)
         self.stats["tokens"] += len(chosen)
-        self._hand_over(out)
         if leaving:
             self._leave(leaving, next_ids)
+        if not self.cache.n and not self._beams:
+            # The batch is done: restore the GIL switch interval before the last results go out, so nothing a
+            # client does after its answer arrives runs with the lowered setting.
+            self._release_gil_setting()
+        self._hand_over(out)
         if self.cache.n:
             self.threads.before(self.cache.n)
             self.logits = self.cache.step(next_ids[: len(self.rows)])
