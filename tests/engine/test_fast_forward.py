@@ -229,6 +229,9 @@ def test_a_failed_fast_path_falls_back_to_transformers_modules():
     ids, targets = _batch()
     with pytest.raises(RuntimeError, match="failed to compile"):
         next_token_loss(fast, ids, targets)
+    from desktop_app.engine.errors import UserError
+
+    assert fast.fall_back(UserError("a bad setting")) == "" and fast.kernels.mode == "compile"  # the user's to fix
     message = fast.fall_back(RuntimeError("inductor: a kernel failed to compile\nmore details"))
     assert "compile fast path failed" in message and "more details" not in message and "eager" in message
     assert fast.kernels == EAGER

@@ -217,7 +217,8 @@ def test_the_fused_loss_never_holds_the_full_logits():
     assert fused < full / 3 and token < full / 3, (full, fused, token)
 
 
-def test_a_failed_compilation_falls_back_to_eager_and_the_run_completes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("auto_micro_batch", [False, True])
+def test_a_failed_compilation_falls_back_to_eager_and_the_run_completes(tmp_path, monkeypatch, auto_micro_batch):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # restored afterwards (the run sets it)
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     dataset = make_dataset(tmp_path / "ds")
@@ -228,10 +229,12 @@ def test_a_failed_compilation_falls_back_to_eager_and_the_run_completes(tmp_path
         return run
 
     monkeypatch.setattr(torch, "compile", failing_compile)
-    events = list(train(tiny_config(dataset, steps=4, device="cuda", precision="bf16", kernels="compile"),
-                        tmp_path / "run"))
+    events = list(train(tiny_config(dataset, steps=4, device="cuda", precision="bf16", kernels="compile",
+                                    auto_micro_batch=auto_micro_batch), tmp_path / "run"))
     logs = [e.message for e in events if e.type == "log"]
-    assert any("the compile fast path failed" in m and "kernels eager" in m for m in logs)
+    failed = [m for m in logs if "the compile fast path failed" in m and "kernels eager" in m]
+    assert len(failed) == 1  # the micro-batch search's trial step finds it first when there is one
+    assert failed[0].startswith("auto micro-batch" if auto_micro_batch else "step 1:"), failed
     assert events[-1].reason == "completed"
     assert all(math.isfinite(e.metrics["loss"]) for e in events if e.type == "step")
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from desktop_app.engine.errors import UserError
 from desktop_app.engine.model.fast_forward import (
     FastForward,
     block_causal_mask,
@@ -106,8 +107,8 @@ class TrainingModel(torch.nn.Module):
 
     def fall_back(self, exc: BaseException) -> str:
         """Switch to transformers' own modules after `exc` (a failed compilation or kernel); returns the message
-        to log, or "" when already there (nothing left to fall back to)."""
-        if self.kernels == EAGER:
+        to log, or "" when already there (nothing left to fall back to) or `exc` is the user's to fix."""
+        if self.kernels == EAGER or isinstance(exc, UserError):
             return ""
         old = self.kernels.mode
         first = (str(exc).strip().splitlines() or [""])[0][:300]

@@ -447,8 +447,7 @@ def _forward_backward(run: Run, batch: Any, step: int) -> Iterator[Event]:
         except Exception as exc:
             if not is_out_of_memory(exc):
                 # A compilation or kernel of the fast path failed: continue on transformers' modules (once).
-                fell_back = parts.fast.fall_back(exc) if parts.fast is not None and not isinstance(exc, UserError) \
-                    else ""
+                fell_back = parts.fast.fall_back(exc) if parts.fast is not None else ""
                 if not fell_back:
                     raise
                 parts.optimizer.zero_grad(set_to_none=True)
