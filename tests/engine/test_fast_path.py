@@ -57,6 +57,9 @@ def test_short_runs_do_not_pay_for_compiling(gpu_tools):
     gpu_tools(True)  # with Liger installed, short runs take its kernels instead
     choice = choose_kernels(model, CUDA, steps=20)
     assert choice.name == "liger" and choice.kernels.loss == "liger" and "Liger's RMSNorm" in choice.reason
+    # and a compiled run's loss (outside the compiled graph) takes Liger's fused cross-entropy
+    choice = choose_kernels(model, CUDA, steps=1000)
+    assert choice.name == "compile" and choice.kernels.loss == "liger" and "Liger's fused output" in choice.reason
 
 
 def test_an_explicit_choice_wins_and_a_missing_piece_is_a_warning(gpu_tools):

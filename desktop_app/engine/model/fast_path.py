@@ -100,8 +100,10 @@ def _measured(family: str, params: int) -> Measurement | None:
 
 def _kernels(mode: str, fused_forward: bool, device: torch.device) -> Kernels:
     if mode == "compile":
-        return Kernels("compile", fused_forward, loss="compiled" if device.type == "cuda" else "chunked",
-                       flex=fused_forward and device.type == "cuda")
+        # The loss runs outside the compiled graph (Liger's cross-entropy crashed inside Dynamo), so Liger's fused
+        # kernel serves it when installed; else the chunk kernel compiled on its own.
+        loss = ("liger" if liger_available() else "compiled") if device.type == "cuda" else "chunked"
+        return Kernels("compile", fused_forward, loss=loss, flex=fused_forward and device.type == "cuda")
     if mode == "liger":
         return Kernels("liger", True, loss="liger", flex=device.type == "cuda")
     return EAGER
