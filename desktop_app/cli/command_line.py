@@ -21,7 +21,7 @@ from desktop_app.engine.specs import AdapterSpec, DistributedSpec, RunConfig, Sp
 TRAIN_FLAGS: dict[str, str] = {
     "steps": "--steps", "batch_size": "--batch-size", "micro_batch_size": "--micro-batch-size", "lr": "--lr",
     "save_every": "--save-every", "eval_every": "--eval-every", "threads": "--threads", "device": "--device",
-    "optimizer": "--optimizer"}
+    "optimizer": "--optimizer", "kernels": "--kernels"}
 # AdapterSpec fields with flags of their own.
 ADAPTER_FLAGS: dict[str, str] = {"rank": "--lora-rank", "alpha": "--lora-alpha", "dropout": "--lora-dropout",
                                  "target_modules": "--target-modules"}

@@ -1,4 +1,7 @@
-"""Named model specs from ~1M to ~1B parameters (stdlib only). Counts are exact; see `model --list-presets`."""
+"""Named model specs from ~1M to ~1B parameters (stdlib only). Counts are exact; see `model --list-presets`.
+
+Every vocabulary is a multiple of 64 (model/architecture.VOCAB_MULTIPLE: GPUs multiply such matrices on their fast
+kernels); fitted to a dataset, a preset takes the tokenizer's size rounded up the same way."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ PRESETS: dict[str, tuple[str, ModelSpec]] = {
               ModelSpec("llama", 8192, 448, 10, 8, 8, 1216, 256)),
     "base-88m": ("~88M llama with GQA: needs a GPU for reasonable speed",
                  ModelSpec("llama", 16384, 768, 12, 12, 4, 2048, 512)),
-    "gpt2-small": ("124M, the GPT-2 small architecture (50257 tokens, 1024 context)",
-                   ModelSpec("gpt2", 50257, 768, 12, 12, 12, 3072, 1024)),
+    "gpt2-small": ("124M, the GPT-2 small architecture (1024 context; its 50257 tokens padded to 50304, a multiple "
+                   "of 64, for fast GPU matmuls)",
+                   ModelSpec("gpt2", 50304, 768, 12, 12, 12, 3072, 1024)),
     "llama-316m": ("~316M llama with GQA, 2048 context",
                    ModelSpec("llama", 32000, 1024, 24, 16, 8, 2816, 2048)),
     "llama-1b": ("~1.1B, the TinyLlama shape (untied embeddings, 4 KV heads)",

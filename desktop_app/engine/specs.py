@@ -29,6 +29,9 @@ TOKENIZER_KINDS = ("byte-bpe", "bpe", "wordpiece", "unigram")
 LR_SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# How a GPU computes a training step (model/fast_path.py): the measured fastest, torch.compile, Liger's kernels, or
+# transformers' own modules.
+TRAIN_KERNELS = ("auto", "compile", "liger", "eager")
 NONFINITE_POLICIES = ("skip", "rollback")
 # Training methods (objectives/; methods.py names them as the window and the CLI show them).
 OBJECTIVES = ("causal_lm", "sft", "dpo", "grpo", "selfplay")
@@ -174,7 +177,13 @@ class TrainSpec(SpecMixin):
                         "runs it fast, else fp32.", choices=PRECISIONS)
     device: str = _f("auto", "Where to train: auto picks CUDA, then MPS, then CPU.", choices=DEVICES)
     threads: int = _f(0, "CPU threads for torch (0 = automatic: leaves a core for the window).", minimum=0)
-    compile: bool = _f(False, "Compile the model with torch.compile (slow start; helps mainly on GPUs).")
+    compile: bool = _f(False, "Compile the model with torch.compile on any device (slow start). On a GPU, kernels "
+                       "'auto' already compiles where that was measured fastest.")
+    kernels: str = _f("auto", "How a GPU computes each step: auto (the fastest measured for the model's family and "
+                      "size: torch.compile of a fused forward), compile, liger (Liger Kernel's Triton kernels; the "
+                      "optional gpu extra) or eager (transformers' own modules). The output projection and loss are "
+                      "fused in chunks either way. CPUs keep their own fused path.", choices=TRAIN_KERNELS,
+                      label="GPU kernels", advanced=True)
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass: less memory, "
                                       "about 30% slower.")
     early_stopping_patience: int = _f(0, "Stop when validation loss has not improved for this many "
@@ -212,6 +221,7 @@ class TrainSpec(SpecMixin):
         check_choice(p, "schedule", self.schedule, LR_SCHEDULES)
         check_choice(p, "precision", self.precision, PRECISIONS)
         check_choice(p, "device", self.device, DEVICES)
+        check_choice(p, "kernels", self.kernels, TRAIN_KERNELS)
         check_choice(p, "nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
         check_choice(p, "optimizer", self.optimizer, OPTIMIZERS)
         if isinstance(self.micro_batch_size, int) and isinstance(self.batch_size, int) and self.micro_batch_size:

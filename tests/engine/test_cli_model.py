@@ -116,4 +116,4 @@ def test_as_a_process_without_torch(tmp_path):
             "assert 'torch' not in sys.modules; sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["params"] == 124_439_808
+    assert json.loads(proc.stdout)["params"] == 124_439_808 + 47 * 768  # its 50257 tokens padded to 50304

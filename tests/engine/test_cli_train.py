@@ -14,6 +14,7 @@ from train_helpers import make_dataset, tiny_config
 
 from desktop_app.cli import main
 from desktop_app.engine import run_folder as rf
+from desktop_app.engine.model.architecture import padded_vocab
 from desktop_app.engine.specs import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,8 @@ def test_flags_form_writes_run_json_and_prints_json_events(dataset, tmp_path, ca
     assert any(e["type"] == "log" and "vocab_size set to" in e["message"] for e in events)
     config = RunConfig.load(out / "run.json")
     assert config.seed == 7 and config.train["steps"] == 3 and config.train["batch_size"] == 4
-    assert config.model["vocab_size"] == json.loads((dataset / "manifest.json").read_text())["tokenizer"]["vocab_size"]
+    tokens = json.loads((dataset / "manifest.json").read_text())["tokenizer"]["vocab_size"]
+    assert config.model["vocab_size"] == padded_vocab(tokens)  # the tokenizer's size rounded up to a multiple of 64
     latest = rf.latest_checkpoint(out)
     rf.verify_checkpoint(latest)
     # The checkpoint is a plain Hugging Face folder: transformers loads model and tokenizer offline.

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from desktop_app.engine.model import fused_llama
 from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.model.fused_loss import linear_cross_entropy
 from desktop_app.engine.specs import ModelSpec
 
 # Grouped-query attention (4 heads, 2 kv heads), untied embeddings, a larger init so activations vary.
@@ -78,7 +79,7 @@ def test_chunked_linear_cross_entropy_equals_the_full_one(chunk):
     h2, w2 = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
     expected = F.cross_entropy(hidden @ weight.t(), targets)
     (expected * 3.0).backward()  # a non-unit upstream gradient (gradient accumulation scales the loss)
-    loss = fused_llama.linear_cross_entropy(h2, w2, targets, chunk=chunk)
+    loss = linear_cross_entropy(h2, w2, targets, chunk=chunk)
     (loss * 3.0).backward()
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(h2.grad, hidden.grad)

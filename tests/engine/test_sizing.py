@@ -26,8 +26,10 @@ def test_sizing_imports_no_torch():
 
 
 def test_known_counts():
-    # GPT-2 small is famously 124,439,808 parameters (tied embeddings).
-    assert count_parameters(PRESETS["gpt2-small"][1]) == 124_439_808
+    # GPT-2 small is famously 124,439,808 parameters (tied embeddings) with its 50257 tokens; the preset pads them to
+    # 50304 (a multiple of 64: fast GPU matmuls), 47 more rows of 768.
+    assert count_parameters(PRESETS["gpt2-small"][1].replace(vocab_size=50257)) == 124_439_808
+    assert count_parameters(PRESETS["gpt2-small"][1]) == 124_439_808 + 47 * 768
     # TinyLlama-1.1B: 1,100,048,384 parameters.
     assert count_parameters(PRESETS["llama-1b"][1]) == 1_100_048_384
 

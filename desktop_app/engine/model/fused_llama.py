@@ -10,16 +10,17 @@ gradient of the same size). Here, for the plain llama our model designer builds:
   is three passes (measured 2.7x faster than the module, forward + backward, at 8 x 256 x 448).
 - RoPE is one Function over [batch, time, heads, head_dim] (before the transpose to heads-first),
   written half by half with multiply/add-multiply kernels; its backward is the inverse rotation.
-- The output projection and the cross-entropy are one Function over chunks of rows: each chunk's
-  logits live only while its loss and its gradients (w.r.t. the hidden rows and the output matrix) are
-  computed, so a step never holds the full logits (67 MB for the 28M preset, 1 GB for a 32k vocabulary
+- The output projection and the cross-entropy are one Function over chunks of rows (fused_loss.py): each
+  chunk's logits live only while its loss and its gradients (w.r.t. the hidden rows and the output matrix)
+  are computed, so a step never holds the full logits (67 MB for the 28M preset, 1 GB for a 32k vocabulary
   at batch 8 x 1024) and never zero-fills a gradient of their size.
 - Everything else (embeddings, q/k/v/o and MLP linears, SDPA with is_causal, SiLU) is the module or
   the torch op transformers itself calls, so LoRA-style wrappers are detected and sent to the module
   path instead (`supports`).
 
 Numbers match transformers' forward to float rounding (tests/engine/test_fused_llama.py compares loss
-and every gradient). Used for fp32 training on CPU; under autocast or on GPUs the module path runs.
+and every gradient). Used for fp32 training on CPU; GPUs have their own fast path (fast_forward.py, chosen by
+fast_path.py), whose forward is written for torch.compile and Liger's kernels instead.
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from desktop_app.engine.model.architecture import is_plain_llama
-
-# Rows per chunk of the fused output projection + loss: ~64 MB of fp32 logits at most per chunk.
-_CHUNK_BYTES = 64 << 20
+from desktop_app.engine.model.fused_loss import linear_cross_entropy
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -87,47 +86,6 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, inverse: b
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """RoPE of x [batch, time, heads, head_dim] with cos/sin [time, 1, head_dim / 2]."""
     return _Rotary.apply(x, cos, sin)
-
-
-class _LinearCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                chunk: int) -> torch.Tensor:
-        rows = hidden.shape[0]
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        grad_hidden = torch.empty_like(hidden) if need_grad else None
-        grad_weight = torch.zeros_like(weight) if need_grad else None
-        total = hidden.new_zeros((), dtype=torch.float64)
-        for start in range(0, rows, chunk):
-            h, t = hidden[start:start + chunk], targets[start:start + chunk]
-            log_probs = torch.log_softmax(h @ weight.t(), dim=-1)
-            total -= log_probs.gather(1, t[:, None]).sum(dtype=torch.float64)
-            if need_grad:
-                # d(mean CE)/d logits = softmax - onehot (scaled by 1/rows in backward).
-                probs = log_probs.exp_()
-                probs[torch.arange(len(t), device=t.device), t] -= 1.0
-                torch.mm(probs, weight, out=grad_hidden[start:start + chunk])  # type: ignore[index]
-                grad_weight.addmm_(probs.t(), h)  # type: ignore[union-attr]
-        ctx.rows = rows
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        return (total / rows).to(hidden.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
-        grad_hidden, grad_weight = ctx.saved_tensors
-        scale = grad / ctx.rows
-        return grad_hidden * scale, grad_weight * scale, None, None
-
-
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         chunk: int | None = None) -> torch.Tensor:
-    """Mean cross-entropy of logits = hidden @ weight.T against targets, without holding all logits.
-
-    hidden [rows, d], weight [vocab, d], targets [rows] (int64). The gradients are computed chunk by
-    chunk in the forward (the loss is the graph's end, so its upstream gradient is one scalar)."""
-    if chunk is None:
-        chunk = max(1, _CHUNK_BYTES // (4 * weight.shape[0]))
-    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk)
 
 
 def supports(model: Any) -> bool:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from desktop_app.engine.data.batches import WindowBatchSource, eval_windows
 from desktop_app.engine.model import fused_llama
+from desktop_app.engine.model.training_forward import next_token_loss, uses_fused_loss
 from desktop_app.engine.objectives.base import Objective, TrainContext
 
 
@@ -34,8 +35,12 @@ def eos_id(tokenizer: Any, manifest: dict[str, Any]) -> int | None:
 
 def mean_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy. A plain llama in fp32 on CPU takes the fused forward (same numbers,
-    3-8% faster steps here, no full logits tensor); anything else transformers' forward + our CE (HF's labels
-    path would copy and shift again; the float() keeps the softmax in fp32 under autocast)."""
+    3-8% faster steps here, no full logits tensor); on a GPU (or a fast path the loop chose) the hidden states go
+    through the chunked output projection + loss (no full logits, let alone fp32 ones); anything else on the CPU
+    transformers' forward + our CE (HF's labels path would copy and shift again; the float() keeps the softmax in
+    fp32 under autocast)."""
+    if uses_fused_loss(model, x.device):
+        return next_token_loss(model, x, y)
     if fused_llama.usable(model, x.device):
         return fused_llama.causal_lm_loss(model, x, y)
     logits = model(input_ids=x, use_cache=False).logits

@@ -13,7 +13,8 @@ of pairs whose chosen reward is higher. Evaluation reports the same on held-out 
 held-out DPO loss, which drives best checkpoint and early stopping).
 
 One forward per micro-batch: the chosen and rejected sequences of its pairs go through the model as one
-right-padded batch (chosen rows first), and only the answer positions' logits go through the softmax.
+right-padded batch (chosen rows first), and only the answer positions' logits go through the softmax (on a GPU
+only their hidden states reach the output projection, chunk by chunk: model/training_forward.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 from desktop_app.engine.data.batches import IndexBatchSource
 from desktop_app.engine.events import Log
 from desktop_app.engine.finetune import reference as ref_mod
+from desktop_app.engine.model.training_forward import next_token_logps, uses_fused_loss
 from desktop_app.engine.objectives.base import Objective, TrainContext
 from desktop_app.engine.objectives.sft import (
     IGNORE_INDEX,
@@ -66,9 +68,12 @@ def sequence_logps(model: Any, batch: TokenBatch) -> tuple[torch.Tensor, torch.T
     """(summed log-probability of each row's loss-bearing tokens, their count), both [rows], float32."""
     x, y = batch.input_ids[:, :-1], batch.labels[:, 1:]
     mask = y != IGNORE_INDEX
-    logits = model(input_ids=x, use_cache=False).logits
-    picked = logits[mask].float()  # [answer tokens, vocab]: the softmax runs on answer positions only
-    token_lp = torch.log_softmax(picked, dim=-1).gather(1, y[mask][:, None])[:, 0]
+    if uses_fused_loss(model, x.device):  # only the answer positions' hidden states reach the output projection
+        token_lp, _ = next_token_logps(model, x, y, mask)
+    else:
+        logits = model(input_ids=x, use_cache=False).logits
+        picked = logits[mask].float()  # [answer tokens, vocab]: the softmax runs on answer positions only
+        token_lp = torch.log_softmax(picked, dim=-1).gather(1, y[mask][:, None])[:, 0]
     rows = mask.nonzero()[:, 0]
     total = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device).index_add(0, rows, token_lp)
     return total, mask.sum(dim=1)

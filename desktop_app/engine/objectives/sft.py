@@ -10,9 +10,11 @@ count, so accumulation and out-of-memory retries change no number but rounding).
 
 Batches are right-padded (a causal model never looks right, so no attention mask is needed and the fused
 llama forward applies), or packed (`packing`): several examples per window with position ids restarting
-at each example and a block-diagonal causal attention mask, so examples never attend to each other (SDPA
-ignores position ids for that; the explicit mask is what isolates them, checked on llama, mistral,
-qwen2, phi3, gemma and gpt2).
+at each example, and examples never attend to each other. On the CPU a block-diagonal causal attention mask
+isolates them (SDPA ignores position ids for that; the explicit mask is what isolates them, checked on llama,
+mistral, qwen2, phi3, gemma and gpt2); on a GPU the fast path (model/fast_path.py) builds FlexAttention's
+block mask of the examples from the position ids instead, so packed rows keep a fused attention kernel and
+skip the blocks between examples rather than computing them masked.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Log
 from desktop_app.engine.finetune.examples import IGNORE_INDEX
 from desktop_app.engine.model import fused_llama
+from desktop_app.engine.model.fast_forward import block_causal_mask
+from desktop_app.engine.model.fused_loss import linear_cross_entropy
+from desktop_app.engine.model.training_forward import next_token_loss, uses_fused_loss
 from desktop_app.engine.objectives.base import Objective, TrainContext
 
 VERDICTS_FILE = "data_verdicts.jsonl"
@@ -136,15 +141,6 @@ def collate(rows: list[tuple[list[int], list[int], list[int] | None]], pad_id: i
     return TokenBatch(ids, labels, pos, [len(r[0]) for r in rows])
 
 
-def block_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:
-    """[rows, 1, T, T] bool: query t sees key s when s <= t and both lie in the same packed example (a new
-    example starts wherever the position id restarts at 0)."""
-    seg = torch.cumsum((position_ids == 0).long(), dim=1)  # [rows, T]
-    t = position_ids.shape[1]
-    causal = torch.ones(t, t, dtype=torch.bool, device=position_ids.device).tril_()
-    return ((seg[:, :, None] == seg[:, None, :]) & causal)[:, None]
-
-
 def _forward_logits(model: Any, x: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
     kwargs: dict[str, Any] = {}
     if position_ids is not None:
@@ -153,15 +149,19 @@ def _forward_logits(model: Any, x: torch.Tensor, position_ids: torch.Tensor | No
 
 
 def masked_ce_sum(model: Any, batch: TokenBatch) -> tuple[torch.Tensor, int]:
-    """(sum of next-token cross-entropy over the loss-bearing tokens, their number). Only those rows of the
-    logits are ever put through the softmax; a plain fp32 llama on CPU computes only their logits."""
+    """(sum of next-token cross-entropy over the loss-bearing tokens, their number). Only those rows ever reach
+    the output projection's softmax: on a GPU (or a fast path) only their hidden states go through the chunked
+    projection + loss; a plain fp32 llama on CPU computes only their logits; elsewhere on the CPU the module
+    forward's logits of those rows."""
     x, y = batch.input_ids[:, :-1], batch.labels[:, 1:]
     mask = y != IGNORE_INDEX
     n = int(mask.sum())
-    if n and batch.position_ids is None and fused_llama.usable(model, x.device):
-        hidden = fused_llama.final_hidden(model, x)
-        return fused_llama.linear_cross_entropy(hidden[mask], model.lm_head.weight, y[mask]) * n, n
     pos = batch.position_ids[:, :-1] if batch.position_ids is not None else None
+    if n and uses_fused_loss(model, x.device):
+        return next_token_loss(model, x, y, mask=mask, position_ids=pos, reduction="sum"), n
+    if n and pos is None and fused_llama.usable(model, x.device):
+        hidden = fused_llama.final_hidden(model, x)
+        return linear_cross_entropy(hidden[mask], model.lm_head.weight, y[mask]) * n, n
     logits = _forward_logits(model, x, pos)
     return F.cross_entropy(logits[mask].float(), y[mask], reduction="sum"), n
 

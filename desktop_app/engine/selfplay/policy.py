@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from desktop_app.engine.model.training_forward import next_token_logps, uses_fused_loss
+
 
 @dataclass
 class Episode:
@@ -112,6 +114,8 @@ def completion_logps(model: torch.nn.Module, episodes: list[Episode], with_entro
     for i, r in enumerate(rows):  # right padding: positions start at 0 for every row
         ids[i, : len(r)] = torch.tensor(r, device=device)
         attention[i, : len(r)] = 1
+    if uses_fused_loss(model, device):
+        return _fused_completion_logps(model, episodes, ids, width, with_entropy)
     logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits.float()
     logps = torch.zeros(len(rows), width, device=device)
     entropy = torch.zeros(len(rows), width, device=device)
@@ -128,5 +132,28 @@ def completion_logps(model: torch.nn.Module, episodes: list[Episode], with_entro
             entropy[i, :c] = -(log_probs.exp() * log_probs).sum(-1).detach()
         mask[i, :c] = 1.0
     if with_entropy:
+        return (logps, entropy), mask
+    return logps, mask
+
+
+def _fused_completion_logps(model: torch.nn.Module, episodes: list[Episode], ids: torch.Tensor, width: int,
+                            with_entropy: bool) -> Any:
+    """completion_logps through the hidden states: only the completion positions reach the output projection,
+    chunk by chunk (no full logits). Right padding needs no attention mask: a causal row never sees its padding."""
+    device = ids.device
+    select = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=torch.bool)
+    cols: list[int] = []
+    for i, e in enumerate(episodes):
+        p, c = len(e.prompt), len(e.completion)
+        select[i, p - 1: p - 1 + c] = True
+        cols += range(c)
+    select = select.to(device)
+    token_lp, token_entropy = next_token_logps(model, ids[:, :-1], ids[:, 1:], select, with_entropy=with_entropy)
+    where = (select.nonzero()[:, 0], torch.tensor(cols, dtype=torch.long, device=device))
+    shape = (ids.shape[0], width)
+    logps = torch.zeros(shape, device=device).index_put(where, token_lp)
+    mask = torch.zeros(shape, device=device).index_put(where, torch.ones_like(token_lp))
+    if with_entropy:
+        entropy = torch.zeros(shape, device=device).index_put(where, token_entropy.detach())
         return (logps, entropy), mask
     return logps, mask

@@ -124,6 +124,8 @@ def choose_micro_batch(parts: Parts, dist: DistContext | None, rows: int, curren
     batch = rows_for_rank(dist, parts.objective, batch, source_shards=parts.source_shards, batch_size=spec.batch_size)
     parts.source.load_state_dict(state)  # the trial steps must not move the data order
 
+    fell_back: list[str] = []
+
     def try_micro(m: int) -> bool:
         ok = True
         try:
@@ -132,11 +134,17 @@ def choose_micro_batch(parts: Parts, dist: DistContext | None, rows: int, curren
                 parts.wrapped.loss(piece)[0].backward()
         except Exception as exc:
             if not is_out_of_memory(exc):
-                raise
+                # the fast path's compilation or kernel failed: search again on transformers' modules (once)
+                message = parts.fast.fall_back(exc) if parts.fast is not None else ""
+                if not message:
+                    raise
+                fell_back.append(message)
+                return try_micro(m)
             ok = False
         finally:
             parts.optimizer.zero_grad(set_to_none=True)
             free_device_memory(device)
         return dist.agree(ok, "searching the micro-batch") if dist is not None else ok
 
-    return search_micro_batch(rows, try_micro)
+    micro, why = search_micro_batch(rows, try_micro)
+    return micro, "; ".join([why, *fell_back])

@@ -51,6 +51,8 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.methods import method_of
+from desktop_app.engine.model import fast_path
+from desktop_app.engine.model.training_forward import TrainingModel
 from desktop_app.engine.objectives.base import Objective, TrainContext
 from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.train import checkpoints as ckpt
@@ -201,10 +203,13 @@ def _build(run: Run, device: torch.device, precision: Any, base_info: Any,
     if dist is not None and dist.fsdp:  # shard after loading, quantizing and adapters; before the optimizer
         notes += [Log("info", n) for n in dist_mod.shard_fsdp(model, dist, device,
                                                               autocast_dtype=precision.autocast_dtype)]
-    forward_model: Any = model
-    if spec.compile:
-        notes.append(Log("info", "compiling the model with torch.compile (the first steps are slow)"))
-        forward_model = torch.compile(model)
+    # The kernels (on CUDA the measured fast path; see model/fast_path.py) and the model the losses run through.
+    fsdp = dist is not None and dist.fsdp
+    choice = fast_path.choose_kernels(model, device, requested=spec.kernels, compile_flag=spec.compile,
+                                      steps=spec.steps, quantized=prepared.quantized, fsdp=fsdp)
+    notes.append(Log("warning" if choice.warning else "info", f"kernels {choice.name}: {choice.reason}"))
+    forward_model, found = fast_path.prepare(model, choice, run.run_dir)
+    notes += [Log("info", n) for n in found]
 
     objective = run.objective
     if objective is None:
@@ -234,7 +239,8 @@ def _build(run: Run, device: torch.device, precision: Any, base_info: Any,
         if device.type != "mps" else 0.0
     run.parts = Parts(model, wrapped, optimizer, scaler, objective, source, ctx, prepared.write_tokenizer,
                       setup.flops_per_token(model, prepared.model_spec, adapter=prepared.adapter), peak,
-                      source_shards=dist is not None and source.set_shard(dist.rank, dist.world))
+                      source_shards=dist is not None and source.set_shard(dist.rank, dist.world),
+                      fast=forward_model if isinstance(forward_model, TrainingModel) else None)
     run.rank_batch = spec.batch_size // (dist.world if dist is not None else 1)
 
     # Seed, then overwrite with the checkpoint's exact state when resuming.
@@ -440,7 +446,13 @@ def _forward_backward(run: Run, batch: Any, step: int) -> Iterator[Event]:
             return accumulate(parts, batch, run.state.micro_batch)
         except Exception as exc:
             if not is_out_of_memory(exc):
-                raise
+                # A compilation or kernel of the fast path failed: continue on transformers' modules (once).
+                fell_back = parts.fast.fall_back(exc) if parts.fast is not None else ""
+                if not fell_back:
+                    raise
+                parts.optimizer.zero_grad(set_to_none=True)
+                yield run.emit(Log("warning", f"step {step}: {fell_back}"))
+                continue
             parts.optimizer.zero_grad(set_to_none=True)
             free_device_memory(device)
             smaller = next_micro_batch(run.state.micro_batch, run.rank_batch)

@@ -71,14 +71,21 @@ def canonical_config(config_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 def adapt_model_to_dataset(spec: ModelSpec, store: TokenStore) -> tuple[ModelSpec, list[str]]:
-    """Fit a (preset) spec to a dataset: vocab_size = the tokenizer's, context_length = the dataset's.
+    """Fit a (preset) spec to a dataset: vocab_size = the tokenizer's rounded up to a multiple of 64 (the rows past
+    the tokenizer's are never a target; GPUs multiply such matrices far faster: model/architecture.padded_vocab),
+    context_length = the dataset's.
 
     Returns the adapted spec and one note per change, so callers can say what they did.
     """
+    from desktop_app.engine.model.architecture import VOCAB_MULTIPLE, padded_vocab
+
     notes = []
-    if spec.vocab_size != store.vocab_size:
-        notes.append(f"vocab_size set to {store.vocab_size} (the dataset's tokenizer) instead of {spec.vocab_size}")
-        spec = spec.replace(vocab_size=store.vocab_size)
+    vocab = padded_vocab(store.vocab_size)
+    if spec.vocab_size != vocab:
+        padding = f", rounded up to a multiple of {VOCAB_MULTIPLE}" if vocab != store.vocab_size else ""
+        notes.append(f"vocab_size set to {vocab} (the dataset's tokenizer has {store.vocab_size} tokens{padding}) "
+                     f"instead of {spec.vocab_size}")
+        spec = spec.replace(vocab_size=vocab)
     if spec.context_length != store.context_length:
         notes.append(f"context_length set to {store.context_length} (the dataset's windows) instead of "
                      f"{spec.context_length}")
@@ -233,6 +240,7 @@ class Parts:
     flops_per_token: float
     peak_flops: float  # measured matmul peak of this device (MFU's denominator; 0 when unknown)
     source_shards: bool = False  # the source returns only this process's rows
+    fast: Any = None  # the TrainingModel of the chosen fast path (model/fast_path.py), which can fall back to eager
 
 
 
