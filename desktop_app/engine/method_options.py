@@ -125,7 +125,7 @@ class GRPOOptions(SpecMixin):
     """Options of GRPO with reward functions (objective "grpo")."""
 
     prompts: list = f([], "JSONL files of prompts ({\"prompt\": ..., \"answer\": ...}); in the window and the CLI "
-                      "these are the run's data files.", widget="files", hidden=True)
+                      "these are the run's data files.", widget="files", hidden=True, label="Prompt files")
     group_size: int = f(4, "Completions sampled per prompt (G). Advantages compare the completions of one prompt, "
                         "so at least 2; 4-16 is usual.", minimum=2, label="Completions per prompt")
     prompts_per_step: int = f(4, "Prompts drawn from the data files each step (the batch is prompts x completions "

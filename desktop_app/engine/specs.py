@@ -350,7 +350,7 @@ class AdapterSpec(SpecMixin):
                               "projection of the model's family (attention and MLP), the usual best choice.",
                               label="Layers with adapters", widget="modules", advanced=True)
     quant_type: str = _f("nf4", "QLoRA only: 4-bit data type of the frozen base (nf4 is the QLoRA paper's).",
-                         choices=QUANT_TYPES, label="4-bit data type", advanced=True)
+                         choices=QUANT_TYPES, label="4-bit data type")
     double_quant: bool = _f(True, "QLoRA only: quantize the quantization constants too (saves ~0.4 bits per "
                             "weight).", label="Double quantization", advanced=True)
 
