@@ -36,6 +36,7 @@ QGroupBox::title {{ subcontrol-origin: margin; left: 10px; padding: 0 4px; color
 QPushButton {{ padding: 5px 14px; border: 1px solid {BORDER}; border-radius: 5px; background: {BASE}; }}
 QPushButton:hover {{ border-color: {ACCENT}; }}
 QPushButton:disabled {{ color: #9ca3af; background: #f3f4f6; }}
+QPushButton:checked {{ background: #e0e7ff; border-color: {ACCENT}; color: {ACCENT_DARK}; font-weight: 600; }}
 QPushButton[primary="true"] {{ background: {ACCENT}; color: white; border-color: {ACCENT}; font-weight: 600; }}
 QPushButton[primary="true"]:hover {{ background: {ACCENT_DARK}; }}
 QPushButton[primary="true"]:disabled {{ background: #a5b4fc; border-color: #a5b4fc; color: #eef2ff; }}

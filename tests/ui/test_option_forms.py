@@ -219,3 +219,24 @@ def test_target_modules_are_picked_from_the_base_models_layers(qtbot):
     assert form.spec().target_modules == ["q_proj", "v_proj"] and modules.note.text() == "only the ticked layers"
     form.set_value("target_modules", ["c_attn"])  # a name the base does not list (another base's): kept, ticked
     assert form.spec().target_modules == ["c_attn"] and "c_attn" in modules.checks
+
+
+def test_validation_files_take_drops_and_folders(qtbot, tmp_path):
+    from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    form = SpecForm(METHOD_OPTIONS["sft"])
+    qtbot.addWidget(form)
+    folder = tmp_path / "held-out"
+    (folder / "more").mkdir(parents=True)
+    for path in (folder / "a.jsonl", folder / "more" / "b.jsonl"):
+        path.write_text('{"messages": []}\n')
+    (folder / "notes.txt").write_text("not data")
+    files = form.editors["val_data"]
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(folder))])
+    event = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                       Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(form.changed, timeout=1000):
+        files.list.dropEvent(event)
+    assert form.spec().val_data == [str(folder / "a.jsonl"), str(folder / "more" / "b.jsonl")]  # the folder's data

@@ -438,7 +438,7 @@ class GenerateTab(QWidget):
                 if system:
                     self.chat_view.add("system", system)
             self.history.append(("user", text))
-            self.chat_view.add("user", text).in_history = True  # type: ignore[attr-defined]
+            self.chat_view.add("user", text).in_history = True
             return self._send_chat(paths, spec)
         if prompt is not None:
             self.prompt.setPlainText(prompt)
@@ -493,7 +493,7 @@ class GenerateTab(QWidget):
         if self.running or not 0 <= index < len(self.chat_view.bubbles):
             return
         bubble = self.chat_view.bubbles[index]
-        kept = sum(1 for b in self.chat_view.bubbles[:index] if getattr(b, "in_history", False))
+        kept = sum(1 for b in self.chat_view.bubbles[:index] if b.in_history)
         del self.history[kept:]
         self.chat_view.remove_from(index)
         self.chat_view.set_regenerable(self.chat_view.last("assistant") if self.history else None)
@@ -554,7 +554,7 @@ class GenerateTab(QWidget):
             self._reply = None
             user = self.chat_view.last("user")
             if user is not None:
-                user.in_history = False  # type: ignore[attr-defined]
+                user.in_history = False
                 user.set_note("not sent: the generation failed (Edit puts it back in the box)")
             if self._reply_bubble is not None:
                 self.chat_view.stream(self._reply_bubble, "(no reply: the generation failed)")
@@ -567,14 +567,14 @@ class GenerateTab(QWidget):
             # The model's reply joins the transcript the next turn sends; a stopped one as far as it was shown.
             self.history.append(("assistant", self._reply))
             if self._reply_bubble is not None:
-                self._reply_bubble.in_history = True  # type: ignore[attr-defined]
+                self._reply_bubble.in_history = True
         self._reply, self._discard = None, False
         for view in self.outputs:
             view.flush()
         self.chat_view.flush()
         self.chat_view.set_editable(True)
         last = self.chat_view.last("assistant")
-        self.chat_view.set_regenerable(last if last is not None and getattr(last, "in_history", False) else None)
+        self.chat_view.set_regenerable(last if last is not None and last.in_history else None)
         self._reply_bubble = None
         if not self.stats and self.task is not None and self.task.error is None:
             self.stats_label.setText("stopped")

@@ -92,9 +92,8 @@ class LibraryTab(QWidget):
         self.tree.setHeaderLabels(list(COLUMNS))
         self.tree.setAlternatingRowColors(True)
         header = self.tree.header()
-        header.setStretchLastSection(False)
-        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
-        for column, width in ((METHOD, 104), (STATUS, 96), (LOSS, 56), (MODIFIED, 116), (SIZE, 64)):
+        header.setStretchLastSection(True)  # the name keeps its width in a narrow window: the list scrolls instead
+        for column, width in ((NAME, 210), (METHOD, 100), (STATUS, 92), (LOSS, 52), (MODIFIED, 126), (SIZE, 64)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             self.tree.setColumnWidth(column, width)
         self.tree.headerItem().setToolTip(LOSS, "The last training loss the run reported")
@@ -162,7 +161,7 @@ class LibraryTab(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(left)
         split.addWidget(right)
-        split.setSizes([600, 560])
+        split.setSizes([660, 500])
         split.setChildrenCollapsible(False)
         root = QVBoxLayout(self)
         root.addWidget(split, 1)

@@ -145,6 +145,7 @@ class TrainTab(QWidget):
             if not self.watching and view.plots.series and PLOT_FAMILY.get(key) != PLOT_FAMILY.get(view.method):
                 view.clear()  # another method's curves (a run shown before) would read as this one's
                 view.next_bar.setVisible(False)
+                view.set_progress("ready", 0)
             view.set_method(key)
             view.status_label.setText(
                 "Press Start: with no dataset chosen, the bundled sample corpus is prepared first."
@@ -428,6 +429,9 @@ class TrainTab(QWidget):
     def _on_task_finished(self) -> None:
         self._set_running(False)
         self.run_view.end()
+        last = self.run_view.last_finished
+        if last is not None and last.reason in ("completed", "stopped", "early_stopped"):
+            self.run_view.offer_next_steps()  # the job is over: what to do with the model it made
         if self.pipeline_running and self.pipeline_dir is not None:
             from desktop_app.engine.pipeline_folder import read_state
 

@@ -68,6 +68,7 @@ class Bubble(QFrame):
     def __init__(self, role: str, text: str = "", parent: QWidget | None = None):
         super().__init__(parent)
         self.role = role
+        self.in_history = False  # part of the conversation the next turn sends (not a failed turn's leftovers)
         self.setProperty("bubble", role)
         self.setObjectName(f"bubble_{role}")
         self.who = QLabel(f"<b>{ROLE_NAMES.get(role, role)}</b>")
@@ -154,6 +155,11 @@ class ChatView(QScrollArea):
         self.setWidget(self.inner)
         self.bubbles: list[Bubble] = []
         self.flushes = 0
+        # Follow the newest text while the view is at its bottom; scrolled up to read, it stays where it is.
+        self._follow = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(lambda value: setattr(self, "_follow", value >= bar.maximum() - 8))
+        bar.rangeChanged.connect(lambda _low, high: bar.setValue(high) if self._follow else None)
         self._timer = QTimer(self)
         self._timer.setObjectName("azr-chat-flush")
         self._timer.setInterval(interval_ms)
@@ -218,17 +224,14 @@ class ChatView(QScrollArea):
                 self._timer.start()
 
     def flush(self) -> None:
-        bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 8
         wrote = [b.flush() for b in self.bubbles]
         if not any(wrote):
             self._timer.stop()
             return
         self.flushes += 1
-        if at_bottom:
-            QTimer.singleShot(0, self._to_bottom)
 
     def _to_bottom(self) -> None:
+        self._follow = True
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
 

@@ -11,11 +11,14 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 class ElidedLabel(QLabel):
     def __init__(self, text: str = "", parent: QWidget | None = None):
         super().__init__(text, parent)
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
     def setText(self, text: str) -> None:
         super().setText(text)
         self.setToolTip(text)
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance(self.text()) + 8, super().sizeHint().height())
 
     def minimumSizeHint(self) -> QSize:
         return QSize(self.fontMetrics().horizontalAdvance("workspace: …") + 8, super().minimumSizeHint().height())

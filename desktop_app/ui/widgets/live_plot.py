@@ -21,7 +21,7 @@ from desktop_app.ui import theme
 
 # Panels the "Log scale" toggle applies to (quantities spanning orders of magnitude).
 LOG_SCALE_PANELS = ("loss", "lr", "grad_norm")
-PANEL_MIN_WIDTH = 300  # a panel narrower than this loses its tick labels: fewer columns instead
+PANEL_MIN_WIDTH = 380  # narrower, a panel cuts its title and legend: fewer columns instead
 TITLE_COLOR = "#111827"
 
 
@@ -197,7 +197,7 @@ class LivePlots(QWidget):
                 axis.logTickStrings = log_tick_strings
             panel.getAxis("left").setWidth(56)  # room for "0.0001" and "12,000": no tick value cut off
             panel.setLogMode(y=self.log_y and key in LOG_SCALE_PANELS)
-            panel.setMinimumHeight(170)
+            panel.setMinimumHeight(240 if key == "loss" else 170)  # the loss keeps room beside its legend
             panel.setMinimumWidth(200)
             self.panels[key] = panel
             self._place(key, panel)
@@ -236,7 +236,8 @@ class LivePlots(QWidget):
                     legend.addItem(member, member_label)
             else:
                 legend.addItem(curve, label)
-            legend.setColumnCount(min(3, len(members)))
+            long_labels = max(len(text) for _c, text in members) > 14  # "proposer/abduction": two columns fit
+            legend.setColumnCount(min(2 if long_labels else 3, len(members)))
         return curve
 
     def _ensure_curve(self, name: str) -> None:

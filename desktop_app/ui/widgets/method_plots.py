@@ -35,10 +35,10 @@ _SINGLE = {
 _SINGLE_LABELS = {"rewards_chosen": "chosen", "rewards_rejected": "rejected"}
 # Families: prefix -> (panel key, title, y-axis label); the rest of the name labels the curve.
 _FAMILIES = (
-    ("heldout_solve_rate", "heldout_solve_rate", "Held-out solve rate per task type", "share solved"),
-    ("solve_rate", "solve_rate", "Solve rate per task type (training)", "share solved"),
-    ("learnability", "learnability", "Learnability per task type", "learnability"),
-    ("buffer", "buffer", "Task buffer size per type", "tasks"),
+    ("heldout_solve_rate", "heldout_solve_rate", "Held-out solve rate", "share solved"),
+    ("solve_rate", "solve_rate", "Solve rate (training)", "share solved"),
+    ("learnability", "learnability", "Learnability", "learnability"),
+    ("buffer", "buffer", "Task buffer size", "tasks"),
     ("reward", "reward_by_role", "Reward per role × task type", "reward"),
 )
 _REWARD_PARTS = ("reward_parts", "Reward functions (unweighted)", "reward")

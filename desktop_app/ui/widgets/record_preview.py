@@ -132,7 +132,6 @@ class RecordPreview(QWidget):
                         f"&nbsp;&nbsp;<span style='background-color:{PLAIN_BG[1]}; color:{PLAIN_FG}'>&nbsp;prompt / "
                         "template: no loss&nbsp;</span>")
         legend.setToolTip("Each coloured box is one token; ↵ is a line break inside the rendered text")
-        legend.setWordWrap(True)
         bar = QHBoxLayout()  # two short rows rather than one long one: the preview fits a narrow window
         bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(QLabel("File"))

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTabWidget,
     QTextBrowser,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -249,9 +250,10 @@ class RunView(QWidget):
             row.addWidget(button)
             self.next_buttons[action] = button
         self.next_buttons["chat"].setProperty("primary", True)
-        dismiss = QPushButton("✕")
+        dismiss = QToolButton()
+        dismiss.setText("✕")
         dismiss.setToolTip("Hide")
-        dismiss.setFixedWidth(28)
+        dismiss.setAutoRaise(True)
         dismiss.clicked.connect(lambda _=False: bar.setVisible(False))
         row.addWidget(dismiss)
         bar.setVisible(False)
@@ -399,14 +401,13 @@ class RunView(QWidget):
                      f"finished: {item.reason}{where}" + (f" — {item.message}" if item.message else ""))
             self.progress.setFormat(("pipeline " if self.pipeline_stages else "")
                                     + f"{item.reason.replace('_', ' ')}{where}")
-            if item.reason in ("completed", "stopped", "early_stopped"):
-                self.offer_next_steps()
         if item.reason == "completed":
             self.progress.setValue(1000)
 
     def offer_next_steps(self, run_dir: str = "") -> bool:
         """A run that ended with a model to use: offer to chat with it, export it (merged, for adapters) or
-        fine-tune it further. False when the run has no checkpoint to offer."""
+        fine-tune it further (the tab asks once its job is over: a demo's or pipeline's inner runs end before it).
+        False when the run has no checkpoint to offer."""
         from desktop_app.engine.run_folder import RUN_FILE, list_committed, read_json
 
         if not (run_dir or self.run_dir):

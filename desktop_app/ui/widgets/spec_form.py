@@ -157,7 +157,7 @@ class SpecForm(QWidget):
         # Room for a typical value with its unit, or the words of 0: never cut to "0."
         sample = max(f"0.0001 {unit}".strip(), zero, key=len) if isinstance(default, float) else \
             max(f"100,000 {unit}".strip(), zero, key=len)
-        number.setMinimumWidth(number.fontMetrics().horizontalAdvance(sample) + 36)
+        number.setMinimumWidth(max(140, number.fontMetrics().horizontalAdvance(sample) + 36))
         number.valueChanged.connect(self.changed)
         return number
 
