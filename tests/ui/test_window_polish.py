@@ -239,3 +239,13 @@ def test_data_file_verdicts_are_not_cut_mid_word(qtbot, tmp_path, width):
     text = files.item(0).text()
     assert "…" not in text and text.endswith("DPO needs preference pairs (prompt, chosen, rejected)")
     assert files.wordWrap()  # the row wraps at the list's width instead of eliding
+
+
+def test_log_axis_ticks_are_plain_numbers_and_do_not_crowd():
+    from desktop_app.ui.widgets.live_plot import log_tick_strings
+
+    assert log_tick_strings([-3.0, -2.0, 0.0, 5.0], 1.0, 1.0) == ["0.001", "0.01", "1", "1e+05"]
+    within_a_decade = [math.log10(m) for m in range(1, 10)]  # the in-between ticks: 1, 2, 5 labelled
+    assert log_tick_strings(within_a_decade, 1.0, None) == ["1", "2", "", "", "5", "", "", "", ""]
+    many_decades = [d + math.log10(m) for d in range(-4, 0) for m in range(2, 10)]
+    assert set(log_tick_strings(many_decades, 1.0, None)) == {""}  # the decades alone are labelled then

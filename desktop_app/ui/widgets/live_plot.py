@@ -59,12 +59,18 @@ def readable(name: str) -> str:
     return name.replace("/", " / ").replace("_", " ").capitalize().replace(" per s", " / s")
 
 
-def log_tick_strings(values: list[float], scale: float, _spacing: float) -> list[str]:
-    """Log-axis ticks as plain numbers (0.001, 0.01, 1, 10, 1000) rather than tiny superscripts."""
+def log_tick_strings(values: list[float], scale: float, spacing: float | None) -> list[str]:
+    """Log-axis ticks as plain numbers (0.001, 0.5, 1, 10) rather than tiny superscripts. Of the in-between ticks
+    (spacing None: 1, 2, ... 9 times a power of ten) only 1, 2 and 5 are labelled, and only across two decades or less:
+    labelled all, they ran into each other."""
     out = []
     for v in values:
         x = (10 ** float(v)) * scale
-        out.append(f"{x:.3g}" if 1e-4 <= abs(x) < 1e5 else f"{x:.0e}")
+        text = f"{x:.3g}" if 1e-4 <= abs(x) < 1e5 else f"{x:.0e}"
+        if spacing is None:
+            mantissa = round(x / 10 ** math.floor(math.log10(abs(x)))) if x else 0
+            text = text if mantissa in (1, 2, 5) and len(values) <= 16 else ""
+        out.append(text)
     return out
 
 
