@@ -28,7 +28,7 @@ os.environ["XDG_CONFIG_HOME"] = str(WORK / "config")
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from desktop_app.engine.specs import DataSpec, GenerateSpec  # noqa: E402
+from desktop_app.engine.specs import DataSpec  # noqa: E402
 from desktop_app.ui.main_window import MainWindow  # noqa: E402
 from desktop_app.ui.theme import apply_theme  # noqa: E402
 
@@ -151,11 +151,12 @@ def main() -> int:
     shot("library")
 
     if not args.no_selfplay:
-        # Self-play: the CPU demo for two minutes (a time-limited run), its curves and its task buffer
+        # Self-play: the CPU demo for two minutes, its curves and its task buffer. Each phase is a time-limited run
+        # (time_budget_s, a minute each), so the bar follows the clock, as the demo's own runs will.
         win.tabs.setCurrentWidget(train)
         train.setup.set_method("selfplay")
         spin(app, until=lambda: not win.ctx.runner.is_running("sandbox-probe"), timeout=60)
-        train.start_selfplay_demo(minutes=2.0)
+        train.start_selfplay_demo(minutes=2.0, train_overrides={"time_budget_s": 55.0})
         spin(app, until=lambda: str(train.run_dir).endswith("selfplay") and train.steps_seen >= 40, timeout=600)
         train.run_view.plots.flush()
         shot("train_selfplay")

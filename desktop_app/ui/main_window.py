@@ -335,9 +335,11 @@ class MainWindow(QMainWindow):
     def _focus_tab(self) -> None:
         """Keyboard focus into the tab shown, so its own shortcuts work at once (not only after a click in it)."""
         page = self.tabs.currentWidget()
-        target = {self.model_tab: self.model_tab.preset_box, self.data_tab: self.data_tab.drop_zone.add_files,
-                  self.train_tab: self.train_tab.setup.method_box, self.generate_tab: self.generate_tab.prompt,
+        # Not a combo box: an arrow key pressed next would change the preset or the method.
+        target = {self.data_tab: self.data_tab.drop_zone.add_files, self.generate_tab: self.generate_tab.prompt,
                   self.library_tab: self.library_tab.tree}.get(page, page)
+        if target is page:
+            page.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         target.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def _add_training_files(self) -> None:

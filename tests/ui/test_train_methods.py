@@ -468,3 +468,20 @@ def test_epochs_follow_steps_and_batch_and_warn_of_many(window, qtbot, tmp_path,
     setup.set_method("selfplay")  # no data: no epochs
     assert not row.isVisibleTo(tab)
     _wait_idle(qtbot, window)  # the self-play method probed the sandbox
+
+
+def test_the_demo_job_passes_its_runs_settings_to_the_recipe(monkeypatch, tmp_path):
+    import desktop_app.engine.recipes.selfplay_demo as demo
+    from desktop_app.engine.events import Controls, Finished
+    from desktop_app.ui.train_jobs import demo_job
+
+    calls = []
+
+    def recipe(out, *, minutes, controls, **options):
+        calls.append((minutes, options))
+        yield Finished("completed")
+
+    monkeypatch.setattr(demo, "run_demo", recipe)
+    assert [e.reason for e in demo_job(tmp_path, Controls(), 2.0, {"time_budget_s": 55.0})] == ["completed"]
+    list(demo_job(tmp_path, Controls(), 3.0))
+    assert calls == [(2.0, {"train_overrides": {"time_budget_s": 55.0}}), (3.0, {})]

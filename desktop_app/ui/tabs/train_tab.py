@@ -274,14 +274,16 @@ class TrainTab(QWidget):
                              log_line=f"{'resuming' if resume else 'starting'} run {run_dir.name}",
                              progress="starting… (loading the engine)", status=f"Run folder: {run_dir}")
 
-    def start_selfplay_demo(self, minutes: float = 15.0) -> bool:
-        """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs."""
+    def start_selfplay_demo(self, minutes: float = 15.0, train_overrides: dict[str, Any] | None = None) -> bool:
+        """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs
+        (`train_overrides`: TrainSpec fields its runs take, see train_jobs.demo_job)."""
         if self.running:
             return False
         self.selfplay_demo_requested.emit()
         out = self.ctx.workspace.folder("runs") / time.strftime("selfplay-demo-%Y%m%d-%H%M%S")
         controls = Controls()
-        return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes), controls, config=None, run_dir=out,
+        return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes, train_overrides), controls,
+                             config=None, run_dir=out,
                              log_line=f"self-play CPU demo in {out}", progress="self-play demo: writing the seed "
                              "corpus…", status=f"Demo folder: {out}", activity="self-play demo")
 

@@ -41,7 +41,7 @@ _PANELS = {
     "train_loss": ("loss", "Loss", "loss"),
     "val_loss": ("loss", "Loss", "loss"),
     "lr": ("lr", "Learning rate", "learning rate"),
-    "grad_norm": ("grad_norm", "Gradient norm", "norm (before clipping)"),
+    "grad_norm": ("grad_norm", "Gradient norm (before clipping)", "norm"),
     "tokens_per_s": ("tokens_per_s", "Training speed", "tokens / s"),
     "mfu": ("mfu", "Model FLOPs utilisation", "share of peak"),
     "epoch": ("epoch", "Epochs over the data", "epochs"),
@@ -243,7 +243,11 @@ class LivePlots(QWidget):
             else:
                 legend.addItem(curve, label)
             long_labels = max(len(text) for _c, text in members) > 14  # "proposer/abduction": two columns fit
-            legend.setColumnCount(min(2 if long_labels else 3, len(members)))
+            columns = min(2 if long_labels else 3, len(members))
+            legend.setColumnCount(columns)
+            rows = -(-len(members) // columns)
+            base = 240 if key == "loss" else 170
+            panel.setMinimumHeight(base + 16 * (rows - 1))  # the plot keeps its height beside a long legend
         return curve
 
     def _ensure_curve(self, name: str) -> None:

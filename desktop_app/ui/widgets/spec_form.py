@@ -156,8 +156,8 @@ class SpecForm(QWidget):
             number.setSpecialValueText(zero)  # shown instead of the minimum, 0
         # Room for a typical value with its unit, or the words of 0: never cut to "0."
         sample = max(f"0.0001 {unit}".strip(), zero, key=len) if isinstance(default, float) else \
-            max(f"100,000 {unit}".strip(), zero, key=len)
-        number.setMinimumWidth(max(140, number.fontMetrics().horizontalAdvance(sample) + 36))
+            max(f"10,000 {unit}".strip(), zero, key=len)
+        number.setMinimumWidth(max(96, number.fontMetrics().horizontalAdvance(sample) + 34))
         number.valueChanged.connect(self.changed)
         return number
 

@@ -162,6 +162,13 @@ class TrainSetup(QWidget):
     def _update_dist_group(self) -> None:
         pipeline = self.current_method() is PIPELINE
         self.dist_group.setVisible(not pipeline and (self.advanced_check.isChecked() or self.gpu_count > 1))
+        self._fit_column()
+
+    def _fit_column(self) -> None:
+        """The column is as wide as its widest row needs (it scrolls up and down, never sideways: a row that did
+        not fit was cut at the edge)."""
+        needed = self.scroll.widget().minimumSizeHint().width() + self.scroll.verticalScrollBar().sizeHint().width()
+        self.scroll.setMinimumWidth(max(300, needed + 2))
 
     def _on_form_changed(self) -> None:
         self.form.validate()
