@@ -350,7 +350,11 @@ class RunView(QWidget):
                 self.log("info", f"step {event.step}: " + ", ".join(
                     f"{k} {v:.4g}" for k, v in event.metrics.items() if isinstance(v, (int, float))))
         elif isinstance(event, Sample):
+            bar = self.samples_view.verticalScrollBar()
+            following = bar.value() >= bar.maximum() - 4
             self.samples_view.append(sample_html(event))
+            if following:  # the newest sample in view, unless the user scrolled up to read an older one
+                bar.setValue(bar.maximum())
         elif how == HISTORY:
             return
         elif isinstance(event, CheckpointSaved):
