@@ -1,13 +1,19 @@
 """Screenshots of every tab from the real window, in a meaningful state, into docs/screenshots/.
 
-    xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/screenshots.py
+    xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python scripts/screenshots.py
+    xvfb-run -a -s "-screen 0 1920x1080x24" .venv/bin/python scripts/screenshots.py --size 1920x1080 --out /tmp/s
+    xvfb-run -a -s "-screen 0 1024x700x24" .venv/bin/python scripts/screenshots.py --size 1024x700 --out /tmp/s
 
-Drives the app like a user: sample corpus prepared on the Data tab, a short training run with curves,
-a generation, the Library with the run selected. Uses a throw-away workspace and settings.
+Drives the app like a user: a model preset, the sample corpus prepared on the Data tab, a short training run with
+curves, a LoRA run's form, a chat with the trained model, the Library with the run selected and, unless
+--no-selfplay, a short self-play demo (about 2 minutes) with its curves and task buffer. Uses a throw-away
+workspace and settings. The window is the laptop size the README shows (1366x768) unless --size says otherwise.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
 import tempfile
@@ -16,16 +22,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-OUT = ROOT / "docs" / "screenshots"
 WORK = Path(tempfile.mkdtemp(prefix="azr-shots-"))
 os.environ["AZR_WORKSPACE"] = str(WORK / "workspace")
 os.environ["XDG_CONFIG_HOME"] = str(WORK / "config")
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from desktop_app.engine.specs import DataSpec, GenerateSpec  # noqa: E402
+from desktop_app.engine.specs import DataSpec  # noqa: E402
 from desktop_app.ui.main_window import MainWindow  # noqa: E402
 from desktop_app.ui.theme import apply_theme  # noqa: E402
+
+CHATS = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in (
+    ("What is the largest planet?", "Jupiter is the largest planet of the solar system."),
+    ("Name a primary colour.", "Red is a primary colour."),
+    ("What do bees make?", "Bees make honey and wax."))]
 
 
 def spin(app: QApplication, seconds: float = 0.0, until=None, timeout: float = 600.0) -> None:
@@ -39,29 +49,39 @@ def spin(app: QApplication, seconds: float = 0.0, until=None, timeout: float = 6
         raise TimeoutError("the app did not reach the expected state")
 
 
-def shot(app: QApplication, win: MainWindow, name: str) -> None:
-    spin(app, 0.4)
-    path = OUT / f"{name}.png"
-    win.grab().save(str(path))
-    print(path, flush=True)
-
-
 def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1366x768", help="window size, WIDTHxHEIGHT (default 1366x768)")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"), help="folder for the PNG files")
+    parser.add_argument("--no-selfplay", action="store_true", help="skip the self-play demo (about 2 minutes)")
+    args = parser.parse_args()
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
     app = QApplication(sys.argv[:1])
     app.setApplicationName("AZR Model Trainer")
     apply_theme(app)
     win = MainWindow()
     win.ctx.dialogs_enabled = False
-    win.resize(1280, 800)
+    win.resize(width, height)
     win.show()
     spin(app, 0.5)
     spin(app, until=lambda: win.preloaded, timeout=120)
+    if (win.width(), win.height()) != (width, height):
+        print(f"the window is {win.width()}x{win.height()}, not {width}x{height} (its minimum size?)",
+              file=sys.stderr)
+
+    def shot(name: str) -> None:
+        spin(app, 0.5)
+        path = out / f"{name}.png"
+        win.grab().save(str(path))
+        print(path, flush=True)
 
     # Model: a preset with something to look at
     win.tabs.setCurrentWidget(win.model_tab)
     win.model_tab.preset_box.setCurrentText("mini")
-    shot(app, win, "model")
+    shot("model")
     win.model_tab.preset_box.setCurrentText("tiny")
     win.banner.setVisible(False)
 
@@ -73,37 +93,83 @@ def main() -> int:
     data.form.set_spec(DataSpec(vocab_size=4096, context_length=128, overlap=16, val_fraction=0.05))
     data.prepare()
     spin(app, until=lambda: data.last_stats is not None and data.prepare_btn.isEnabled(), timeout=300)
-    shot(app, win, "data")
+    shot("data")
 
-    # Train: a short run with frequent evaluations
+    # Train: a short run with frequent evaluations, the samples below the curves
     train = win.train_tab
     win.tabs.setCurrentWidget(train)
-    train.form.set_spec(train.form.spec().replace(steps=240, batch_size=16, eval_every=20, eval_batches=4,
-                                                  save_every=100, warmup_steps=20, lr=3e-3, sample_tokens=40))
+    train.setup.form.set_spec(train.setup.form.spec().replace(steps=240, batch_size=16, eval_every=20, eval_batches=4,
+                                                              save_every=100, warmup_steps=20, lr=3e-3,
+                                                              sample_tokens=40))
     train.start()
     spin(app, until=lambda: train.steps_seen >= 200, timeout=900)
-    train.bottom_tabs.setCurrentIndex(1)
-    train.plots.flush()
-    shot(app, win, "train")
+    train.run_view.log_tabs.setCurrentIndex(train.run_view.samples_index)
+    train.run_view.plots.flush()
+    shot("train")
     spin(app, until=lambda: not train.running, timeout=900)
-    train.bottom_tabs.setCurrentIndex(0)
+    shot("train_done")  # the end of a run: what next
+    train.run_view.log_tabs.setCurrentIndex(0)
+    run = train.run_dir
 
-    # Generate: two samples from the run
+    # A fine-tuning method's form: LoRA on the run just trained, with a chat file and the record preview
+    chats = WORK / "chats.jsonl"
+    chats.write_text("".join(json.dumps(c) + "\n" for c in CHATS), encoding="utf-8")
+    train.setup.set_method("lora")
+    train.setup.method_panel.base_picker.set_path(str(run))
+    train.add_data_files([str(chats)])
+    view = train.run_view
+    view.view_tabs.setCurrentIndex(view.preview_index)
+    spin(app, until=lambda: bool(train.record_preview.pieces) or "✖" in train.record_preview.status.text(),
+         timeout=120)
+    shot("train_lora")
+    view.view_tabs.setCurrentIndex(0)
+    train.setup.set_method("pretraining")
+
+    # Generate: a chat with the run (a tiny model: the words matter less than the window)
     gen = win.generate_tab
     win.tabs.setCurrentWidget(gen)
     gen.refresh_sources()
-    gen.select_source(str(train.run_dir))
-    gen.form.set_spec(GenerateSpec(max_new_tokens=120, temperature=0.8, top_k=40, samples=2, seed=7))
+    gen.select_source(str(run))
+    gen.set_chat_mode(True)
+    gen.form.set_spec(gen.form.spec().replace(max_new_tokens=40, temperature=0.8, top_k=40, seed=7))
+    gen.system_prompt.setPlainText("Answer in one sentence.")
+    for message in ("Once upon a time", "What happened next?"):
+        gen.generate(message)
+        spin(app, until=lambda: not gen.running, timeout=300)
+    shot("generate")
+    gen.set_chat_mode(False)
+    gen.form.set_spec(gen.form.spec().replace(max_new_tokens=80, samples=2))
     gen.generate("Once upon a time")
     spin(app, until=lambda: not gen.running, timeout=300)
-    shot(app, win, "generate")
+    shot("generate_completion")
 
     # Library: the run selected
     lib = win.library_tab
     win.tabs.setCurrentWidget(lib)
     lib.refresh()
-    lib.select(str(train.run_dir))
-    shot(app, win, "library")
+    lib.select(str(run))
+    shot("library")
+
+    if not args.no_selfplay:
+        # Self-play: the CPU demo for two minutes, its curves and its task buffer. Each phase is a time-limited run
+        # (time_budget_s, a minute each), so the bar follows the clock, as the demo's own runs will.
+        win.tabs.setCurrentWidget(train)
+        train.setup.set_method("selfplay")
+        spin(app, until=lambda: not win.ctx.runner.is_running("sandbox-probe"), timeout=60)
+        train.start_selfplay_demo(minutes=2.0, train_overrides={"time_budget_s": 55.0})
+        spin(app, until=lambda: str(train.run_dir).endswith("selfplay") and train.steps_seen >= 40, timeout=600)
+        train.run_view.plots.flush()
+        shot("train_selfplay")
+        view.view_tabs.setCurrentIndex(view.browser_index)
+        shot("train_selfplay_tasks")
+        view.view_tabs.setCurrentIndex(0)
+        spin(app, until=lambda: not train.running, timeout=600)
+        shot("train_selfplay_done")
+        win.tabs.setCurrentWidget(lib)
+        lib.refresh()
+        demo = next((p for p in lib.items("runs") if Path(p).name.startswith("selfplay-demo")), "")
+        lib.select(demo)
+        shot("library_demo")
 
     errors = list(win.ctx.errors)
     win.shutdown()

@@ -32,6 +32,7 @@ TASK_TYPES = ("deduction", "abduction", "induction")
 WORLDS = ("mini", "python")
 BUILTIN_REWARDS = ("answer", "format", "length", "repetition", "distinct", "likelihood")
 REWARD_NAMES = (*BUILTIN_REWARDS, "user")  # "user": the reward file's function
+WORLD_OPTION_KEYS = ("depth", "pairs", "shown", "references")  # the task worlds' options (tasks/mini_world.py)
 
 f = spec_field  # short: the declarations below read as a table
 
@@ -124,7 +125,7 @@ class GRPOOptions(SpecMixin):
     """Options of GRPO with reward functions (objective "grpo")."""
 
     prompts: list = f([], "JSONL files of prompts ({\"prompt\": ..., \"answer\": ...}); in the window and the CLI "
-                      "these are the run's data files.", widget="files", hidden=True)
+                      "these are the run's data files.", widget="files", hidden=True, label="Prompt files")
     group_size: int = f(4, "Completions sampled per prompt (G). Advantages compare the completions of one prompt, "
                         "so at least 2; 4-16 is usual.", minimum=2, label="Completions per prompt")
     prompts_per_step: int = f(4, "Prompts drawn from the data files each step (the batch is prompts x completions "
@@ -215,16 +216,20 @@ class SelfPlayOptions(SpecMixin):
                               "cadence with Evaluate every); the run keeps its best checkpoint by it.", minimum=1,
                               label="Held-out tasks per type")
     heldout_seed: int = f(9001, "Seed of the held-out tasks (the same seed gives the same held-out set).",
-                          label="Held-out seed", advanced=True)
+                          minimum=0, label="Held-out seed", advanced=True)
     seed_tasks_per_type: int = f(16, "Tasks the world generates per type to seed each buffer (besides the identity "
                                  "program).", minimum=0, label="Seed tasks per type", advanced=True)
-    seeds: list = f([], "Your own seed tasks: task objects (type, program, inputs, outputs) as `tasks` writes them.",
-                    widget="json", label="Your seed tasks", advanced=True)
+    seeds: list = f([], "Your own seed tasks: task objects (type, program, inputs, outputs), loaded from a JSON Lines "
+                    "file as the `tasks` command writes them.", widget="records", label="Your seed tasks",
+                    advanced=True)
     strict_sandbox: bool = f(False, "Refuse to run when any isolation layer of the sandbox is missing (matters for "
                              "the python world, whose programs are model-written code).",
                              label="Refuse a partial sandbox", advanced=True)
-    world_options: dict = f({}, "Extra options of the task world (mini: depth, references, pairs, shown).",
-                            widget="json", label="Task world options", advanced=True)
+    world_options: dict = f({}, "Extra options of the task world, each a whole number; unset = the world's default. "
+                            "mini: depth (nesting of the generated programs, 3), pairs (input/output pairs per "
+                            "induction task, 6), shown (pairs shown to the solver, 3), references (example tasks in a "
+                            "proposal prompt, 3); python: references.", widget="numbers", keys=WORLD_OPTION_KEYS,
+                            label="Task world options", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []

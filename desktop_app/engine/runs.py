@@ -18,7 +18,15 @@ from typing import Any
 
 from desktop_app.engine.events import Event, History, RunFolder
 from desktop_app.engine.methods import method_of
-from desktop_app.engine.run_folder import METRICS_FILE, RUN_FILE, MetricsReader, last_record, read_json, read_metrics
+from desktop_app.engine.run_folder import (
+    METRICS_FILE,
+    RUN_FILE,
+    MetricsReader,
+    is_run_folder,
+    last_record,
+    read_json,
+    read_metrics,
+)
 
 
 def follow_run_batches(run_dir: str | Path, stop: threading.Event, *, poll_s: float = 0.5
@@ -100,3 +108,31 @@ def pipeline_resumable(path: str | Path) -> bool:
         return False
     stages = [s for s in read_state(path).get("stages", []) if isinstance(s, dict)]
     return not stages or any(s.get("status") not in DONE for s in stages)
+
+
+# --- folders of several runs --------------------------------------------------------------------------------------
+
+def nested_runs(folder: str | Path) -> list[Path]:
+    """The runs inside a folder that holds several: a pipeline's stage folders (OUT/stages/NN-name, in stage order)
+    or the phases of a recipe such as the self-play demo (DEMO/pretrain, DEMO/selfplay, in the order they started).
+    [] for a run folder itself, or a folder with no run inside."""
+    from desktop_app.engine.pipeline_folder import STAGES_DIR, is_pipeline_dir
+
+    p = Path(folder)
+    if is_pipeline_dir(p):
+        stages = p / STAGES_DIR
+        return sorted(c for c in stages.iterdir() if c.is_dir() and is_run_folder(c)) if stages.is_dir() else []
+    if not p.is_dir() or is_run_folder(p):
+        return []
+    children = [c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".") and is_run_folder(c)]
+
+    def started(run: Path) -> float:
+        for marker in (run / RUN_FILE, run / METRICS_FILE, run):
+            try:
+                return marker.stat().st_mtime
+            except OSError:
+                continue
+        return 0.0
+
+    return sorted(children, key=lambda c: (started(c), c.name))
+

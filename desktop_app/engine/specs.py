@@ -55,27 +55,37 @@ class ModelSpec(SpecMixin):
     """A decoder-only transformer. Maps 1:1 onto LlamaForCausalLM or GPT2LMHeadModel."""
 
     family: str = _f("llama", "Architecture family: 'llama' (RMSNorm, RoPE, grouped-query attention, "
-                     "SwiGLU) or 'gpt2' (LayerNorm, learned positions, GELU).", choices=MODEL_FAMILIES)
+                     "SwiGLU) or 'gpt2' (LayerNorm, learned positions, GELU).", choices=MODEL_FAMILIES,
+                     label="Architecture")
     vocab_size: int = _f(4096, "Number of distinct tokens. Must match the tokenizer; larger vocabularies "
-                         "shorten sequences but cost embedding parameters.", minimum=2)
+                         "shorten sequences but cost embedding parameters.", minimum=2,
+                         label="Vocabulary size", unit="tokens")
     d_model: int = _f(256, "Width of the residual stream (hidden size). Must divide evenly by the number "
-                      "of attention heads.", minimum=8)
-    n_layers: int = _f(4, "Number of transformer blocks stacked on top of each other.", minimum=1)
-    n_heads: int = _f(4, "Attention heads per block. Each head has d_model / n_heads dimensions.", minimum=1)
+                      "of attention heads.", minimum=8, label="Hidden size (width)")
+    n_layers: int = _f(4, "Number of transformer blocks stacked on top of each other.", minimum=1,
+                       label="Layers (blocks)")
+    n_heads: int = _f(4, "Attention heads per block. Each head has d_model / n_heads dimensions.", minimum=1,
+                      label="Attention heads")
     n_kv_heads: int = _f(4, "Key/value heads (llama only). Fewer than n_heads gives grouped-query "
                          "attention: a smaller KV cache at little quality cost. Must divide n_heads.",
-                         minimum=1)
+                         minimum=1, label="Key/value heads")
     ffn_dim: int = _f(688, "Hidden width of each block's feed-forward network (llama: SwiGLU, usually "
-                      "about 8/3 x d_model; gpt2: GELU MLP, usually 4 x d_model).", minimum=1)
-    context_length: int = _f(256, "Longest sequence (in tokens) the model reads at once.", minimum=8)
+                      "about 8/3 x d_model; gpt2: GELU MLP, usually 4 x d_model).", minimum=1,
+                      label="Feed-forward width")
+    context_length: int = _f(256, "Longest sequence (in tokens) the model reads at once.", minimum=8,
+                             label="Context length", unit="tokens")
     dropout: float = _f(0.0, "Probability of zeroing activations during training (0 disables; small "
-                        "models on small data may benefit from 0.1).", minimum=0.0, maximum=0.9)
+                        "models on small data may benefit from 0.1).", minimum=0.0, maximum=0.9,
+                        label="Dropout", zero="off")
     rope_theta: float = _f(10000.0, "Base of the rotary position embedding (llama only). Larger values "
-                           "suit longer contexts.", minimum=1.0)
+                           "suit longer contexts.", minimum=1.0, label="RoPE base (theta)", advanced=True)
     tie_embeddings: bool = _f(True, "Share the input embedding matrix with the output layer: fewer "
-                              "parameters, usually no quality loss for small models.")
-    norm_eps: float = _f(1e-5, "Epsilon of the normalisation layers (numerical safety).", minimum=1e-12)
-    init_std: float = _f(0.02, "Standard deviation of the initial weights.", minimum=1e-6)
+                              "parameters, usually no quality loss for small models.",
+                              label="Tie input and output embeddings", advanced=True)
+    norm_eps: float = _f(1e-5, "Epsilon of the normalisation layers (numerical safety).", minimum=1e-12,
+                         label="Normalisation epsilon", advanced=True)
+    init_std: float = _f(0.02, "Standard deviation of the initial weights.", minimum=1e-6,
+                         label="Initial weight scale (std)", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -116,18 +126,23 @@ class DataSpec(SpecMixin):
     """How input files become a tokenized dataset."""
 
     tokenizer: str = _f("byte-bpe", "Tokenizer algorithm to train on your files: byte-bpe (never fails on "
-                        "any text; default), bpe, wordpiece or unigram.", choices=TOKENIZER_KINDS)
+                        "any text; default), bpe, wordpiece or unigram.", choices=TOKENIZER_KINDS, label="Tokenizer")
     tokenizer_file: str = _f("", "Use this existing tokenizer.json (or a Hugging Face model folder) "
-                             "instead of training a new one.")
-    vocab_size: int = _f(4096, "Vocabulary size of the tokenizer to train.", minimum=64)
+                             "instead of training a new one.",
+                             label="Existing tokenizer", widget="file", advanced=True)
+    vocab_size: int = _f(4096, "Vocabulary size of the tokenizer to train.", minimum=64,
+                         label="Vocabulary size", unit="tokens")
     context_length: int = _f(256, "Tokens per training window; should equal the model's context length.",
-                             minimum=8)
+                             minimum=8, label="Window length", unit="tokens")
     overlap: int = _f(0, "Tokens shared by consecutive windows (0 = no overlap). Overlap yields more "
-                      "windows from little data.", minimum=0)
+                      "windows from little data.", minimum=0,
+                      label="Overlap between windows", unit="tokens", zero="none")
     val_fraction: float = _f(0.05, "Share of documents held out for validation (split by document, "
-                             "deterministic for a given seed).", minimum=0.0, maximum=0.5)
-    seed: int = _f(1337, "Seed of the train/validation split.")
-    min_frequency: int = _f(2, "A merge or token must occur this often to enter the vocabulary.", minimum=1)
+                             "deterministic for a given seed).", minimum=0.0, maximum=0.5,
+                             label="Held out for validation", unit="share")
+    seed: int = _f(1337, "Seed of the train/validation split.", label="Split seed", minimum=0, advanced=True)
+    min_frequency: int = _f(2, "A merge or token must occur this often to enter the vocabulary.", minimum=1,
+                            label="Minimum frequency", unit="times", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -154,49 +169,71 @@ class DataSpec(SpecMixin):
 class TrainSpec(SpecMixin):
     """Hyperparameters and controls of one training run."""
 
-    steps: int = _f(200, "Optimizer steps to run.", minimum=1)
-    batch_size: int = _f(16, "Sequences per optimizer step (the effective batch).", minimum=1)
+    steps: int = _f(200, "Optimizer steps to run.", minimum=1, label="Training steps", unit="steps")
+    batch_size: int = _f(16, "Sequences per optimizer step (the effective batch).", minimum=1,
+                         label="Batch size", unit="sequences")
     micro_batch_size: int = _f(0, "Sequences per forward pass; the batch is reached by gradient "
-                               "accumulation. 0 = same as batch size.", minimum=0)
-    lr: float = _f(1e-3, "Peak learning rate.", minimum=0.0)
+                               "accumulation. 0 = same as batch size.", minimum=0,
+                               label="Micro-batch size", unit="sequences", zero="same as the batch", advanced=True)
+    lr: float = _f(1e-3, "Peak learning rate.", minimum=0.0, label="Learning rate")
     min_lr_ratio: float = _f(0.1, "Final learning rate as a fraction of the peak (cosine/linear).",
-                             minimum=0.0, maximum=1.0)
-    warmup_steps: int = _f(20, "Steps of linear warm-up from 0 to the peak learning rate.", minimum=0)
-    schedule: str = _f("cosine", "Learning-rate schedule after warm-up.", choices=LR_SCHEDULES)
+                             minimum=0.0, maximum=1.0, label="Final learning rate", unit="x peak", advanced=True)
+    warmup_steps: int = _f(20, "Steps of linear warm-up from 0 to the peak learning rate.", minimum=0,
+                           label="Warm-up", unit="steps", zero="none")
+    schedule: str = _f("cosine", "Learning-rate schedule after warm-up.", choices=LR_SCHEDULES,
+                       label="Learning-rate schedule")
     weight_decay: float = _f(0.1, "AdamW weight decay (not applied to norms, biases or embeddings).",
-                             minimum=0.0)
-    beta1: float = _f(0.9, "AdamW beta1.", minimum=0.0, maximum=0.999999)
-    beta2: float = _f(0.95, "AdamW beta2.", minimum=0.0, maximum=0.999999)
-    grad_clip: float = _f(1.0, "Clip the global gradient norm to this value (0 disables).", minimum=0.0)
-    eval_every: int = _f(50, "Evaluate on the validation split every N steps (0 disables).", minimum=0)
-    eval_batches: int = _f(8, "Validation batches per evaluation.", minimum=1)
-    log_every: int = _f(1, "Report training metrics every N steps.", minimum=1)
-    save_every: int = _f(100, "Save a checkpoint every N steps (0 = only at the end).", minimum=0)
-    keep_last: int = _f(3, "Checkpoints to keep (plus the best by validation loss).", minimum=1)
+                             minimum=0.0, label="Weight decay", zero="off", advanced=True)
+    beta1: float = _f(0.9, "AdamW beta1.", minimum=0.0, maximum=0.999999,
+                      label="Adam beta1 (momentum)", advanced=True)
+    beta2: float = _f(0.95, "AdamW beta2.", minimum=0.0, maximum=0.999999, label="Adam beta2", advanced=True)
+    grad_clip: float = _f(1.0, "Clip the global gradient norm to this value (0 disables).", minimum=0.0,
+                          label="Gradient clipping (max norm)", zero="off", advanced=True)
+    eval_every: int = _f(50, "Evaluate on the validation split every N steps (0 disables).", minimum=0,
+                         label="Evaluate every", unit="steps", zero="never")
+    eval_batches: int = _f(8, "Validation batches per evaluation.", minimum=1,
+                           label="Validation batches per evaluation", unit="batches", advanced=True)
+    log_every: int = _f(1, "Report training metrics every N steps.", minimum=1,
+                        label="Report metrics every", unit="steps", advanced=True)
+    save_every: int = _f(100, "Save a checkpoint every N steps (0 = only at the end).", minimum=0,
+                         label="Save a checkpoint every", unit="steps", zero="only at the end")
+    keep_last: int = _f(3, "Checkpoints to keep (plus the best by validation loss).", minimum=1,
+                        label="Checkpoints kept", unit="checkpoints", advanced=True)
     precision: str = _f("auto", "Numeric precision: auto picks bf16/fp16 autocast only where the hardware "
-                        "runs it fast, else fp32.", choices=PRECISIONS)
-    device: str = _f("auto", "Where to train: auto picks CUDA, then MPS, then CPU.", choices=DEVICES)
-    threads: int = _f(0, "CPU threads for torch (0 = automatic: leaves a core for the window).", minimum=0)
+                        "runs it fast, else fp32.", choices=PRECISIONS, label="Precision", advanced=True)
+    device: str = _f("auto", "Where to train: auto picks CUDA, then MPS, then CPU.", choices=DEVICES,
+                     label="Device", advanced=True)
+    threads: int = _f(0, "CPU threads for torch (0 = automatic: leaves a core for the window).", minimum=0,
+                      label="CPU threads", unit="threads", zero="auto", advanced=True)
     compile: bool = _f(False, "Compile the model with torch.compile on any device (slow start). On a GPU, kernels "
-                       "'auto' already compiles where that was measured fastest.")
+                       "'auto' already compiles where that was measured fastest.",
+                       label="Compile the model (torch.compile)", advanced=True)
     kernels: str = _f("auto", "How a GPU computes each step: auto (the fastest measured for the model's family and "
                       "size: torch.compile of a fused forward), compile, liger (Liger Kernel's Triton kernels; the "
                       "optional gpu extra) or eager (transformers' own modules). The output projection and loss are "
                       "fused in chunks either way. CPUs keep their own fused path.", choices=TRAIN_KERNELS,
                       label="GPU kernels", advanced=True)
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass: less memory, "
-                                      "about 30% slower.")
+                                      "about 30% slower.",
+                                      label="Gradient checkpointing (less memory)", advanced=True)
     early_stopping_patience: int = _f(0, "Stop when validation loss has not improved for this many "
-                                      "evaluations (0 disables).", minimum=0)
+                                      "evaluations (0 disables).", minimum=0,
+                                      label="Early stopping after", unit="evaluations", zero="off", advanced=True)
     nonfinite_policy: str = _f("skip", "On a NaN/Inf loss or gradient: skip the step, or roll back to the "
-                               "last good checkpoint with a lower learning rate.", choices=NONFINITE_POLICIES)
-    max_nonfinite: int = _f(5, "Stop the run after this many non-finite steps.", minimum=1)
+                               "last good checkpoint with a lower learning rate.", choices=NONFINITE_POLICIES,
+                               label="On a NaN or Inf loss", advanced=True)
+    max_nonfinite: int = _f(5, "Stop the run after this many non-finite steps.", minimum=1,
+                            label="Give up after", unit="bad steps", advanced=True)
     optimizer: str = _f("auto", "Optimizer: auto (AdamW; 8-bit AdamW for QLoRA, paged on CUDA), adamw, adamw8bit or "
-                        "paged_adamw8bit (bitsandbytes: ~4x smaller optimizer state).", choices=OPTIMIZERS)
-    sample_prompts: list = _f([""], "Prompts to sample from at each evaluation ('' = start of text).")
-    sample_tokens: int = _f(48, "Tokens generated per sample at each evaluation (0 disables).", minimum=0)
+                        "paged_adamw8bit (bitsandbytes: ~4x smaller optimizer state).", choices=OPTIMIZERS,
+                        label="Optimizer", advanced=True)
+    sample_prompts: list = _f([""], "Prompts to sample from at each evaluation ('' = start of text).",
+                              label="Sample prompts", widget="lines", advanced=True)
+    sample_tokens: int = _f(48, "Tokens generated per sample at each evaluation (0 disables).", minimum=0,
+                            label="Sample length", unit="tokens", zero="no samples", advanced=True)
     auto_micro_batch: bool = _f(False, "Find the largest micro-batch that fits in memory (a search on CUDA, a "
-                                "memory model on CPU) and reach the batch size by gradient accumulation.")
+                                "memory model on CPU) and reach the batch size by gradient accumulation.",
+                                label="Find the largest micro-batch that fits", advanced=True)
     time_budget_s: float = _f(0.0, "Train for at most this long (earlier sessions of a resumed run included), then "
                               "save and finish, whichever comes first with the steps (0 = no limit).", minimum=0.0,
                               label="Time limit", unit="s", zero="no limit")
@@ -247,29 +284,34 @@ class TrainSpec(SpecMixin):
 class GenerateSpec(SpecMixin):
     """Sampling settings for text generation."""
 
-    max_new_tokens: int = _f(128, "Most tokens to generate.", minimum=1)
+    max_new_tokens: int = _f(128, "Most tokens to generate.", minimum=1, label="Longest reply", unit="tokens")
     temperature: float = _f(0.8, "Randomness: 0 = always the most likely token (greedy); higher = more "
-                            "varied.", minimum=0.0, maximum=5.0)
-    top_k: int = _f(50, "Sample only among the K most likely tokens (0 disables).", minimum=0)
+                            "varied.", minimum=0.0, maximum=5.0, label="Temperature", zero="greedy")
+    top_k: int = _f(50, "Sample only among the K most likely tokens (0 disables).", minimum=0,
+                    label="Top-k", unit="tokens", zero="off")
     top_p: float = _f(1.0, "Sample among the most likely tokens whose probabilities add up to P "
-                      "(1 disables).", minimum=0.0, maximum=1.0)
+                      "(1 disables).", minimum=0.0, maximum=1.0, label="Top-p")
     min_p: float = _f(0.0, "Drop tokens less likely than this fraction of the most likely one (0 disables).",
-                      minimum=0.0, maximum=1.0)
+                      minimum=0.0, maximum=1.0, label="Min-p", zero="off", advanced=True)
     repetition_penalty: float = _f(1.0, "Above 1 discourages repeating tokens already in the text.",
-                                   minimum=0.1, maximum=5.0)
-    stop: list = _f([], "Stop when any of these strings appears (it is not shown).")
-    samples: int = _f(1, "Completions generated at once for the same prompt.", minimum=1, maximum=64)
-    seed: int = _f(0, "Seed of the sampler (same seed + settings = same text).")
-    chat: bool = _f(False, "Wrap the prompt in the model's chat template.")
+                                   minimum=0.1, maximum=5.0, label="Repetition penalty")
+    stop: list = _f([], "Stop when any of these strings appears (it is not shown).",
+                    label="Stop at", widget="lines", advanced=True)
+    samples: int = _f(1, "Completions generated at once for the same prompt.", minimum=1, maximum=64,
+                      label="Completions at once")
+    seed: int = _f(0, "Seed of the sampler (same seed + settings = same text).", label="Seed", minimum=0)
+    chat: bool = _f(False, "Wrap the prompt in the model's chat template.", label="Chat", hidden=True)
     num_beams: int = _f(1, "Beam search: keep this many candidate texts and return the most likely (1 = off: "
                         "sample, or greedy at temperature 0). Beams pick tokens without randomness, so they need "
-                        "temperature 0; samples then returns the best N beams.", minimum=1, maximum=64)
+                        "temperature 0; samples then returns the best N beams.", minimum=1, maximum=64,
+                        label="Beams", advanced=True)
     length_penalty: float = _f(1.0, "Beam search: a finished text scores log-probability / length ^ this. Above "
-                               "0 favours longer texts, below 0 shorter ones.", minimum=-10.0, maximum=10.0)
+                               "0 favours longer texts, below 0 shorter ones.", minimum=-10.0, maximum=10.0,
+                               label="Length penalty (beams)", advanced=True)
     early_stopping: str = _f("false", "Beam search: when to stop. false: once no running beam can beat the "
                              "finished ones (the usual); true: as soon as num_beams texts have finished; never: "
                              "only when no beam could improve even at the longest length.",
-                             choices=("false", "true", "never"))
+                             choices=("false", "true", "never"), label="Beam stopping rule", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -307,19 +349,20 @@ class AdapterSpec(SpecMixin):
 
     kind: str = _f("none", "none: every weight trains (full fine-tuning). lora: small low-rank adapters train "
                    "and the base stays frozen (far less memory). qlora: LoRA on a 4-bit (NF4) copy of the base: "
-                   "the least memory.", choices=ADAPTER_KINDS)
+                   "the least memory.", choices=ADAPTER_KINDS, label="Weights that train")
     rank: int = _f(8, "LoRA rank r: width of each adapter. Higher learns more and costs more (4-64 is usual).",
-                   minimum=1)
+                   minimum=1, label="LoRA rank (r)")
     alpha: float = _f(16.0, "LoRA alpha: the adapter's output is scaled by alpha / rank (usually 1-2x the rank).",
-                      minimum=0.0)
+                      minimum=0.0, label="LoRA alpha")
     dropout: float = _f(0.0, "Dropout on the adapter's input during training (0 disables).", minimum=0.0,
-                        maximum=0.9)
+                        maximum=0.9, label="Adapter dropout", zero="off", advanced=True)
     target_modules: list = _f([], "Layers that get adapters, by name (e.g. q_proj, v_proj). Empty = every linear "
-                              "projection of the model's family (attention and MLP), the usual best choice.")
+                              "projection of the model's family (attention and MLP), the usual best choice.",
+                              label="Layers with adapters", widget="modules", advanced=True)
     quant_type: str = _f("nf4", "QLoRA only: 4-bit data type of the frozen base (nf4 is the QLoRA paper's).",
-                         choices=QUANT_TYPES)
+                         choices=QUANT_TYPES, label="4-bit data type")
     double_quant: bool = _f(True, "QLoRA only: quantize the quantization constants too (saves ~0.4 bits per "
-                            "weight).")
+                            "weight).", label="Double quantization", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -347,19 +390,23 @@ class DistributedSpec(SpecMixin):
     strategy: str = _f("ddp", "ddp: every process holds the whole model and gradients are averaged (fastest when "
                        "the model fits). fsdp: parameters, gradients and optimizer state are sharded across "
                        "processes (FSDP2), for models that do not fit on one device.",
-                       choices=DISTRIBUTED_STRATEGIES)
+                       choices=DISTRIBUTED_STRATEGIES, label="Strategy")
     backend: str = _f("auto", "Communication backend: auto = nccl on CUDA, gloo on CPU.",
-                      choices=DISTRIBUTED_BACKENDS)
+                      choices=DISTRIBUTED_BACKENDS, label="Communication backend", advanced=True)
     nproc_per_node: int = _f(2, "Processes per machine in the torchrun command the app shows (usually the number "
-                             "of GPUs); torchrun itself decides how many run.", minimum=1)
+                             "of GPUs); torchrun itself decides how many run.", minimum=1,
+                             label="Processes per machine", unit="processes")
     fsdp_precision: str = _f("auto", "FSDP only: parameter dtype for compute (auto = the run's precision; bf16 "
-                             "halves communication on GPUs). Gradients are reduced in fp32.", choices=FSDP_PRECISIONS)
+                             "halves communication on GPUs). Gradients are reduced in fp32.", choices=FSDP_PRECISIONS,
+                             label="FSDP compute precision", advanced=True)
     fsdp_cpu_offload: bool = _f(False, "FSDP only: keep sharded parameters and optimizer state in CPU memory "
-                                "(fits far larger models on a GPU, slower).")
+                                "(fits far larger models on a GPU, slower).",
+                                label="FSDP: offload to CPU memory", advanced=True)
     fsdp_reshard_after_forward: bool = _f(True, "FSDP only: free gathered parameters after each layer's forward "
-                                          "(less memory; gathers them again for backward).")
+                                          "(less memory; gathers them again for backward).",
+                                          label="FSDP: free gathered weights after forward", advanced=True)
     timeout_s: int = _f(300, "Seconds a process waits for the others at a collective before the run ends with "
-                        "an error (a process that died).", minimum=10)
+                        "an error (a process that died).", minimum=10, label="Timeout at a collective", unit="s")
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -382,23 +429,29 @@ class RunConfig(SpecMixin):
     reproduces a run started in the window.
     """
 
-    model: dict = _f({}, "The ModelSpec (as a JSON object) of a model trained from scratch.")
+    model: dict = _f({}, "The ModelSpec (as a JSON object) of a model trained from scratch.", label="Model spec")
     base_model: str = _f("", "Start from this model instead of a fresh ModelSpec: a run of ours (its newest good "
-                         "checkpoint), a checkpoint, an export or a local Hugging Face folder. Never modified.")
-    dataset: str = _f("", "Path of the prepared dataset folder (holds manifest.json); pretraining only.")
+                         "checkpoint), a checkpoint, an export or a local Hugging Face folder. Never modified.",
+                         label="Base model")
+    dataset: str = _f("", "Path of the prepared dataset folder (holds manifest.json); pretraining only.",
+                      label="Dataset")
     objective: str = _f("causal_lm", "Training method: causal_lm (pretraining), sft (supervised fine-tuning on "
-                        "chats or instructions) or dpo (preference optimisation).", choices=OBJECTIVES)
-    train: dict = _f({}, "The TrainSpec (as a JSON object).")
-    seed: int = _f(1337, "Seed of initialisation, data order and dropout: same seed, same run on CPU.")
-    format_version: int = _f(1, "Version of this file's layout.")
-    data: list = _f([], "Fine-tuning data files (chat, ShareGPT or Alpaca JSONL for sft; preference JSONL for dpo).")
-    adapter: dict = _f({}, "The AdapterSpec (as a JSON object): full fine-tuning, LoRA or QLoRA.")
+                        "chats or instructions) or dpo (preference optimisation).", choices=OBJECTIVES,
+                        label="Method")
+    train: dict = _f({}, "The TrainSpec (as a JSON object).", label="Training settings")
+    seed: int = _f(1337, "Seed of initialisation, data order and dropout: same seed, same run on CPU.",
+                   label="Seed", minimum=0)
+    format_version: int = _f(1, "Version of this file's layout.", label="File format version")
+    data: list = _f([], "Fine-tuning data files (chat, ShareGPT or Alpaca JSONL for sft; preference JSONL for dpo).",
+                    label="Data files", widget="files")
+    adapter: dict = _f({}, "The AdapterSpec (as a JSON object): full fine-tuning, LoRA or QLoRA.", label="Adapter")
     method_options: dict = _f({}, "Options of the method (method_options.py: SFTOptions, DPOOptions, GRPOOptions, "
                               "SelfPlayOptions), as a JSON "
-                              "object; unset options take their defaults.")
+                              "object; unset options take their defaults.", label="Method options")
     base_model_sha256: str = _f("", "Checksum of the base model's weights, recorded when the run starts: a run "
-                                "refuses to resume on a base that changed.")
-    distributed: dict = _f({}, "The DistributedSpec (as a JSON object): DDP or FSDP when launched by torchrun.")
+                                "refuses to resume on a base that changed.", label="Base model checksum")
+    distributed: dict = _f({}, "The DistributedSpec (as a JSON object): DDP or FSDP when launched by torchrun.",
+                           label="Distributed settings")
 
     def model_spec(self) -> ModelSpec:
         return ModelSpec.from_dict(self.model)

@@ -3,11 +3,13 @@
 An ASGI middleware (not BaseHTTPMiddleware, which would buffer streams and swallow cancellation) counts
 each HTTP request from its start to the end of its response (a stream ends when its last chunk is
 sent or the client goes away) and tells listeners: {"event": "start" | "end", "method", "path",
-"status", "ms", "clients"}. Listeners run on the event loop and must be quick.
+"status", "ms", "clients"}; a request that failed (status 400 or more) also carries "error", the reason the
+response gave its client (a log line "404" alone says nothing). Listeners run on the event loop and must be quick.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
@@ -55,12 +57,15 @@ class MonitorMiddleware:
         base = {"method": scope["method"], "path": scope["path"]}
         m.emit({"event": "start", **base, "clients": m.in_flight})
         status = 0
+        error = ""
         t0 = time.perf_counter()
 
         async def tracking_send(message: Message) -> None:
-            nonlocal status
+            nonlocal status, error
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+            elif message["type"] == "http.response.body" and status >= 400 and not error:
+                error = error_reason(message.get("body", b""))
             await send(message)
 
         try:
@@ -68,4 +73,17 @@ class MonitorMiddleware:
         finally:
             m.in_flight -= 1
             m.emit({"event": "end", **base, "status": status or 499, "ms": round((time.perf_counter() - t0) * 1e3, 1),
-                    "clients": m.in_flight})
+                    "clients": m.in_flight, **({"error": error} if error else {})})
+
+
+def error_reason(body: bytes, limit: int = 300) -> str:
+    """The message of an error response's body: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, else ""."""
+    try:
+        data = json.loads(body[:65536])
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    inner = data.get("error")
+    message = inner.get("message") if isinstance(inner, dict) else data.get("detail")
+    return str(message)[:limit] if isinstance(message, str) else ""

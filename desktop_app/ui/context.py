@@ -47,7 +47,7 @@ class AppContext(QObject):
         log_path = self._log_details(message, details) if details else None
         self.errors.append((message, details))
         self.error_reported.emit(message, details)
-        self.status_message.emit(f"Error: {message.splitlines()[0] if message else ''}")
+        self.status_message.emit(f"Error: {status_line(message)}")
         if not self.dialogs_enabled:
             return
         box = QMessageBox(QMessageBox.Icon.Warning if not details else QMessageBox.Icon.Critical, title, message,
@@ -97,3 +97,15 @@ class AppContext(QObject):
 
     def info(self, text: str) -> None:
         self.status_message.emit(text)
+
+
+def status_line(message: str) -> str:
+    """One line for the status bar: the message's first line, and the first item after it when that line only
+    announces a list ("The pipeline cannot start yet:" alone says nothing)."""
+    lines = [line.strip().lstrip("•-* ").strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
+        return f"{lines[0]} {lines[1]}{more}"
+    return lines[0]

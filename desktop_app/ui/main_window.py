@@ -38,6 +38,7 @@ from desktop_app.ui.tabs.library_tab import LibraryTab, resumable, run_outcome
 from desktop_app.ui.tabs.model_tab import ModelTab
 from desktop_app.ui.tabs.train_tab import TrainTab
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
+from desktop_app.ui.widgets.elided_label import ElidedLabel
 from desktop_app.ui.widgets.train_setup import SAMPLE_DATASET
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,10 @@ def app_settings() -> QSettings:
 
 def _preload_heavy_modules():
     """Runs in the worker thread after the window shows: warm the imports a first job needs."""
-    import torch  # noqa: F401
+    import torch
 
     yield ("device", _device_name())
+    yield ("gpus", torch.cuda.device_count() if torch.cuda.is_available() else 0)
     import transformers  # noqa: F401
 
     yield ("preloaded", "")
@@ -169,9 +171,10 @@ class MainWindow(QMainWindow):
 
         self.act_workspace = action("Open workspace…", self.choose_workspace, "Ctrl+Shift+W",
                                     "Choose the folder that holds datasets, models and runs")
-        self.act_add_files = action("Add training files…", self.data_tab.drop_zone.add_files.click,
-                                    QKeySequence.StandardKey.Open, "Add text files to the dataset")
-        self.act_save_spec = action("Save model spec…", self.model_tab.save_btn.click, QKeySequence.StandardKey.Save)
+        self.act_add_files = action("Add training files…", self._add_training_files, QKeySequence.StandardKey.Open,
+                                    "Add text files to the dataset (Data tab)")
+        self.act_save_spec = action("Save model spec…", self._save_model_spec, QKeySequence.StandardKey.Save,
+                                    "Save the Model tab's spec as JSON")
         self.act_quit = action("Quit", self.close, QKeySequence.StandardKey.Quit)
         self.act_train = action("Start training", self._start_training, "Ctrl+Return", "Start training")
         self.act_pause = action("Pause / resume", self.train_tab.toggle_pause, "Ctrl+P")
@@ -183,6 +186,18 @@ class MainWindow(QMainWindow):
         self.act_about = action("About", self._about)
         self.act_sandbox = action("Sandbox status…", self.show_sandbox_status,
                                   tip="Which isolation layers protect this computer from model-written programs")
+        self.act_docs = action("Documentation", self.open_docs, QKeySequence.StandardKey.HelpContents,
+                               "How the app works: methods, data formats, the CLI, the local API")
+        self.act_shortcuts = action("Keyboard shortcuts", self.show_shortcuts, tip="Every key the window answers to")
+        # A tab's own keys work on that tab only: Ctrl+Enter typed in the Generate tab's prompt must not start a
+        # training, Ctrl+S on the Train tab must not save the Model tab's spec. The menus still run them anywhere.
+        self.scoped_actions = ((self.act_train, self.train_tab, "Train tab"),
+                               (self.act_generate, self.generate_tab, "Generate tab"),
+                               (self.act_save_spec, self.model_tab, "Model tab"),
+                               (self.act_add_files, self.data_tab, "Data tab"))
+        for act, tab, _where in self.scoped_actions:
+            act.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            tab.addAction(act)
 
         menu = self.menuBar()
         m = menu.addMenu("&File")
@@ -196,10 +211,10 @@ class MainWindow(QMainWindow):
         for i, name in enumerate(("Model", "Data", "Train", "Generate", "Library")):
             act = action(name, lambda i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
             m.addAction(act)
+        self.view_actions = m.actions()
         m = menu.addMenu("&Help")
-        m.addAction(self.act_logs)
-        m.addAction(self.act_sandbox)
-        m.addAction(self.act_about)
+        for a in (self.act_docs, self.act_shortcuts, None, self.act_sandbox, self.act_logs, None, self.act_about):
+            m.addSeparator() if a is None else m.addAction(a)
 
         tb = self.addToolBar("Main")
         tb.setObjectName("mainToolbar")
@@ -211,7 +226,8 @@ class MainWindow(QMainWindow):
 
     def _make_status_bar(self) -> None:
         bar = self.statusBar()
-        self.workspace_label = QLabel()
+        self.workspace_label = ElidedLabel()  # a long path must not widen the window
+        self.workspace_label.setMaximumWidth(420)
         self.device_label = QLabel("device: detecting…")
         self.memory_label = QLabel()
         for w in (self.workspace_label, self.device_label, self.memory_label):
@@ -249,6 +265,8 @@ class MainWindow(QMainWindow):
         self.library_tab.dataset_requested.connect(self._use_dataset)
         self.library_tab.resume_requested.connect(self.resume_run)
         self.library_tab.watch_requested.connect(self.watch_run)
+        self.train_tab.next_step_requested.connect(self.next_step)
+        self.tabs.currentChanged.connect(lambda _i: self._focus_tab())
         c.runner.task_started.connect(lambda _k: self._update_actions())
         c.runner.task_finished.connect(self._on_task_finished)
         self._update_actions()
@@ -272,7 +290,6 @@ class MainWindow(QMainWindow):
     # --- status ---
     def _update_workspace_label(self) -> None:
         self.workspace_label.setText(f"workspace: {self.ctx.workspace.root}")
-        self.workspace_label.setToolTip(str(self.ctx.workspace.root))
 
     def _update_memory(self) -> None:
         try:
@@ -295,6 +312,8 @@ class MainWindow(QMainWindow):
         kind, value = item  # type: ignore[misc]
         if kind == "device":
             self.device_label.setText(f"device: {value}")
+        elif kind == "gpus":
+            self.train_tab.setup.set_gpu_count(int(value))
         elif kind == "preloaded":
             self.preloaded = True
 
@@ -313,6 +332,59 @@ class MainWindow(QMainWindow):
         return [k for k in self.ctx.runner.running_kinds() if k != "preload"]
 
     # --- actions ---
+    def _focus_tab(self) -> None:
+        """Keyboard focus into the tab shown, so its own shortcuts work at once (not only after a click in it)."""
+        page = self.tabs.currentWidget()
+        # Not a combo box: an arrow key pressed next would change the preset or the method.
+        target = {self.data_tab: self.data_tab.drop_zone.add_files, self.generate_tab: self.generate_tab.prompt,
+                  self.library_tab: self.library_tab.tree}.get(page, page)
+        if target is page:
+            page.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+        target.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def _add_training_files(self) -> None:
+        self.tabs.setCurrentWidget(self.data_tab)
+        self.data_tab.drop_zone.add_files.click()
+
+    def _save_model_spec(self) -> None:
+        self.tabs.setCurrentWidget(self.model_tab)
+        self.model_tab.save_btn.click()
+
+    def next_step(self, action: str, run: str) -> None:
+        """What to do with a run that ended: chat with it, export it (merged, for adapters), fine-tune it."""
+        if not run:
+            return
+        if action == "chat":
+            self.generate_tab.refresh_sources()
+            self.generate_tab.select_source(run)
+            self.tabs.setCurrentWidget(self.generate_tab)
+        elif action in ("export", "merge"):
+            self.library_tab.refresh()
+            self.library_tab.select(run)
+            self.library_tab.merge_check.setChecked(True)
+            self.tabs.setCurrentWidget(self.library_tab)
+        elif action == "finetune":
+            self.train_tab.use_as_base(run)
+
+    def open_docs(self) -> None:
+        from desktop_app.ui.help import docs_file
+
+        readme = docs_file()
+        if readme is None:
+            self.ctx.info("The documentation (README.md) is not shipped with this build: see the project's page.")
+            return
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(readme)))
+
+    def show_shortcuts(self) -> None:
+        from desktop_app.ui.help import ShortcutsDialog
+
+        where = {act: place for act, _tab, place in self.scoped_actions}
+        actions = [(a, where.get(a, "")) for a in (
+            self.act_train, self.act_pause, self.act_save_now, self.act_stop, self.act_generate, self.act_add_files,
+            self.act_save_spec, self.act_workspace, *self.view_actions, self.act_docs, self.act_quit)]
+        self.shortcuts_dialog = ShortcutsDialog(actions, self)
+        self.shortcuts_dialog.show()
+
     def _start_training(self) -> None:
         self.tabs.setCurrentWidget(self.train_tab)
         self.train_tab.start()

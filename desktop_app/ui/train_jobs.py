@@ -50,15 +50,18 @@ def train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: bool
     yield from train(config, run_dir, controls, resume=resume, interactive=True)
 
 
-def demo_job(out: Path, controls: Controls, minutes: float) -> Iterator[Event]:
-    """The self-play CPU demo (seed corpus -> pretraining -> self-play).
+def demo_job(out: Path, controls: Controls, minutes: float,
+             train_overrides: dict[str, Any] | None = None) -> Iterator[Event]:
+    """The self-play CPU demo (seed corpus -> pretraining -> self-play); `train_overrides`: TrainSpec fields both of
+    its runs take (e.g. a time_budget_s), passed to the recipe as they are.
 
     Its phases are told here, and only here, by the demo's phase lines: "3/4" starts the pretraining run folder,
     "4/4" the self-play one. The engine's own RunFolder events of the demo are dropped: the self-play run names
     method "pretraining" until the demo passes its method through the run config (then this can follow them)."""
     from desktop_app.engine.recipes.selfplay_demo import run_demo
 
-    for event in run_demo(out, minutes=minutes, controls=controls):
+    options = {"train_overrides": dict(train_overrides)} if train_overrides else {}
+    for event in run_demo(out, minutes=minutes, controls=controls, **options):
         if isinstance(event, RunFolder):
             continue
         if isinstance(event, Log) and event.message.startswith("3/4"):

@@ -115,3 +115,21 @@ def test_the_inspector_reads_messages_as_fine_tuning_does(tmp_path):
     assert record.data["messages"] == normalise_record({"messages": messages})["messages"] == [
         {"role": "system", "content": "Rules"}, {"role": "user", "content": "Hi you"},
         {"role": "assistant", "content": "Hello"}]
+
+
+def test_folder_chat_template_reads_the_tokenizer_files(tmp_path):
+    import json
+
+    from desktop_app.engine.data.chat import folder_chat_template
+
+    plain, chat, jinja, listed = (tmp_path / n for n in ("plain", "chat", "jinja", "listed"))
+    for folder in (plain, chat, jinja, listed):
+        folder.mkdir()
+    (plain / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    (chat / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    (jinja / "chat_template.jinja").write_text("{{ jinja }}\n")
+    (listed / "tokenizer_config.json").write_text(json.dumps({"chat_template": [
+        {"name": "tool_use", "template": "{{ tools }}"}, {"name": "default", "template": "{{ x }}"}]}))
+    assert folder_chat_template(plain) == "" and folder_chat_template(tmp_path / "missing") == ""
+    assert folder_chat_template(chat) == "{{ messages }}" and folder_chat_template(jinja) == "{{ jinja }}"
+    assert folder_chat_template(listed) == "{{ x }}"

@@ -190,3 +190,24 @@ def test_pipeline_helpers(tmp_path):
     state["stages"][1]["status"] = "early_stopped"
     (out / "pipeline_state.json").write_text(json.dumps(state), encoding="utf-8")
     assert not pipeline_resumable(out)
+
+
+def test_nested_runs_of_a_demo_folder_and_a_pipeline(tmp_path):
+    from desktop_app.engine.runs import nested_runs
+
+    demo = tmp_path / "selfplay-demo"
+    for i, name in enumerate(("selfplay", "pretrain")):  # written in this order: the older first whatever its name
+        (demo / name).mkdir(parents=True)
+        (demo / name / "run.json").write_text("{}", encoding="utf-8")
+        os.utime(demo / name / "run.json", (1_000_000 + i, 1_000_000 + i))
+    (demo / "dataset").mkdir()  # no run: not listed
+    (demo / "corpus").mkdir()
+    assert nested_runs(demo) == [demo / "selfplay", demo / "pretrain"]
+    assert nested_runs(demo / "pretrain") == []  # a run holds no runs
+    assert nested_runs(tmp_path / "missing") == []
+    pipe = tmp_path / "pipe"
+    for stage in ("02-dpo", "01-sft"):
+        (pipe / "stages" / stage).mkdir(parents=True)
+        (pipe / "stages" / stage / "run.json").write_text("{}", encoding="utf-8")
+    (pipe / "pipeline.json").write_text(json.dumps({"stages": []}), encoding="utf-8")
+    assert nested_runs(pipe) == [pipe / "stages" / "01-sft", pipe / "stages" / "02-dpo"]

@@ -127,3 +127,16 @@ def test_unknown_route_and_method(keyed):
     _error(keyed.get("/v1/completions"), 405)
     _error(keyed.get("/api/runs/..%2F..%2Fetc"), 404)
     _still_up(keyed)
+
+
+def test_the_request_log_says_why_a_request_failed(model_dir, tmp_path):
+    """A 404 in the log names its reason (a wrong model id), as the client was told; a good request carries none."""
+    with running_server(tmp_path, model_dir) as (url, state), httpx.Client(base_url=url, timeout=60) as client:
+        records: list[dict] = []
+        state.monitor.add_listener(records.append)
+        client.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+        client.get("/health")
+        ends = [r for r in records if r["event"] == "end"]
+    assert ends[0]["status"] == 404 and "'gpt-4o' does not exist" in ends[0]["error"]
+    assert model_dir.name in ends[0]["error"]  # and which id this server serves
+    assert ends[1]["status"] == 200 and "error" not in ends[1]

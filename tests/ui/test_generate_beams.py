@@ -44,7 +44,7 @@ def test_beams_grey_out_sampling_settings(window):
     assert gen.form.spec().temperature > 0 and not gen.form.problems.isVisibleTo(gen.form)
     assert gen.settings_spec().temperature == 0.0
     gen.form.set_value("samples", 5)  # more returned beams than beams: the form says so
-    assert gen.form.problems.isVisibleTo(gen.form) and "cannot exceed num_beams" in gen.form.problems.text()
+    assert gen.form.problems.isVisibleTo(gen.form) and "5 cannot exceed beams 3" in gen.form.problems.text()
     gen.form.set_spec(gen.form.spec().replace(samples=1, num_beams=1))
     assert editors["temperature"].isEnabled() and not editors["length_penalty"].isEnabled()
 

@@ -146,3 +146,60 @@ def test_a_failed_turn_leaves_no_dangling_message(chat_tab, qtbot):
     gen.system_prompt.setPlainText(SYSTEM)
     _turn(gen, qtbot, "hello")
     assert gen.rendered[-1][0] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
+
+
+def test_bubbles_regenerate_edit_and_copy(chat_tab, qtbot):
+    from PySide6.QtWidgets import QApplication
+
+    gen = chat_tab
+    view = gen.chat_view
+    gen.form.set_spec(gen.form.spec().replace(temperature=1.0, top_k=50, seed=0))
+    gen.prompt.setPlainText("hello")
+    gen.generate_btn.click()  # what Send does: the box's text, then the box is empty for the next message
+    assert gen.prompt.toPlainText() == ""
+    qtbot.waitUntil(lambda: not gen.running, timeout=60000)
+    first = gen.history[-1][1]
+    assert [b.role for b in view.bubbles] == ["user", "assistant"] and view.bubbles[1].text() == first
+    note = view.bubbles[1].note.text()
+    assert "tokens/s" in note and "eos" not in note and "length" not in note  # how it ended, in words
+    assert view.bubbles[1].regen_btn.isVisibleTo(view.bubbles[1]) and view.bubbles[0].edit_btn.isVisibleTo(
+        view.bubbles[0])
+    view.bubbles[1].copy_btn.click()
+    assert QApplication.clipboard().text() == first
+    # Regenerate: the same question again, a new reply in place of the old one
+    gen.form.set_spec(gen.form.spec().replace(seed=1))
+    view.bubbles[1].regen_btn.click()
+    qtbot.waitUntil(lambda: not gen.running, timeout=60000)
+    assert len(gen.history) == 2 and gen.history[0] == ("user", "hello") and len(view.bubbles) == 2
+    assert gen.rendered[-1][0] == [{"role": "user", "content": "hello"}]
+    _turn(gen, qtbot, "and then?")
+    assert len(view.bubbles) == 4
+    # Edit the first message: it comes back to the box, it and everything after it are forgotten
+    view.bubbles[0].edit_btn.click()
+    assert gen.prompt.toPlainText() == "hello" and gen.history == [] and view.bubbles == []
+    gen.prompt.setPlainText("hello there")
+    gen.generate()
+    qtbot.waitUntil(lambda: not gen.running, timeout=60000)
+    assert gen.history[0] == ("user", "hello there") and gen.rendered[-1][0] == [{"role": "user",
+                                                                                  "content": "hello there"}]
+
+
+def test_chat_is_the_default_for_models_taught_to_chat(window, chat_model, tmp_path):
+    from desktop_app.engine.specs import RunConfig
+    from desktop_app.ui.generate_support import opens_in_chat
+
+    own = shutil.copytree(chat_model, tmp_path / "own-template")
+    (own / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    assert opens_in_chat(own)  # a template of its own (a Hugging Face chat model)
+    assert not opens_in_chat(chat_model)  # only the template every tokenizer trained here gets
+    for objective, chat in (("causal_lm", False), ("sft", True), ("dpo", True), ("selfplay", False)):
+        run = tmp_path / f"run-{objective}"
+        run.mkdir()
+        RunConfig(objective=objective, base_model="/b" if objective != "causal_lm" else "").save(run / "run.json")
+        assert opens_in_chat(run) == chat, objective
+    gen = window.generate_tab
+    window.tabs.setCurrentWidget(gen)
+    gen.select_source(str(own))
+    assert gen.chat_mode() and gen.chat_btn.isChecked() and gen.generate_btn.text() == "Send"
+    gen.select_source(str(chat_model))
+    assert not gen.chat_mode() and gen.complete_btn.isChecked() and gen.generate_btn.text() == "Generate"

@@ -29,6 +29,10 @@ def _changed(f: dataclasses.Field) -> object:
         return [meta["choices"][0], meta["choices"][-1]]
     if widget == "weights":
         return {meta["keys"][0]: 0.5, meta["keys"][1]: 2.0, meta["keys"][2]: 0.0}  # a 0 given stays
+    if widget == "numbers":
+        return {"depth": 3, "pairs": 4}
+    if widget == "records":
+        return [{"type": "deduction", "program": "x", "inputs": []}]
     if widget == "json":
         return {"depth": 3} if isinstance(default, dict) else [{"type": "deduction", "program": "x", "inputs": []}]
     if "choices" in meta:
@@ -65,7 +69,7 @@ def test_each_method_form_round_trips_defaults_and_changes(qtbot, objective):
     assert again.spec() == changed and again.values() == form.values()
 
 
-def test_each_widget_kind_reads_what_the_user_does(qtbot):
+def test_each_widget_kind_reads_what_the_user_does(qtbot, tmp_path):
     sft = SpecForm(METHOD_OPTIONS["sft"])
     grpo = SpecForm(METHOD_OPTIONS["grpo"])
     selfplay = SpecForm(METHOD_OPTIONS["selfplay"])
@@ -91,15 +95,28 @@ def test_each_widget_kind_reads_what_the_user_does(qtbot):
     assert grpo.spec().weights == {"answer": 1.0, "format": 0.5}
     weights.boxes["answer"].setValue(0.0)
     assert grpo.spec().weights == {"answer": 0.0, "format": 0.5}  # given by the spec shown: kept, as 0
-    # json: parsed when read; what does not parse is named, and the default stands meanwhile
+    # numbers: a whole number per known option, "default" (left out) until set; options it does not know are kept
     world = selfplay.editors["world_options"]
-    world.setText('{"depth": 2}')
+    assert world.boxes["depth"].text() == "default" and selfplay.spec().world_options == {}
+    world.boxes["depth"].setValue(2)
     assert selfplay.spec().world_options == {"depth": 2}
-    world.setText("{depth: 2")
-    assert selfplay.spec().world_options == {}
-    assert any(p.startswith("world_options is not valid JSON") for p in selfplay.validate())
-    selfplay.editors["seeds"].setText('{"not": "a list"}')
-    assert "seeds must be a JSON list" in selfplay.input_problems()
+    world.set_value({"pairs": 5, "custom": 7})
+    assert selfplay.spec().world_options == {"custom": 7, "pairs": 5}
+    # records: task objects loaded from a JSON Lines file; what is no object is named by its line, the rest kept
+    tasks = tmp_path / "seeds.jsonl"
+    task = {"type": "deduction", "program": "lambda x: x + 1", "inputs": [1], "outputs": [2]}
+    tasks.write_text(json.dumps(task) + "\n{not json\n[1, 2]\n", encoding="utf-8")
+    seeds = selfplay.editors["seeds"]
+    with qtbot.waitSignal(selfplay.changed, timeout=1000):
+        assert not seeds.load_file(tasks)
+    assert selfplay.spec().seeds == [task] and seeds.summary.text() == "1 loaded (deduction 1)"
+    problems = selfplay.input_problems()
+    assert "seeds: seeds.jsonl line 2 is not valid JSON" in problems
+    assert "seeds: seeds.jsonl line 3 is not a JSON object" in problems
+    selfplay.validate()
+    assert "• Your seed tasks: seeds.jsonl line 2 is not valid JSON" in selfplay.problems.text()
+    seeds.clear_btn.click()
+    assert selfplay.spec().seeds == [] and selfplay.input_problems() == []
     # file: a path typed or browsed; the reward file's note sits under it
     grpo.editors["reward_file"].line.setText("  /tmp/r.py ")
     assert grpo.spec().reward_file == "/tmp/r.py"
@@ -133,3 +150,93 @@ def test_the_method_panel_shows_each_method_with_the_one_form(window, qtbot):
     assert any("not in the sandbox" in text for text in notes)
     window.train_tab.setup.set_method("pretraining")
     qtbot.waitUntil(lambda: not window.ctx.runner.running_kinds(), timeout=20000)  # self-play probed the sandbox
+
+
+def test_training_settings_read_as_words_with_units_and_what_zero_means(qtbot):
+    from desktop_app.engine.specs import DataSpec, GenerateSpec, ModelSpec, TrainSpec
+
+    train = SpecForm(TrainSpec)
+    qtbot.addWidget(train)
+    labels = {name: label.text() for name, label in train.labels.items()}
+    assert labels["lr"] == "Learning rate" and labels["min_lr_ratio"] == "Final learning rate"
+    assert labels["grad_clip"].startswith("Gradient clipping") and labels["beta1"].startswith("Adam beta1")
+    assert labels["nonfinite_policy"] == "On a NaN or Inf loss"
+    assert train.editors["micro_batch_size"].text() == "same as the batch"  # 0 said in words
+    assert train.editors["threads"].text() == "auto" and train.editors["early_stopping_patience"].text() == "off"
+    assert train.editors["steps"].text() == "200 steps" and train.editors["min_lr_ratio"].text() == "0.1 x peak"
+    # no field is left with a label made from its name, in any spec the window shows
+    for cls in (ModelSpec, DataSpec, TrainSpec, GenerateSpec, *METHOD_OPTIONS.values()):
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("label"), f"{cls.__name__}.{f.name} has no label"
+    # problems name the field as the form does
+    train.set_value("micro_batch_size", 5)
+    train.validate()
+    assert "• Batch size 16 is not a multiple of micro-batch size 5" in train.problems.text()
+
+
+def test_seeds_have_no_thousands_separator_and_no_negatives(qtbot):
+    selfplay = SpecForm(METHOD_OPTIONS["selfplay"])
+    qtbot.addWidget(selfplay)
+    seed = selfplay.editors["heldout_seed"]
+    assert seed.text() == "9001" and seed.minimum() == 0
+    sft = SpecForm(METHOD_OPTIONS["sft"])
+    qtbot.addWidget(sft)
+    sft.editors["max_len"].setValue(4096)
+    assert sft.editors["max_len"].text() == "4,096 tokens"  # quantities keep theirs
+
+
+def test_advanced_rows_hide_until_asked_and_keep_their_values(qtbot):
+    from desktop_app.engine.specs import TrainSpec
+
+    form = SpecForm(TrainSpec)
+    qtbot.addWidget(form)
+    form.show()
+    basic = [n for n in form.editors if n not in form.advanced]
+    assert {"steps", "batch_size", "lr"} <= set(basic) and "beta1" in form.advanced and len(basic) <= 12
+    assert form.editors["steps"].isVisible() and not form.editors["beta1"].isVisible()
+    form.set_value("beta1", 0.8)
+    assert form.spec().beta1 == 0.8  # hidden, still read
+    form.advanced_check.setChecked(True)
+    assert form.editors["beta1"].isVisible()
+    # sample prompts: one per line; nothing typed is one sample from the start of the text
+    prompts = form.editors["sample_prompts"]
+    assert form.spec().sample_prompts == [""] and prompts.toPlainText() == ""
+    prompts.setPlainText("Once upon a time\n\nThe cat")
+    assert form.spec().sample_prompts == ["Once upon a time", "The cat"]
+
+
+def test_target_modules_are_picked_from_the_base_models_layers(qtbot):
+    from desktop_app.engine.specs import AdapterSpec
+
+    form = SpecForm(AdapterSpec, exclude=("kind",))
+    qtbot.addWidget(form)
+    modules = form.editors["target_modules"]
+    assert form.spec().target_modules == [] and "choose a base model" in modules.note.text()
+    modules.set_choices(["q_proj", "k_proj", "v_proj", "o_proj"])
+    assert list(modules.checks) == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    modules.checks["q_proj"].setChecked(True)
+    modules.checks["v_proj"].setChecked(True)
+    assert form.spec().target_modules == ["q_proj", "v_proj"] and modules.note.text() == "only the ticked layers"
+    form.set_value("target_modules", ["c_attn"])  # a name the base does not list (another base's): kept, ticked
+    assert form.spec().target_modules == ["c_attn"] and "c_attn" in modules.checks
+
+
+def test_validation_files_take_drops_and_folders(qtbot, tmp_path):
+    from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    form = SpecForm(METHOD_OPTIONS["sft"])
+    qtbot.addWidget(form)
+    folder = tmp_path / "held-out"
+    (folder / "more").mkdir(parents=True)
+    for path in (folder / "a.jsonl", folder / "more" / "b.jsonl"):
+        path.write_text('{"messages": []}\n')
+    (folder / "notes.txt").write_text("not data")
+    files = form.editors["val_data"]
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(folder))])
+    event = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                       Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(form.changed, timeout=1000):
+        files.list.dropEvent(event)
+    assert form.spec().val_data == [str(folder / "a.jsonl"), str(folder / "more" / "b.jsonl")]  # the folder's data

@@ -26,6 +26,14 @@ def test_toggle_serves_logs_and_stops(window, populated_workspace, qtbot):
     assert panel.url in panel.url_label.text() and "/v1" in panel.url_label.text()
     model_id = httpx.get(panel.url + "/v1/models", timeout=30).json()["data"][0]["id"]
     assert model_id == run.name
+    # it shows that it is on, and the model id clients must send
+    assert panel.toggle.text() == "Stop serving" and "serving" in panel.state_label.text()
+    qtbot.waitUntil(lambda: panel.model_id == model_id, timeout=10000)
+    assert f"<b>{model_id}</b>" in panel.url_label.text()
+    wrong = httpx.post(panel.url + "/v1/completions", json={"model": "gpt-4o", "prompt": "hi"}, timeout=30)
+    assert wrong.status_code == 404
+    qtbot.waitUntil(lambda: "→ 404" in panel.log.toPlainText(), timeout=10000)
+    assert "'gpt-4o' does not exist" in panel.log.toPlainText()  # the log says why, not only "404"
     r = httpx.post(panel.url + "/v1/completions", json={"model": model_id, "prompt": "the cat", "max_tokens": 4,
                                                         "temperature": 0}, timeout=60)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
@@ -37,6 +45,7 @@ def test_toggle_serves_logs_and_stops(window, populated_workspace, qtbot):
     qtbot.waitUntil(lambda: not panel.running, timeout=30000)
     assert panel.process is None and proc is not None
     assert not panel.toggle.isChecked() and panel.url_label.text() == "Not serving"
+    assert panel.toggle.text() == "Serve this model" and panel.state_label.text() == ""
     assert "server stopped" in panel.log.toPlainText()
     assert not window.ctx.errors, window.ctx.errors
 

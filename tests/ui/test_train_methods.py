@@ -68,8 +68,8 @@ def test_method_switching_shows_the_right_fields_with_help(window, qtbot):
         assert tuple(_visible(tab).values()) == shown, key
         assert tab.setup.dataset_box.isVisibleTo(tab) == (key == "pretraining")
         view = tab.run_view
-        assert view.bottom_tabs.isTabVisible(view.preview_index) == (key in ("sft", "lora", "qlora", "dpo"))
-        assert view.bottom_tabs.isTabVisible(view.browser_index) == (key == "selfplay")
+        assert view.view_tabs.isTabVisible(view.preview_index) == (key in ("sft", "lora", "qlora", "dpo"))
+        assert view.view_tabs.isTabVisible(view.browser_index) == (key == "selfplay")
         form = tab.setup.method_panel.options_form()
         if key != "pretraining":
             editors = [w for w in form.findChildren(object) if w.objectName().startswith(("field_", "option_"))]
@@ -207,10 +207,13 @@ def test_bad_input_is_refused_clearly_and_nothing_is_lost(window, qtbot, tmp_pat
     assert "use it with DPO" in message and not tab.running
     assert tab.setup.method_panel.data_files() == [missing, odd, pref, good]  # nothing lost
     assert tab.setup.method_panel.base_model() == base
-    # the same preference file is right for DPO
+    # DPO keeps a list of its own: SFT's chat files are not offered to it (nor shown red there)
     tab.setup.set_method("dpo")
-    assert tab.setup.method_panel.data_list.item(2).text() == "pref.jsonl — preference pairs"
-    assert "DPO needs preference pairs" in tab.setup.method_panel.data_list.item(3).text()
+    assert tab.setup.method_panel.data_files() == []
+    tab.setup.method_panel.data_list.set_files([pref])
+    assert tab.setup.method_panel.data_list.item(0).text() == "pref.jsonl — preference pairs"
+    tab.setup.set_method("sft")
+    assert tab.setup.method_panel.data_files() == [missing, odd, pref, good]
 
 
 def test_engine_refusal_at_start_reaches_the_user(window, qtbot, tmp_path):
@@ -417,3 +420,68 @@ def test_hooks_for_drops_and_the_library(window, tmp_path, base):
     assert tab.accepts_data_drops()
     assert tab.add_data_files([_jsonl(tmp_path / "a.jsonl", CHAT)]) == 1
     assert tab.setup.method_panel.data_files() == [str(tmp_path / "a.jsonl")]
+
+
+def test_each_kind_of_data_keeps_its_own_files(window, tmp_path, base):
+    """A chat file chosen for LoRA is not shown (red) under DPO or GRPO, and LoRA's command passes only its own."""
+    tab = window.train_tab
+    panel = tab.setup.method_panel
+    chats = _jsonl(tmp_path / "chats.jsonl", CHAT)
+    pairs = _jsonl(tmp_path / "pairs.jsonl", PREF)
+    prompts = _jsonl(tmp_path / "prompts.jsonl", PROMPT)
+    tab.setup.set_method("lora")
+    panel.base_picker.set_path(base)
+    panel.data_list.set_files([chats])
+    tab.setup.set_method("dpo")
+    assert panel.data_files() == [] and panel.data_list.count() == 0
+    panel.data_list.add_paths([pairs])
+    tab.setup.set_method("grpo")
+    assert panel.data_files() == []
+    panel.data_list.add_paths([prompts])
+    assert panel.data_list.problems == {}
+    tab.setup.set_method("qlora")  # the same records as LoRA: the same list
+    assert panel.data_files() == [chats]
+    tab.setup.set_method("lora")
+    first = tab.cli_command().splitlines()[0]
+    assert f"--data {shlex.quote(chats)}" in first and "pairs" not in first and "prompts" not in first
+    assert tab.setup.build_config().data == [chats]
+    tab.setup.set_method("dpo")
+    assert tab.setup.build_config().data == [pairs]
+    tab.setup.set_method("grpo")
+    assert tab.setup.build_config().data == [prompts]
+
+
+def test_epochs_follow_steps_and_batch_and_warn_of_many(window, qtbot, tmp_path, base):
+    tab = window.train_tab
+    setup = tab.setup
+    setup.set_method("sft")
+    setup.method_panel.base_picker.set_path(base)
+    records = _jsonl(tmp_path / "twenty.jsonl", *[CHAT] * 20)
+    setup.method_panel.data_list.set_files([records])
+    setup.form.set_values({"steps": 200, "batch_size": 16})
+    row = setup.epochs_row
+    assert row.isVisibleTo(tab) and row.box.value() == 160.0  # 200 x 16 / 20
+    assert row.warning.isVisibleTo(tab) and "160 epochs" in row.warning.text()
+    row.box.setValue(2.0)  # typed: the steps that give 2 epochs
+    row.box.valueChanged.emit(2.0)
+    assert setup.form.spec().steps == 3 and not row.warning.isVisibleTo(tab)  # ceil(2 x 20 / 16)
+    setup.set_method("selfplay")  # no data: no epochs
+    assert not row.isVisibleTo(tab)
+    _wait_idle(qtbot, window)  # the self-play method probed the sandbox
+
+
+def test_the_demo_job_passes_its_runs_settings_to_the_recipe(monkeypatch, tmp_path):
+    import desktop_app.engine.recipes.selfplay_demo as demo
+    from desktop_app.engine.events import Controls, Finished
+    from desktop_app.ui.train_jobs import demo_job
+
+    calls = []
+
+    def recipe(out, *, minutes, controls, **options):
+        calls.append((minutes, options))
+        yield Finished("completed")
+
+    monkeypatch.setattr(demo, "run_demo", recipe)
+    assert [e.reason for e in demo_job(tmp_path, Controls(), 2.0, {"time_budget_s": 55.0})] == ["completed"]
+    list(demo_job(tmp_path, Controls(), 3.0))
+    assert calls == [(2.0, {"train_overrides": {"time_budget_s": 55.0}}), (3.0, {})]

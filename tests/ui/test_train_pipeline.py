@@ -182,7 +182,8 @@ def test_pipeline_problems_are_named_before_anything_starts(window, qtbot, tmp_p
     assert not tab.start() and not tab.running
     message = window.ctx.errors[-1][0]
     assert "The pipeline cannot start yet" in message
-    assert "stage 1 (sft): the first stage needs a model spec or a base_model" in message
+    assert "stage 1 (sft): choose its base model below" in message  # in the editor's words, not "base_model"
+    assert "base_model" not in message and "model spec" not in message
     assert "the name 'sft' is used twice" in message
     assert "DPO needs preference pairs" in message
     # reorder and remove

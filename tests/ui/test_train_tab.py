@@ -106,6 +106,7 @@ def test_train_pause_save_now_stop_resume(window, populated_workspace, qtbot):
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=60000)
     assert tab.run_view.last_finished.reason == "stopped"
+    assert tab.run_view.next_bar.isVisibleTo(tab)  # the job is over: chat with it, export it, fine-tune it
     run = tab.run_dir
     stopped_step = tab.run_view.last_finished.step
     assert (run / "run.json").exists()

@@ -142,6 +142,12 @@ def test_library_watch_live_names_the_run(window, qtbot, workspace):
 def test_distributed_fields_and_the_torchrun_command(window, qtbot):
     tab = window.train_tab
     tab.setup.set_method("lora")
+    # one process on this machine: torchrun's fields wait under Advanced (shown by themselves with several GPUs)
+    assert not tab.setup.dist_group.isVisibleTo(tab)
+    tab.setup.set_gpu_count(2)
+    assert tab.setup.dist_group.isVisibleTo(tab)
+    tab.setup.set_gpu_count(0)
+    tab.setup.advanced_check.setChecked(True)
     assert tab.setup.dist_group.isVisibleTo(tab)
     assert all(w.toolTip() for w in tab.setup.dist_form.editors.values())  # help text from DistributedSpec
     assert tab.setup.build_config().distributed == {}  # defaults: run.json as the CLI writes it

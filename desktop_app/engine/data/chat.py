@@ -30,6 +30,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
@@ -347,3 +348,31 @@ def stop_token_ids(tokenizer: Any, model: Any = None, *, chat: bool = True) -> l
         if turn is not None and turn not in ids:
             ids.append(turn)
     return ids
+
+
+def folder_chat_template(path: str | Path) -> str:
+    """The chat template the model at `path` (a run: its newest committed checkpoint; a checkpoint, export or Hugging
+    Face folder) ships in its tokenizer files, read without loading the tokenizer; "" when it has none."""
+    import json
+
+    from desktop_app.engine.run_folder import is_run_folder, list_committed
+
+    folder = Path(path).expanduser()
+    if is_run_folder(folder):
+        committed = list_committed(folder)
+        if not committed:
+            return ""
+        folder = committed[-1]
+    try:
+        return (folder / "chat_template.jinja").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):  # several named templates: the default one, else the first
+        named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default", next(iter(named.values()), None))
+    return template.strip() if isinstance(template, str) else ""

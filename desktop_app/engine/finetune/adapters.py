@@ -32,6 +32,28 @@ FAMILY_TARGETS = {  # what default_target_modules finds, for help texts and the 
 }
 
 
+def family_targets(path: str | Path) -> list[str]:
+    """The linear layers LoRA can target in the model at `path` (a run, checkpoint, export, adapter or HF folder), by
+    its family (config.json's model_type), without loading or hashing anything; [] when unknown."""
+    from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
+    from desktop_app.engine.run_folder import is_run_folder, list_committed, read_json
+
+    folder = Path(path).expanduser()
+    if is_run_folder(folder):
+        committed = list_committed(folder)
+        if not committed:
+            return []
+        folder = committed[-1]
+    if is_adapter_folder(folder):
+        try:
+            return family_targets(adapter_base_path(folder))
+        except UserError:
+            return []
+    config = read_json(folder / "config.json")
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    return list(FAMILY_TARGETS.get(str(model_type), []))
+
+
 def is_peft_model(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 

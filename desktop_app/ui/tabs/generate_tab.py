@@ -1,24 +1,29 @@
-"""Generate tab: pick a model or checkpoint, prompt, sampling settings, stream text; compare checkpoints.
+"""Generate tab: pick a model or checkpoint, then chat with it or let it complete a text, with sampling settings;
+compare checkpoints side by side; serve the model to other programs.
 
-Beams above 1 switch to beam search: the sampling-only settings (temperature, top-k, top-p, min-p, seed) are
-greyed out and not used, length penalty and early stopping become active, and each output shows its beam's
-text when the search ends (beams cannot stream: a beam's past can still change).
-
-Chat mode (the `chat` setting) is a multi-turn conversation: every turn sends the optional system prompt and the
-whole transcript (the user's messages and the replies the model actually gave, a stopped reply as far as it was
-shown) through the model's chat template. When the conversation outgrows the model's context its oldest turns
-are left out of what the model sees (the label says so; the transcript keeps them). "New chat" forgets it.
+Two modes (the `chat` setting, switched by the buttons beside the model; a model that ships its own chat template
+opens in Chat):
+- Chat: a conversation in bubbles. Every turn sends the optional system prompt and the whole conversation (your
+  messages and the replies the model actually gave, a stopped reply as far as it was shown) through the model's
+  chat template. Enter sends, Shift+Enter starts a new line; the box empties once sent. Regenerate asks again for
+  the last reply, Edit puts one of your messages back in the box (the chat after it is forgotten), Copy copies a
+  message. When the conversation outgrows the model's context its oldest turns are left out of what the model sees
+  (the status line says so; the chat keeps them). "New chat" forgets it.
+- Text completion: the model continues the prompt (Ctrl+Enter generates), several samples or checkpoints side by
+  side. Beams above 1 switch to beam search: the sampling-only settings (temperature, top-k, top-p, min-p, seed)
+  are greyed out and not used, length penalty and early stopping become active, and each output shows its beam's
+  text when the search ends (beams cannot stream: a beam's past can still change).
 """
 
 from __future__ import annotations
 
 import html
-import threading
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QButtonGroup,
     QCheckBox,
     QComboBox,
     QFileDialog,
@@ -32,6 +37,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSplitter,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -39,39 +45,15 @@ from PySide6.QtWidgets import (
 from desktop_app.engine.events import Controls, GenerationStats, TextDelta
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.generate_support import ModelCache, finish_words, opens_in_chat
 from desktop_app.ui.tabs.serve_panel import ServePanel
+from desktop_app.ui.widgets.chat_view import Bubble, ChatInput, ChatView, copy_text
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.stream_view import StreamView
 
 # Settings that only sampling uses, and those only beam search uses (greyed out when they do not apply).
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")
 BEAM_ONLY = ("length_penalty", "early_stopping")
-
-
-class ModelCache:
-    """The last loaded model, reused across generations (loading is the slow part). Worker-thread only."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.path: str | None = None
-        self.loaded: Any = None
-
-    def get(self, path: str) -> Any:
-        from desktop_app.engine.model.folders import resolve_model_folder
-        from desktop_app.engine.model.loading import load_model
-
-        # Keyed on the folder a path resolves to: a run's "newest checkpoint" moves on while it trains.
-        folder = str(resolve_model_folder(path)[0])
-        with self._lock:
-            if self.path != folder or self.loaded is None:
-                self.loaded = None  # free the old one first
-                self.loaded = load_model(folder)
-                self.path = folder
-            return self.loaded
-
-    def clear(self) -> None:
-        with self._lock:
-            self.path, self.loaded = None, None
 
 
 def _generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[str, str]], spec: GenerateSpec,
@@ -114,29 +96,45 @@ class GenerateTab(QWidget):
         self.task = None
         self.outputs: list[StreamView] = []
         self.stats: list[GenerationStats] = []
-        self.history: list[tuple[str, str]] = []  # chat transcript (role, text), user and assistant turns
+        self.history: list[tuple[str, str]] = []  # the conversation (role, text), user and assistant turns
         self._reply: str | None = None  # the reply of the chat turn in flight, as shown so far (None: no chat turn)
+        self._reply_bubble: Bubble | None = None
         self._trimmed = 0  # messages of the conversation in flight left out to fit the model's context
         self._discard = False  # Clear during a generation: ignore what the stopping task still sends
         self._beams = 1  # num_beams of the running generation
+        self._max_new = 0  # max_new_tokens of the running generation (for "cut at the longest reply")
+        self._mode_pending = False  # the model changed while the tab was hidden: choose its mode when shown
 
+        # --- the model and the mode ---
         self.source_box = QComboBox()
         self.source_box.setObjectName("sourceBox")
-        self.source_box.setMinimumWidth(320)
+        self.source_box.setMinimumWidth(200)
+        self.source_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.source_box.setMinimumContentsLength(24)
         self.source_box.setToolTip("A run (its newest checkpoint), one checkpoint, an export or a Hugging Face folder")
         self.browse_btn = QPushButton("Browse…")
         self.refresh_btn = QPushButton("Refresh")
+        self.chat_btn = QPushButton("Chat")
+        self.chat_btn.setObjectName("chatModeButton")
+        self.chat_btn.setToolTip("A conversation through the model's chat template (on for models that ship one)")
+        self.complete_btn = QPushButton("Text completion")
+        self.complete_btn.setObjectName("completionModeButton")
+        self.complete_btn.setToolTip("The model continues your text; several samples or checkpoints side by side")
+        self.mode_group = QButtonGroup(self)
+        for b in (self.chat_btn, self.complete_btn):
+            b.setCheckable(True)
+            self.mode_group.addButton(b)
         top = QHBoxLayout()
         top.addWidget(QLabel("Model"))
         top.addWidget(self.source_box, 1)
         top.addWidget(self.browse_btn)
         top.addWidget(self.refresh_btn)
+        top.addSpacing(12)
+        top.addWidget(self.chat_btn)
+        top.addWidget(self.complete_btn)
 
+        # --- left: sampling settings, compare, the local server ---
         self.form = SpecForm(GenerateSpec)
-        form_scroll = QScrollArea()
-        form_scroll.setWidgetResizable(True)
-        form_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        form_scroll.setWidget(self.form)
         self.compare_check = QCheckBox("Compare checkpoints side by side")
         self.compare_list = QListWidget()
         self.compare_list.setObjectName("compareList")
@@ -144,22 +142,44 @@ class GenerateTab(QWidget):
         self.compare_list.setMaximumHeight(150)
         settings_box = QGroupBox("Sampling")
         sl = QVBoxLayout(settings_box)
-        sl.addWidget(form_scroll, 1)
+        sl.addWidget(self.form)
         sl.addWidget(self.compare_check)
         sl.addWidget(self.compare_list)
+        self.serve_panel = ServePanel(ctx, lambda: self.source_box.currentData())
+        left_inner = QWidget()
+        ll = QVBoxLayout(left_inner)
+        ll.setContentsMargins(0, 0, 6, 0)
+        ll.addWidget(settings_box)
+        ll.addWidget(self.serve_panel)
+        ll.addStretch(1)
+        left = QScrollArea()
+        left.setWidgetResizable(True)
+        left.setFrameShape(QScrollArea.Shape.NoFrame)
+        left.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        left.setWidget(left_inner)
+        left.setMinimumWidth(280)
 
+        # --- right: the chat or the outputs, then the box and its buttons ---
+        self.chat_view = ChatView()
+        self.out_area = QWidget()
+        self.out_grid = QGridLayout(self.out_area)
+        self.out_grid.setContentsMargins(0, 0, 0, 0)
+        self.output_stack = QStackedWidget()
+        self.output_stack.addWidget(self.out_area)
+        self.output_stack.addWidget(self.chat_view)
         self.system_label = QLabel("System prompt")
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setObjectName("systemPromptEdit")
         self.system_prompt.setPlaceholderText("Optional instructions the model gets before the chat "
                                               "(e.g. \"Answer in one sentence.\")")
         self.system_prompt.setToolTip("Sent as the system message with every turn of the chat")
-        self.system_prompt.setMaximumHeight(60)
+        self.system_prompt.setMaximumHeight(48)
+        self.system_prompt.setTabChangesFocus(True)
         self.system_prompt.setAcceptDrops(False)
-        self.prompt = QPlainTextEdit()
+        self.prompt_label = QLabel("Prompt")
+        self.prompt = ChatInput()
         self.prompt.setObjectName("promptEdit")
-        self.prompt.setPlaceholderText("Type a prompt (empty = start of text)…  Ctrl+G generates")
-        self.prompt.setMaximumHeight(110)
+        self.prompt.setMaximumHeight(96)
         self.prompt.setAcceptDrops(False)
         self.generate_btn = QPushButton("Generate")
         self.generate_btn.setProperty("primary", True)
@@ -168,37 +188,34 @@ class GenerateTab(QWidget):
         self.stop_btn.setEnabled(False)
         self.clear_btn = QPushButton("Clear")
         self.clear_btn.setObjectName("clearButton")
+        self.copy_chat_btn = QPushButton("Copy chat")
+        self.copy_chat_btn.setToolTip("Copy the whole conversation as text")
         self.stats_label = QLabel("")
         self.stats_label.setObjectName("genStats")
         self.stats_label.setProperty("role", "muted")
+        self.stats_label.setWordWrap(True)
         actions = QHBoxLayout()
         actions.addWidget(self.generate_btn)
         actions.addWidget(self.stop_btn)
         actions.addWidget(self.clear_btn)
+        actions.addWidget(self.copy_chat_btn)
         actions.addWidget(self.stats_label, 1)
-        self.out_area = QWidget()
-        self.out_grid = QGridLayout(self.out_area)
-        self.out_grid.setContentsMargins(0, 0, 0, 0)
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.addWidget(self.system_label)
         rl.addWidget(self.system_prompt)
-        rl.addWidget(QLabel("Prompt"))
+        rl.addWidget(self.output_stack, 1)
+        rl.addWidget(self.prompt_label)
         rl.addWidget(self.prompt)
         rl.addLayout(actions)
-        rl.addWidget(self.out_area, 1)
 
-        self.serve_panel = ServePanel(ctx, lambda: self.source_box.currentData())
-        left = QWidget()
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(settings_box, 1)
-        ll.addWidget(self.serve_panel)
         body = QSplitter(Qt.Orientation.Horizontal)
         body.addWidget(left)
         body.addWidget(right)
-        body.setSizes([340, 900])
+        body.setStretchFactor(0, 0)
+        body.setStretchFactor(1, 1)
+        body.setSizes([330, 900])
         root = QVBoxLayout(self)
         root.addLayout(top)
         root.addWidget(body, 1)
@@ -206,10 +223,18 @@ class GenerateTab(QWidget):
         self.browse_btn.clicked.connect(self._browse)
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh_sources())
         self.generate_btn.clicked.connect(lambda _=False: self.generate())
+        self.prompt.submitted.connect(lambda: self.generate())
         self.stop_btn.clicked.connect(lambda _=False: self.stop())
         self.clear_btn.clicked.connect(lambda _=False: self.clear())
+        self.copy_chat_btn.clicked.connect(lambda _=False: copy_text(self.chat_view.text()))
         self.compare_check.toggled.connect(self.compare_list.setVisible)
         self.form.changed.connect(self._on_form_changed)
+        self.chat_btn.clicked.connect(lambda _=False: self.set_chat_mode(True))
+        self.complete_btn.clicked.connect(lambda _=False: self.set_chat_mode(False))
+        self.source_box.currentIndexChanged.connect(lambda _i: self._on_source_changed())
+        self.chat_view.copy_requested.connect(copy_text)
+        self.chat_view.regenerate_requested.connect(self.regenerate)
+        self.chat_view.edit_requested.connect(self.edit_message)
         self._sync_beam_controls()
         self._sync_chat_controls()
         self._make_outputs(["Output"])
@@ -243,6 +268,8 @@ class GenerateTab(QWidget):
                 i = self.source_box.count() - 1
             self.source_box.setCurrentIndex(i)
         self.source_box.blockSignals(False)
+        if self.source_box.currentData() != current:
+            self._on_source_changed()
 
     def select_source(self, path: str) -> None:
         i = self.source_box.findData(str(path))
@@ -256,6 +283,21 @@ class GenerateTab(QWidget):
                                                   str(self.ctx.workspace.root))
         if folder:
             self.select_source(folder)
+
+    def _on_source_changed(self) -> None:
+        """A model taught to chat opens in Chat, any other in Text completion (see `opens_in_chat`). Decided once the
+        tab is shown: reading a model's tokenizer files has no place in the window's start-up."""
+        path = self.source_box.currentData()
+        if not self.isVisible():
+            self._mode_pending = True
+        elif path and not self.running:
+            self._mode_pending = False
+            self.set_chat_mode(opens_in_chat(path))
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._mode_pending:
+            self._on_source_changed()
 
     # --- outputs ---
     def _make_outputs(self, titles: list[str]) -> None:
@@ -283,8 +325,9 @@ class GenerateTab(QWidget):
         if self.running:
             self.task.stop()
             self._discard = True  # its late events (and the reply) belong to the forgotten outputs
-        self._reply = None
+        self._reply, self._reply_bubble = None, None
         self.history.clear()
+        self.chat_view.clear()
         self._make_outputs(["Output"])
         self.stats_label.setText("")
 
@@ -294,7 +337,17 @@ class GenerateTab(QWidget):
         head = [{"role": "system", "content": system}] if system else []
         return head + [{"role": role, "content": text} for role, text in self.history]
 
-    # --- settings ---
+    # --- settings and mode ---
+    def chat_mode(self) -> bool:
+        return bool(self.form.spec().chat)
+
+    def set_chat_mode(self, on: bool) -> None:
+        self._mode_pending = False  # chosen: the model's default no longer applies
+        if self.chat_mode() != bool(on):
+            self.form.set_value("chat", bool(on))  # comes back through form.changed
+        else:
+            self._sync_chat_controls()
+
     def settings_spec(self) -> GenerateSpec:
         """The form's settings as generation uses them: with beams > 1 the greyed-out sampling settings are
         not used (temperature 0: beams pick without randomness)."""
@@ -302,6 +355,8 @@ class GenerateTab(QWidget):
         return spec.replace(temperature=0.0) if spec.num_beams > 1 else spec
 
     def _on_form_changed(self) -> None:
+        if self.chat_btn.isChecked() != self.chat_mode():
+            self._mode_pending = False  # the mode was set through the settings: keep it
         self._sync_beam_controls()
         self._sync_chat_controls()
         self.form.show_problems(self.settings_spec().validate())
@@ -309,22 +364,30 @@ class GenerateTab(QWidget):
     def _sync_beam_controls(self) -> None:
         """Beams > 1: sampling settings off (they do not apply), beam settings on; and the other way round."""
         beams = self.form.editors["num_beams"].value() > 1  # type: ignore[attr-defined]
-        layout = self.form.layout()
         for name in SAMPLING_ONLY + BEAM_ONLY:
             editor = self.form.editors.get(name)
             if editor is None:
                 continue
             enabled = (name in BEAM_ONLY) == beams
             editor.setEnabled(enabled)
-            label = layout.labelForField(editor) if hasattr(layout, "labelForField") else None
-            if label is not None:
-                label.setEnabled(enabled)
+            self.form.labels[name].setEnabled(enabled)
 
     def _sync_chat_controls(self) -> None:
-        """Chat mode shows the system prompt, and Clear becomes "New chat" (it forgets the conversation)."""
-        chat = bool(self.form.editors["chat"].isChecked())  # type: ignore[attr-defined]
+        """Chat shows the conversation, the system prompt and "New chat"; Text completion the outputs side by side."""
+        chat = self.chat_mode()
+        self.chat_btn.setChecked(chat)
+        self.complete_btn.setChecked(not chat)
+        self.output_stack.setCurrentWidget(self.chat_view if chat else self.out_area)
         self.system_label.setVisible(chat)
         self.system_prompt.setVisible(chat)
+        self.copy_chat_btn.setVisible(chat)
+        self.compare_check.setVisible(not chat)
+        self.compare_list.setVisible(not chat and self.compare_check.isChecked())
+        self.prompt.send_on_enter = chat
+        self.prompt_label.setText("Message" if chat else "Prompt")
+        self.prompt.setPlaceholderText("Message the model…  Enter sends, Shift+Enter starts a new line" if chat else
+                                       "Text for the model to continue (empty: start of text)…  Ctrl+Enter generates")
+        self.generate_btn.setText("Send" if chat else "Generate")
         self.clear_btn.setText("New chat" if chat else "Clear")
         self.clear_btn.setToolTip("Forget the conversation and start a new one" if chat else "Empty the outputs")
 
@@ -334,6 +397,7 @@ class GenerateTab(QWidget):
         return self.task is not None and self.task.running
 
     def generate(self, prompt: str | None = None) -> bool:
+        """Send the box's text (or `prompt`): a chat turn in Chat, a completion otherwise."""
         if self.running:  # Ctrl+G or the Library can ask while a generation streams
             self.ctx.info("A generation is running: stop it first.")
             return False
@@ -341,10 +405,15 @@ class GenerateTab(QWidget):
         problems = spec.validate()
         self.form.show_problems(problems)
         if problems:
-            self.ctx.report_error("The sampling settings have problems:\n" + "\n".join(problems),
-                                  title="Check the settings")
+            self.ctx.report_error("The sampling settings have problems:\n" + "\n".join(
+                self.form.in_words(p) for p in problems), title="Check the settings")
             return False
-        if self.compare_check.isChecked():
+        chat = spec.chat and not self.compare_check.isChecked()
+        text = self.prompt.toPlainText() if prompt is None else prompt
+        if chat and not text.strip():
+            self.ctx.info("Type a message first.")
+            return False
+        if self.compare_check.isChecked() and not chat:
             paths = [self.compare_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.compare_list.count())
                      if self.compare_list.item(i).checkState() == Qt.CheckState.Checked]
             if len(paths) < 2:
@@ -361,35 +430,41 @@ class GenerateTab(QWidget):
             paths = [path]
             label = "Beam" if spec.num_beams > 1 else "Sample"
             titles = [f"{label} {i + 1}" for i in range(spec.samples)] if spec.samples > 1 else ["Output"]
-        text = self.prompt.toPlainText() if prompt is None else prompt
-        if prompt is not None:
-            self.prompt.setPlainText(prompt)
-        chat = spec.chat and not self.compare_check.isChecked()
-        request: str | list[dict[str, str]] = text
         if chat:
-            # The transcript stays visible; the model sees all of it (system prompt first) through its chat
-            # template. One reply per turn: the transcript holds one assistant message per user message.
-            spec = spec.replace(samples=1)
-            if not self.outputs or len(self.outputs) != 1 or not self.history:
-                self._make_outputs(["Chat"])
+            self.prompt.clear()  # sent: the box is free for the next message
+            if not self.history:
+                self.chat_view.clear()  # a new conversation (its system prompt as it is now)
                 system = self.system_prompt.toPlainText().strip()
                 if system:
-                    self.outputs[0].append_text(f"System: {system}\n\n")
+                    self.chat_view.add("system", system)
             self.history.append(("user", text))
-            request = self.messages()
-            self.outputs[0].append_text(("\n\n" if self.history[:-1] else "") + f"You: {text}\n\nModel: ")
-            self._reply = ""
-        else:
-            self.history.clear()
-            self._reply = None
-            self._make_outputs(titles)
-            for view in self.outputs:
-                view.set_prefix(text)
+            self.chat_view.add("user", text).in_history = True
+            return self._send_chat(paths, spec)
+        if prompt is not None:
+            self.prompt.setPlainText(prompt)
+        self.history.clear()
+        self._reply = None
+        self._make_outputs(titles)
+        for view in self.outputs:
+            view.set_prefix(text)
+        return self._start(paths, text, spec)
+
+    def _send_chat(self, paths: list[str], spec: GenerateSpec) -> bool:
+        """The conversation so far (ending with your message) to the model; its reply streams into a new bubble."""
+        # One reply per turn: the transcript holds one assistant message per user message.
+        spec = spec.replace(samples=1)
+        self._reply = ""
+        self._reply_bubble = self.chat_view.add("assistant")
+        self.chat_view.set_regenerable(None)
+        self.chat_view.set_editable(False)
+        return self._start(paths, self.messages(), spec)
+
+    def _start(self, paths: list[str], request: str | list[dict[str, str]], spec: GenerateSpec) -> bool:
         self._trimmed = 0
         self.stats = []
         controls = Controls()
         self._columns = len(paths) > 1
-        self._beams = spec.num_beams
+        self._beams, self._max_new = spec.num_beams, spec.max_new_tokens
         self.task = self.ctx.runner.start("generate",
                                           lambda: _generate_job(self.cache, paths, request, spec, controls), controls)
         self.task.produced.connect(self._on_item)
@@ -399,6 +474,31 @@ class GenerateTab(QWidget):
         self.stop_btn.setEnabled(True)
         self.stats_label.setText("loading the model…")
         return True
+
+    def regenerate(self) -> bool:
+        """Ask again for the model's last reply (the conversation up to your last message is sent again)."""
+        if self.running or not self.history or self.history[-1][0] != "assistant":
+            return False
+        path = self.source_box.currentData()
+        if not path:
+            return False
+        self.history.pop()
+        last = self.chat_view.last("assistant")
+        if last is not None:
+            self.chat_view.remove_from(self.chat_view.bubbles.index(last))
+        return self._send_chat([path], self.settings_spec())
+
+    def edit_message(self, index: int) -> None:
+        """Put message `index` (one of yours) back in the box; it and the chat after it are forgotten."""
+        if self.running or not 0 <= index < len(self.chat_view.bubbles):
+            return
+        bubble = self.chat_view.bubbles[index]
+        kept = sum(1 for b in self.chat_view.bubbles[:index] if b.in_history)
+        del self.history[kept:]
+        self.chat_view.remove_from(index)
+        self.chat_view.set_regenerable(self.chat_view.last("assistant") if self.history else None)
+        self.prompt.setPlainText(bubble.text())
+        self.prompt.setFocus()
 
     def stop(self) -> None:
         if self.running:
@@ -420,19 +520,26 @@ class GenerateTab(QWidget):
             return
         column, event = item
         if isinstance(event, TextDelta):
+            if self._reply is not None:
+                self._reply += event.text
+                if self._reply_bubble is not None:
+                    self.chat_view.stream(self._reply_bubble, event.text)
+                return
             index = column if self._columns else event.sample
             if 0 <= index < len(self.outputs):
                 self.outputs[index].append_text(event.text)
-            if self._reply is not None:
-                self._reply += event.text
         elif isinstance(event, GenerationStats):
             self.stats.append(event)
+            how = finish_words(event.finish_reason, self._max_new)
             if self._reply is not None:
                 self._reply = event.text  # the whole reply (equal to what streamed, stopped or not)
+                if self._reply_bubble is not None:
+                    self._reply_bubble.set_note(f"{len(event.token_ids):,} tokens · {event.tokens_per_s:.1f} "
+                                                f"tokens/s · {how}")
             notes = [self._trim_note()] if self._trimmed else []
             self.stats_label.setText(" · ".join(
-                notes + [f"{s.tokens_per_s:.1f} tokens/s, first token {s.ttft_ms:.0f} ms ({s.finish_reason})"
-                         for s in self.stats[-3:]]))
+                notes + [f"{s.tokens_per_s:.1f} tokens/s, first token {s.ttft_ms:.0f} ms, "
+                         f"{finish_words(s.finish_reason, self._max_new)}" for s in self.stats[-3:]]))
 
     def _trim_note(self) -> str:
         return f"the {self._trimmed} oldest messages no longer fit the model's context: it did not see them"
@@ -445,8 +552,12 @@ class GenerateTab(QWidget):
             # Nothing came back: forget the turn, so a retry does not send two user messages in a row.
             self.history.pop()
             self._reply = None
-            if self.outputs:
-                self.outputs[0].append_text("(no reply: the generation failed)")
+            user = self.chat_view.last("user")
+            if user is not None:
+                user.in_history = False
+                user.set_note("not sent: the generation failed (Edit puts it back in the box)")
+            if self._reply_bubble is not None:
+                self.chat_view.stream(self._reply_bubble, "(no reply: the generation failed)")
         self.ctx.report_error(message, details, title="Generation failed")
 
     def _on_finished(self) -> None:
@@ -455,19 +566,30 @@ class GenerateTab(QWidget):
         if self._reply is not None and not self._discard:
             # The model's reply joins the transcript the next turn sends; a stopped one as far as it was shown.
             self.history.append(("assistant", self._reply))
+            if self._reply_bubble is not None:
+                self._reply_bubble.in_history = True
         self._reply, self._discard = None, False
         for view in self.outputs:
             view.flush()
+        self.chat_view.flush()
+        self.chat_view.set_editable(True)
+        last = self.chat_view.last("assistant")
+        self.chat_view.set_regenerable(last if last is not None and last.in_history else None)
+        self._reply_bubble = None
         if not self.stats and self.task is not None and self.task.error is None:
             self.stats_label.setText("stopped")
 
     def output_text(self, index: int = 0) -> str:
-        """What the model generated in output `index` (without the greyed prompt)."""
+        """What the model generated in output `index` (without the greyed prompt); in Chat, the conversation as
+        text ("You: ...", "Model: ...")."""
+        if self.chat_mode() and index == 0:
+            return self.chat_view.text()
         return self.outputs[index].generated_text() if index < len(self.outputs) else ""
 
     def stop_timers(self) -> None:
         for view in self.outputs:
             view.stop_timers()
+        self.chat_view.stop_timers()
         self.serve_panel.stop()  # called when the window shuts down: the server process must not outlive it
 
 

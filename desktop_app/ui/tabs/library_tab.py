@@ -1,8 +1,13 @@
-"""Library tab: a view of the workspace folder (models, datasets, tokenizers, runs, exports)."""
+"""Library tab: a view of the workspace folder (models, datasets, tokenizers, runs, exports).
+
+Runs are listed with their method, how they ended and their last loss; a folder that holds several runs (a
+pipeline's stages, the self-play demo's pretraining and self-play runs) lists them under it, and its actions act on
+the run inside that fits (the newest one with curves for Show in plots, with a checkpoint for Generate and Export).
+"""
 
 from __future__ import annotations
 
-import json
+import html
 import shutil
 import time
 from pathlib import Path
@@ -10,8 +15,11 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
+    QGridLayout,
     QHBoxLayout,
+    QHeaderView,
     QInputDialog,
     QLabel,
     QProgressBar,
@@ -25,15 +33,20 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.events import Controls, Finished, Log, Progress
-from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committed, tail_records
-from desktop_app.engine.runs import is_live, pipeline_resumable
+from desktop_app.engine.methods import METHOD_BY_KEY
+from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committed, read_json, tail_records
+from desktop_app.engine.runs import nested_runs, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.tabs.library_details import folder_details_html, is_adapter_run, run_details_html, run_status
+from desktop_app.ui.widgets.run_view import run_method_key
 
 KIND_TITLES = {"runs": "Runs", "models": "Models", "datasets": "Datasets", "tokenizers": "Tokenizers",
                "exports": "Exports"}
 PATH_ROLE = Qt.ItemDataRole.UserRole
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
+COLUMNS = ("Name", "Method", "Status", "Loss", "Modified", "Size")
+NAME, METHOD, STATUS, LOSS, MODIFIED, SIZE = range(len(COLUMNS))
 
 
 def folder_size(path: Path) -> int:
@@ -56,10 +69,10 @@ def _human(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _export_job(source: str, fmt: str, out: Path, controls: Controls):
+def _export_job(source: str, fmt: str, out: Path, controls: Controls, merge: bool = False):
     from desktop_app.engine.export.hf import export_model
 
-    yield from export_model(source, fmt, out, controls=controls)
+    yield from export_model(source, fmt, out, controls=controls, merge=merge)
 
 
 class LibraryTab(QWidget):
@@ -76,12 +89,17 @@ class LibraryTab(QWidget):
         self.last_export: str = ""
         self.tree = QTreeWidget()
         self.tree.setObjectName("libraryTree")
-        self.tree.setHeaderLabels(["Name", "Modified", "Size"])
-        self.tree.setColumnWidth(0, 300)
-        self.tree.setColumnWidth(1, 140)
+        self.tree.setHeaderLabels(list(COLUMNS))
         self.tree.setAlternatingRowColors(True)
+        header = self.tree.header()
+        header.setStretchLastSection(True)  # the name keeps its width in a narrow window: the list scrolls instead
+        for column, width in ((NAME, 210), (METHOD, 100), (STATUS, 92), (LOSS, 52), (MODIFIED, 126), (SIZE, 64)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            self.tree.setColumnWidth(column, width)
+        self.tree.headerItem().setToolTip(LOSS, "The last training loss the run reported")
         self.details = QTextBrowser()
         self.details.setObjectName("libraryDetails")
+        self.details.setOpenExternalLinks(False)
         self.refresh_btn = QPushButton("Refresh")
         self.open_btn = QPushButton("Open folder")
         self.rename_btn = QPushButton("Rename…")
@@ -100,6 +118,12 @@ class LibraryTab(QWidget):
         self.format_box.addItem("Hugging Face folder", "hf")
         self.format_box.addItem("Zip archive", "zip")
         self.format_box.addItem("GGUF (llama.cpp)", "gguf")
+        self.merge_check = QCheckBox("Merge the adapters into the base")
+        self.merge_check.setObjectName("mergeAdapters")
+        self.merge_check.setToolTip("A LoRA / QLoRA run holds adapters: merged into (a copy of) its base, the export "
+                                    "is a plain model any tool loads; the base on disk is untouched")
+        self.merge_check.setChecked(True)
+        self.merge_check.setVisible(False)
         self.export_btn = QPushButton("Export")
         self.export_btn.setProperty("primary", True)
         self.cancel_export_btn = QPushButton("Cancel")
@@ -108,39 +132,48 @@ class LibraryTab(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setFormat("exports go to the workspace's exports folder")
         self.progress.setValue(0)
-        bar = QHBoxLayout()
+        files_bar = QHBoxLayout()
         for b in (self.refresh_btn, self.open_btn, self.rename_btn, self.delete_btn):
-            bar.addWidget(b)
-        bar.addStretch(1)
-        for b in (self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.use_btn):
-            bar.addWidget(b)
+            files_bar.addWidget(b)
+        files_bar.addStretch(1)
+        actions = QGridLayout()  # three by two: the column stays narrow on a small screen
+        for i, b in enumerate((self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.use_btn)):
+            actions.addWidget(b, i // 3, i % 3)
         exp = QHBoxLayout()
         exp.addWidget(QLabel("Export as"))
         exp.addWidget(self.format_box)
         exp.addWidget(self.export_btn)
         exp.addWidget(self.cancel_export_btn)
-        exp.addWidget(self.progress, 1)
+        exp.addStretch(1)
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(self.tree, 1)
+        ll.addLayout(files_bar)
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
+        rl.addLayout(actions)
         rl.addWidget(self.details, 1)
         rl.addLayout(exp)
+        rl.addWidget(self.merge_check)
+        rl.addWidget(self.progress)
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.tree)
+        split.addWidget(left)
         split.addWidget(right)
-        split.setSizes([560, 640])
+        split.setSizes([660, 500])
+        split.setChildrenCollapsible(False)
         root = QVBoxLayout(self)
-        root.addLayout(bar)
         root.addWidget(split, 1)
 
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh())
         self.open_btn.clicked.connect(lambda _=False: self.open_selected())
         self.rename_btn.clicked.connect(lambda _=False: self._rename_dialog())
         self.delete_btn.clicked.connect(lambda _=False: self.delete_selected())
-        self.plots_btn.clicked.connect(lambda _=False: self._emit_selected(self.show_run_requested, "runs"))
+        self.plots_btn.clicked.connect(lambda _=False: self._emit_run(self.show_run_requested, "metrics"))
         self.resume_btn.clicked.connect(lambda _=False: self._emit_selected(self.resume_requested, "runs"))
-        self.watch_btn.clicked.connect(lambda _=False: self._emit_selected(self.watch_requested, "runs"))
-        self.generate_btn.clicked.connect(lambda _=False: self._emit_selected(self.generate_requested, None))
+        self.watch_btn.clicked.connect(lambda _=False: self._emit_run(self.watch_requested, "metrics"))
+        self.generate_btn.clicked.connect(lambda _=False: self._emit_model(self.generate_requested))
         self.use_btn.clicked.connect(lambda _=False: self._emit_selected(self.dataset_requested, "datasets"))
         self.export_btn.clicked.connect(lambda _=False: self.export_selected())
         self.cancel_export_btn.clicked.connect(lambda _=False: self.cancel_export())
@@ -155,43 +188,75 @@ class LibraryTab(QWidget):
         ws = self.ctx.workspace
         for kind, title in KIND_TITLES.items():
             items = ws.items(kind)
-            top = QTreeWidgetItem([f"{title} ({len(items)})", "", ""])
-            top.setFirstColumnSpanned(False)
+            top = QTreeWidgetItem([f"{title} ({len(items)})"])
             font = top.font(0)
             font.setBold(True)
             top.setFont(0, font)
             self.tree.addTopLevelItem(top)
             for p in items:
-                try:
-                    mtime = time.strftime("%Y-%m-%d %H:%M", time.localtime(p.stat().st_mtime))
-                except OSError:
+                child = self._item(p, kind)
+                if child is None:
                     continue
-                child = QTreeWidgetItem([p.name, mtime, ""])
-                child.setData(0, PATH_ROLE, str(p))
-                child.setData(0, KIND_ROLE, kind)
-                child.setToolTip(0, str(p))
                 top.addChild(child)
-                if str(p) == selected:
-                    self.tree.setCurrentItem(child)
+                if kind == "runs":
+                    for inner in nested_runs(p):  # a pipeline's stages, the demo's phases
+                        sub = self._item(inner, kind)
+                        if sub is not None:
+                            child.addChild(sub)
+                    if child.childCount():
+                        self._describe_group(child)
+                        child.setExpanded(True)
             top.setExpanded(True)
+        if selected:
+            self.select(selected)
         self._update_buttons()
 
-    def items(self, kind: str) -> list[str]:
-        out = []
-        for i in range(self.tree.topLevelItemCount()):
-            top = self.tree.topLevelItem(i)
-            for j in range(top.childCount()):
-                if top.child(j).data(0, KIND_ROLE) == kind:
-                    out.append(top.child(j).data(0, PATH_ROLE))
+    def _item(self, p: Path, kind: str) -> QTreeWidgetItem | None:
+        try:
+            mtime = time.strftime("%Y-%m-%d %H:%M", time.localtime(p.stat().st_mtime))
+        except OSError:
+            return None
+        item = QTreeWidgetItem([p.name, "", "", "", mtime, ""])
+        item.setData(0, PATH_ROLE, str(p))
+        item.setData(0, KIND_ROLE, kind)
+        item.setToolTip(0, str(p))
+        if kind == "runs" and not nested_runs(p):
+            summary = MetricsSummary.of(tail_records(p))
+            key = run_method_key(p)
+            item.setText(METHOD, METHOD_BY_KEY[key].label.split(" (")[0] if key in METHOD_BY_KEY else "")
+            item.setText(STATUS, run_status(p, summary))
+            loss = summary.last_step.get("loss")
+            if isinstance(loss, (int, float)) and loss == loss:
+                item.setText(LOSS, f"{loss:.3f}")
+        return item
+
+    def _describe_group(self, item: QTreeWidgetItem) -> None:
+        """A folder of runs: its runs' methods in order, and where the last one stands."""
+        children = [item.child(i) for i in range(item.childCount())]
+        item.setText(METHOD, " → ".join(c.text(METHOD) for c in children if c.text(METHOD)))
+        item.setText(STATUS, children[-1].text(STATUS))
+        item.setText(LOSS, children[-1].text(LOSS))
+        item.setToolTip(METHOD, item.text(METHOD))
+
+    def _all_items(self) -> list[QTreeWidgetItem]:
+        out: list[QTreeWidgetItem] = []
+        stack = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        while stack:
+            item = stack.pop(0)
+            if item.data(0, PATH_ROLE):
+                out.append(item)
+            stack[:0] = [item.child(j) for j in range(item.childCount())]
         return out
 
+    def items(self, kind: str) -> list[str]:
+        """Paths of the listed items of one kind (runs inside a folder of runs included)."""
+        return [item.data(0, PATH_ROLE) for item in self._all_items() if item.data(0, KIND_ROLE) == kind]
+
     def select(self, path: str) -> bool:
-        for i in range(self.tree.topLevelItemCount()):
-            top = self.tree.topLevelItem(i)
-            for j in range(top.childCount()):
-                if top.child(j).data(0, PATH_ROLE) == str(path):
-                    self.tree.setCurrentItem(top.child(j))
-                    return True
+        for item in self._all_items():
+            if item.data(0, PATH_ROLE) == str(path):
+                self.tree.setCurrentItem(item)
+                return True
         return False
 
     def selected_path(self) -> str:
@@ -202,18 +267,49 @@ class LibraryTab(QWidget):
         item = self.tree.currentItem()
         return item.data(0, KIND_ROLE) if item is not None and item.data(0, KIND_ROLE) else ""
 
+    def run_inside(self, path: str | Path, need: str) -> str:
+        """The run an action on `path` acts on: `path` itself, or for a folder of runs the newest run inside that
+        has what the action needs ("metrics" to show, "checkpoint" to load); "" when none has."""
+        inner = nested_runs(path)
+        if not inner:
+            return str(path)
+        for run in reversed(inner):
+            if (need == "checkpoint" and list_committed(run)) or (need == "metrics" and tail_records(run)):
+                return str(run)
+        return ""
+
+    def _resume_state(self, path: str) -> tuple[bool, str]:
+        """(can Resume continue it, why not in words)."""
+        p = Path(path)
+        if pipeline_resumable(path):
+            return True, ""
+        if nested_runs(p):
+            return False, "a folder of runs: select the run inside to resume it"
+        if not resumable(p):
+            return False, "no checkpoint to resume from yet"
+        if run_outcome(p) == "completed":
+            return False, "this run completed: there is nothing left to train (fine-tune it instead)"
+        if run_method_key(p) == "selfplay" and _recorded_method(p) != "selfplay":
+            return False, "this run's run.json does not name its method (an older self-play demo): it cannot resume"
+        return True, ""
+
     def _update_buttons(self) -> None:
-        kind = self.selected_kind()
+        kind, path = self.selected_kind(), self.selected_path()
         has = bool(kind)
         for b in (self.open_btn, self.rename_btn, self.delete_btn):
             b.setEnabled(has)
-        self.plots_btn.setEnabled(kind == "runs")
-        self.resume_btn.setEnabled(kind == "runs" and (resumable(Path(self.selected_path()))
-                                                       or pipeline_resumable(self.selected_path())))
-        self.watch_btn.setEnabled(kind == "runs")
-        self.generate_btn.setEnabled(kind in ("runs", "models", "exports"))
+        run = kind == "runs"
+        self.plots_btn.setEnabled(run and bool(self.run_inside(path, "metrics")))
+        can_resume, why = self._resume_state(path) if run else (False, "")
+        self.resume_btn.setEnabled(can_resume)
+        self.resume_btn.setToolTip("Continue the run from its newest good checkpoint (any method), with its curves"
+                                   if can_resume or not why else f"Cannot resume: {why}")
+        self.watch_btn.setEnabled(run)
+        model = self.run_inside(path, "checkpoint") if run else path
+        self.generate_btn.setEnabled(kind in ("models", "exports") or (run and bool(model)))
         self.use_btn.setEnabled(kind == "datasets")
-        self.export_btn.setEnabled(kind in ("runs", "models"))
+        self.export_btn.setEnabled(kind == "models" or (run and bool(model)))
+        self.merge_check.setVisible(run and bool(model) and is_adapter_run(Path(model)))
 
     def _show_details(self, item: QTreeWidgetItem | None) -> None:
         self._update_buttons()
@@ -222,39 +318,56 @@ class LibraryTab(QWidget):
             return
         path = Path(item.data(0, PATH_ROLE))
         kind = item.data(0, KIND_ROLE)
-        item.setText(2, _human(folder_size(path)))
+        item.setText(SIZE, _human(folder_size(path)))
         parts = [f"<h3>{_esc(path.name)}</h3><p style='color:#6b7280'>{_esc(str(path))}</p>"]
-        for name in ("run.json", "manifest.json", "model_spec.json", "config.json"):
-            f = path / name
-            if f.is_file() and f.stat().st_size < 200_000:
-                try:
-                    data = json.loads(f.read_text(encoding="utf-8"))
-                    parts.append(f"<b>{name}</b><pre>{_esc(json.dumps(data, indent=2)[:4000])}</pre>")
-                except (OSError, ValueError):
-                    parts.append(f"<b>{name}</b>: unreadable")
-                break
         if kind == "runs":
-            if is_live(path):
-                parts.insert(1, "<p><b>● live</b>: training now, in a process of its own (Watch live follows it)</p>")
-            parts.insert(1, _run_summary(path))
-            ckpts = sorted((path / "checkpoints").glob("step-*")) if (path / "checkpoints").is_dir() else []
-            parts.insert(1, f"<p>{len(ckpts)} checkpoint(s)"
-                            + (f"; newest: {_esc(ckpts[-1].name)}" if ckpts else "") + "</p>")
+            inner = nested_runs(path)
+            if inner:
+                parts.append(f"<p>A folder of {len(inner)} runs: " + ", ".join(
+                    f"<b>{_esc(r.name)}</b>" for r in inner) + ". Its actions use the newest run that has what they "
+                    "need; select a run below it to act on that one.</p>")
+                committed = sum(len(list_committed(r)) for r in inner)
+                parts.append(f"<p>{committed} checkpoint(s) in its runs</p>")
+            else:
+                parts.append(run_details_html(path))
+        else:
+            parts.append(folder_details_html(path))
         self.details.setHtml("".join(parts))
 
     def _double_clicked(self, item: QTreeWidgetItem) -> None:
-        kind = item.data(0, KIND_ROLE)
+        kind, path = item.data(0, KIND_ROLE), item.data(0, PATH_ROLE)
         if kind == "runs":
-            self.show_run_requested.emit(item.data(0, PATH_ROLE))
+            target = self.run_inside(path, "metrics")
+            if target:
+                self.show_run_requested.emit(target if not pipeline_resumable(path) else path)
         elif kind in ("models", "exports"):
-            self.generate_requested.emit(item.data(0, PATH_ROLE))
+            self.generate_requested.emit(path)
         elif kind == "datasets":
-            self.dataset_requested.emit(item.data(0, PATH_ROLE))
+            self.dataset_requested.emit(path)
 
     def _emit_selected(self, signal, kind: str | None) -> None:
         path = self.selected_path()
         if path and (kind is None or self.selected_kind() == kind):
             signal.emit(path)
+
+    def _emit_run(self, signal, need: str) -> None:
+        """A run's action; a pipeline is shown as a pipeline, another folder of runs by the run inside that fits."""
+        from desktop_app.engine.pipeline_folder import is_pipeline_dir
+
+        path = self.selected_path()
+        if not path or self.selected_kind() != "runs":
+            return
+        target = path if is_pipeline_dir(path) else self.run_inside(path, need)
+        if target:
+            signal.emit(target)
+
+    def _emit_model(self, signal) -> None:
+        path = self.selected_path()
+        if not path:
+            return
+        target = self.run_inside(path, "checkpoint") if self.selected_kind() == "runs" else path
+        if target:
+            signal.emit(target)
 
     # --- actions ---
     def open_selected(self) -> None:
@@ -313,16 +426,21 @@ class LibraryTab(QWidget):
         return True
 
     def export_selected(self, fmt: str | None = None) -> bool:
+        kind = self.selected_kind()
         source = self.selected_path()
-        if not source or self.selected_kind() not in ("runs", "models"):
-            self.ctx.report_error("Select a run or a model to export.", title="Export")
+        if kind == "runs":
+            source = self.run_inside(source, "checkpoint")
+        if not source or kind not in ("runs", "models"):
+            self.ctx.report_error("Select a run (with a checkpoint) or a model to export.", title="Export")
             return False
         fmt = fmt or self.format_box.currentData()
-        name = f"{Path(source).name}-{fmt}"
+        merge = kind == "runs" and is_adapter_run(Path(source)) and self.merge_check.isChecked()
+        name = f"{Path(source).name}-{'merged-' if merge else ''}{fmt}"
         out = self.ctx.workspace.new_path("exports", name + (".zip" if fmt == "zip" else ".gguf" if fmt == "gguf"
                                                              else ""))
         controls = Controls()
-        self.task = self.ctx.runner.start("export", lambda: _export_job(source, fmt, out, controls), controls)
+        extra = {"merge": True} if merge else {}
+        self.task = self.ctx.runner.start("export", lambda: _export_job(source, fmt, out, controls, **extra), controls)
         self.task.produced.connect(self._on_export_item)
         self.task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Export failed"))
         self.task.finished.connect(self._on_export_finished)
@@ -366,8 +484,6 @@ class LibraryTab(QWidget):
 
 
 def _esc(text: str) -> str:
-    import html
-
     return html.escape(text)
 
 
@@ -383,18 +499,9 @@ def resumable(run: Path) -> bool:
     return (run / RUN_FILE).is_file() and bool(list_committed(run))
 
 
-def _run_summary(run: Path) -> str:
-    """Last training loss and best validation loss, read from the tail of metrics.jsonl."""
-    summary = MetricsSummary.of(tail_records(run))
-    last_step, best_val, finished = summary.last_step, summary.best_val_loss, summary.finished
-    bits = []
-    if last_step:
-        bits.append(f"step {last_step.get('step', 0):,} of {last_step.get('total_steps', 0):,}")
-        if isinstance(last_step.get("loss"), (int, float)):
-            bits.append(f"training loss {last_step['loss']:.3f}")
-    if best_val is not None:
-        bits.append(f"best validation loss {best_val:.3f}")
-    if finished:
-        bits.append(f"ended: {_esc(str(finished.get('reason', '')))}")
-    return f"<p><b>{' · '.join(bits)}</b></p>" if bits else ""
+def _recorded_method(run: Path) -> str:
+    """The method the run's run.json names (not guessed from its files)."""
+    from desktop_app.engine.methods import method_of
 
+    config = read_json(run / RUN_FILE)
+    return method_of(config).key if isinstance(config, dict) else ""

@@ -5,7 +5,9 @@ has its own GIL and cores to itself, a crash cannot take the window down, and st
 It is the CLI's `serve` verb (the same code scripts use), run with `--log-json`: its first line says
 where it listens, then one JSON object per request start and end feeds the log and the client count.
 It listens on 127.0.0.1 only, so no API key is needed; it shares the window's workspace, so runs
-started through its training API appear in the Library.
+started through its training API appear in the Library. While it serves, the switch says so, and the panel shows
+the URL, the OpenAI base URL and the model id clients must send (asked of the server itself, GET /v1/models); a
+failed request's log line says why it failed.
 """
 
 from __future__ import annotations
@@ -27,9 +29,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 
 DEFAULT_PORT = 8000
+OFF_TEXT, ON_TEXT = "Serve this model", "Stop serving"
+
+
+def served_model_ids(url: str):
+    """Runs in the worker thread: the model ids the server at `url` serves (GET /v1/models)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
+        data = json.loads(response.read().decode("utf-8"))
+    yield [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
 _STOP_WAIT_MS = 12000  # the server finishes requests in flight (up to 10 s) before it exits
 
 
@@ -50,12 +63,13 @@ class ServePanel(QGroupBox):
         self.model_path = model_path
         self.process: QProcess | None = None
         self.url = ""
+        self.model_id = ""
         self.clients = 0
         self.requests = 0
         self._stderr_tail: list[str] = []
         self._stopping = False
 
-        self.toggle = QPushButton("Serve this model")
+        self.toggle = QPushButton(OFF_TEXT)
         self.toggle.setObjectName("serveToggle")
         self.toggle.setCheckable(True)
         self.toggle.setToolTip("Serve the chosen model over an OpenAI-compatible API on this computer "
@@ -65,9 +79,14 @@ class ServePanel(QGroupBox):
         self.port.setRange(0, 65535)
         self.port.setValue(DEFAULT_PORT)
         self.port.setSpecialValueText("any free port")
+        self.state_label = QLabel("")
+        self.state_label.setObjectName("serveState")
         self.url_label = QLabel("Not serving")
         self.url_label.setObjectName("serveUrl")
-        self.url_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.url_label.setWordWrap(True)  # a long URL wraps: unwrapped it once widened the window to 1516 px
+        self.url_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                               | Qt.TextInteractionFlag.LinksAccessibleByMouse)
+        self.url_label.setOpenExternalLinks(True)
         self.clients_label = QLabel("")
         self.clients_label.setObjectName("serveClients")
         self.clients_label.setProperty("role", "muted")
@@ -81,6 +100,7 @@ class ServePanel(QGroupBox):
         row.addWidget(self.toggle)
         row.addWidget(QLabel("Port"))
         row.addWidget(self.port)
+        row.addWidget(self.state_label)
         row.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addLayout(row)
@@ -120,6 +140,8 @@ class ServePanel(QGroupBox):
         proc.finished.connect(self._finished)
         proc.errorOccurred.connect(self._process_error)
         self.process, self.url, self.clients, self._stderr_tail, self._stopping = proc, "", 0, [], False
+        self.model_id = ""
+        self._show_state("starting")
         self.url_label.setText(f"Starting: loading {Path(model).name}…")
         self.clients_label.setText("")
         self.log.appendPlainText(f"starting the server for {model}")
@@ -152,11 +174,12 @@ class ServePanel(QGroupBox):
     def _line(self, line: str) -> None:
         if line.startswith("serving on "):
             self.url = line.split(" ", 2)[2].strip()
-            self.url_label.setText(f"Serving at <a href='{self.url}/docs'>{self.url}</a> · OpenAI base URL "
-                                   f"{self.url}/v1")
-            self.url_label.setOpenExternalLinks(True)
+            self._show_state("on")
+            self._show_url()
             self.clients_label.setText("0 clients")
             self.log.appendPlainText(f"serving on {self.url}")
+            task = self.ctx.runner.start("serve-info", lambda url=self.url: served_model_ids(url))
+            task.produced.connect(self._got_model_ids)
             return
         try:
             record = json.loads(line)
@@ -169,10 +192,30 @@ class ServePanel(QGroupBox):
         self.clients = int(record.get("clients", self.clients))
         if record.get("event") == "end":
             self.requests += 1
+            why = f": {record['error']}" if record.get("error") else ""
             self.log.appendPlainText(f"{record.get('method')} {record.get('path')} → {record.get('status')} "
-                                     f"({record.get('ms', 0):.0f} ms)")
+                                     f"({record.get('ms', 0):.0f} ms){why}")
         self.clients_label.setText(f"{self.clients} client{'s' if self.clients != 1 else ''} · "
                                    f"{self.requests} request{'s' if self.requests != 1 else ''} served")
+
+    def _got_model_ids(self, ids: list[str]) -> None:
+        if ids and self.url:
+            self.model_id = ids[0]
+            self._show_url()
+            self.log.appendPlainText(f"model id clients send: {self.model_id}")
+
+    def _show_url(self) -> None:
+        model = (f"<br>Model id (send it as <code>\"model\"</code>): <b>{self.model_id}</b>" if self.model_id else "")
+        self.url_label.setText(f"<a href='{self.url}/docs'>{self.url}</a> (API docs)<br>OpenAI base URL: "
+                               f"<code>{self.url}/v1</code>{model}")
+
+    def _show_state(self, state: str) -> None:
+        """The switch and its light say whether the server is on."""
+        self.toggle.setText(ON_TEXT if state in ("on", "starting") else OFF_TEXT)
+        text, color = {"on": ("● serving", theme.OK), "starting": ("● starting…", theme.WARN),
+                       "off": ("", theme.MUTED)}[state]
+        self.state_label.setText(text)
+        self.state_label.setStyleSheet(f"color: {color}; font-weight: 600;")
 
     def _read_stderr(self) -> None:
         proc = self.process
@@ -191,7 +234,8 @@ class ServePanel(QGroupBox):
             self.process.deleteLater()
             self.process = None
         crashed = not self._stopping and (code != 0 or status != QProcess.ExitStatus.NormalExit)
-        self.url, self.clients = "", 0
+        self.url, self.clients, self.model_id = "", 0, ""
+        self._show_state("off")
         self.url_label.setText("Not serving" if not crashed else "The server stopped with an error")
         self.clients_label.setText("")
         self.log.appendPlainText("server stopped" if not crashed else f"server exited with status {code}")
@@ -206,6 +250,7 @@ class ServePanel(QGroupBox):
     def _process_error(self, error: QProcess.ProcessError) -> None:
         if error == QProcess.ProcessError.FailedToStart:
             self._set_checked(False)
+            self._show_state("off")
             self.port.setEnabled(True)
             self.url_label.setText("Not serving")
             self.ctx.report_error("The server could not be started (the Python interpreter was not found).",

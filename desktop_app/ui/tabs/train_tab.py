@@ -19,6 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QGridLayout,
     QHBoxLayout,
     QPushButton,
     QSplitter,
@@ -44,7 +45,7 @@ from desktop_app.ui import train_jobs
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.train_dialogs import CliDialog, choose_run_folder, save_config_dialog
 from desktop_app.ui.widgets.record_preview import RecordPreview
-from desktop_app.ui.widgets.run_view import RunView
+from desktop_app.ui.widgets.run_view import PLOT_FAMILY, RunView
 from desktop_app.ui.widgets.train_setup import TrainSetup
 
 
@@ -53,6 +54,7 @@ class TrainTab(QWidget):
     checkpoint_saved = Signal(str)
     dataset_prepared = Signal(str)
     selfplay_demo_requested = Signal()  # the main window connects the CPU demo (see start_selfplay_demo)
+    next_step_requested = Signal(str, str)  # (chat | export | merge | finetune, run folder) once a run has ended
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
@@ -93,9 +95,9 @@ class TrainTab(QWidget):
         row1.addWidget(self.start_btn, 2)
         row1.addWidget(self.pause_btn, 1)
         row1.addWidget(self.stop_btn, 1)
-        row2 = QHBoxLayout()
-        for b in (self.save_btn, self.resume_btn, self.watch_btn, self.cli_btn):
-            row2.addWidget(b)
+        row2 = QGridLayout()  # two by two: the column stays narrow on a small screen
+        for i, b in enumerate((self.save_btn, self.cli_btn, self.resume_btn, self.watch_btn)):
+            row2.addWidget(b, i // 2, i % 2)
         ll.addLayout(row1)
         ll.addLayout(row2)
 
@@ -107,7 +109,8 @@ class TrainTab(QWidget):
         body.addWidget(self.run_view)
         body.setStretchFactor(0, 0)
         body.setStretchFactor(1, 1)
-        body.setSizes([360, 880])
+        body.setSizes([380, 880])
+        body.setChildrenCollapsible(False)
         root = QVBoxLayout(self)
         root.addWidget(self.setup.top_bar)
         root.addWidget(body, 1)
@@ -122,6 +125,7 @@ class TrainTab(QWidget):
         self.run_view.stop_watch_btn.clicked.connect(lambda _=False: self.stop_watching())
         self.run_view.step_shown.connect(self._on_step_shown)
         self.run_view.error.connect(lambda exc: self.ctx.report_exception(exc, title="Export failed"))
+        self.run_view.next_step.connect(self.next_step_requested)
         self.setup.method_changed.connect(self._on_method_changed)
         self.setup.changed.connect(self._update_preview_source)
         self.setup.warning.connect(lambda message: self.run_view.log("warning", message))
@@ -132,12 +136,17 @@ class TrainTab(QWidget):
         """The display fits the method chosen: its plot panels, the record preview or the task browser."""
         m = self.setup.current_method()
         view = self.run_view
-        view.bottom_tabs.setTabVisible(view.preview_index, m.data in ("sft", "dpo"))
-        view.bottom_tabs.setTabVisible(view.browser_index, m.key == "selfplay")
+        view.view_tabs.setTabVisible(view.preview_index, m.data in ("sft", "dpo"))
+        view.view_tabs.setTabVisible(view.browser_index, m.key == "selfplay")
         if not self.running:
             pipeline = m is PIPELINE
             stages = self.setup.pipeline_editor.stages
-            view.set_method(stages[0].method if pipeline and stages else "sft" if pipeline else m.key)
+            key = stages[0].method if pipeline and stages else "sft" if pipeline else m.key
+            if not self.watching and view.plots.series and PLOT_FAMILY.get(key) != PLOT_FAMILY.get(view.method):
+                view.clear()  # another method's curves (a run shown before) would read as this one's
+                view.next_bar.setVisible(False)
+                view.set_progress("ready", 0)
+            view.set_method(key)
             view.status_label.setText(
                 "Press Start: with no dataset chosen, the bundled sample corpus is prepared first."
                 if m.key == "pretraining" else
@@ -265,14 +274,16 @@ class TrainTab(QWidget):
                              log_line=f"{'resuming' if resume else 'starting'} run {run_dir.name}",
                              progress="starting… (loading the engine)", status=f"Run folder: {run_dir}")
 
-    def start_selfplay_demo(self, minutes: float = 15.0) -> bool:
-        """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs."""
+    def start_selfplay_demo(self, minutes: float = 15.0, train_overrides: dict[str, Any] | None = None) -> bool:
+        """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs
+        (`train_overrides`: TrainSpec fields its runs take, see train_jobs.demo_job)."""
         if self.running:
             return False
         self.selfplay_demo_requested.emit()
         out = self.ctx.workspace.folder("runs") / time.strftime("selfplay-demo-%Y%m%d-%H%M%S")
         controls = Controls()
-        return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes), controls, config=None, run_dir=out,
+        return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes, train_overrides), controls,
+                             config=None, run_dir=out,
                              log_line=f"self-play CPU demo in {out}", progress="self-play demo: writing the seed "
                              "corpus…", status=f"Demo folder: {out}", activity="self-play demo")
 
@@ -420,6 +431,9 @@ class TrainTab(QWidget):
     def _on_task_finished(self) -> None:
         self._set_running(False)
         self.run_view.end()
+        last = self.run_view.last_finished
+        if last is not None and last.reason in ("completed", "stopped", "early_stopped"):
+            self.run_view.offer_next_steps()  # the job is over: what to do with the model it made
         if self.pipeline_running and self.pipeline_dir is not None:
             from desktop_app.engine.pipeline_folder import read_state
 
@@ -451,6 +465,10 @@ class TrainTab(QWidget):
             stage = self.setup.pipeline_editor.stages[stages[-1]]
             self.setup.pipeline_editor.select_stage(stages[-1])
             run_dir = str(stage_dir(Path(run_dir), stages[-1], stage))
+        else:
+            # The form shows the run's method and settings: its panels (the task buffer of a self-play run) fit it.
+            with contextlib.suppress(SpecError, OSError, KeyError, ValueError):
+                self.setup.apply_config(RunConfig.load(Path(run_dir) / "run.json"))
         self.run_dir = Path(run_dir)
         self.run_view.begin(training=False, status=f"Showing the history of {run_dir}")
         self.replay_task = self.ctx.runner.start("history", lambda: replay_run(run_dir))

@@ -64,9 +64,12 @@ class DataFileList(QListWidget):
         self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
         self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.setMinimumHeight(74)
-        self.setMaximumHeight(110)
+        self.setMaximumHeight(130)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # A verdict wraps at the list's width: cut in the middle it read "holds chat JSONL re…e pairs".
+        self.setWordWrap(True)
+        self.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.setResizeMode(QListWidget.ResizeMode.Adjust)
         self.data_kind = "sft"
         self.problems: dict[str, str] = {}
         self.formats: dict[str, str] = {}
@@ -159,9 +162,9 @@ def short_reason(problem: str, path: str) -> str:
     if text.endswith("does not exist"):
         return "does not exist"
     gist = text.split("; ")[0]
-    if len(gist) > 80:
+    if len(gist) > 160:  # a long reason: its first clause (the rest is in the tooltip), never cut mid-word
         gist = gist.split(": ")[0]
-    return gist if len(gist) <= 80 else gist[:79] + "…"
+    return gist if len(gist) <= 160 else gist[:160].rsplit(" ", 1)[0] + " …"
 
 
 def _color(name: str) -> QColor:

@@ -28,10 +28,12 @@ class DropZone(QFrame):
         title = QLabel("Drop text files or folders here — anywhere on the window works too")
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         title.setProperty("role", "title")
+        title.setWordWrap(True)
         hint = QLabel(".txt .md .jsonl (text, chat, instruction, preference) — bad files are flagged "
                       "with the reason, the rest go on")
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         hint.setProperty("role", "muted")
+        hint.setWordWrap(True)
         buttons = QHBoxLayout()
         buttons.addStretch(1)
         self.add_files = QPushButton("Add files…")

@@ -7,12 +7,13 @@ Each composite editor has the same small interface so a form can treat them alik
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QValidator
+from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QAbstractSpinBox,
@@ -20,15 +21,20 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
+
+from desktop_app.ui.widgets.drop_zone import paths_from_mime
 
 
 class FloatBox(QDoubleSpinBox):
@@ -68,43 +74,26 @@ class FloatBox(QDoubleSpinBox):
             return QValidator.State.Intermediate if ok else QValidator.State.Invalid
 
 
-def parse_list(text: str) -> list[str]:
-    """Items separated by `|`, or a JSON list."""
-    text = text.strip()
-    if text.startswith("["):
-        try:
-            data = json.loads(text)
-            if isinstance(data, list):
-                return [str(x) for x in data]
-        except json.JSONDecodeError:
-            pass
-    if not text:
-        return []
-    return [part.strip() for part in text.split("|")]
-
-
-def format_list(values: list[Any]) -> str:
-    if any("|" in str(v) for v in values) or values == [""]:
-        return json.dumps(values)
-    return " | ".join(str(v) for v in values)
-
-
 class FileListEdit(QWidget):
-    """widget="files": a list of file paths with Add… and Remove."""
+    """widget="files": a list of file paths with Add files…, Add folder… and Remove; files and folders can be dropped
+    on the list (a folder brings the data files inside it, by the engine's one rule for data folders)."""
 
     changed = Signal()
 
     def __init__(self, title: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
-        self.list = QListWidget()
+        self.list = _DropList(self._add_paths)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.list.setMaximumHeight(72)
+        self.list.setToolTip("Drop files or folders here")
         self.add_btn = QPushButton("Add…")
+        self.folder_btn = QPushButton("Folder…")
         self.remove_btn = QPushButton("Remove")
         buttons = QHBoxLayout()
         buttons.addWidget(self.add_btn)
+        buttons.addWidget(self.folder_btn)
         buttons.addWidget(self.remove_btn)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
@@ -113,6 +102,7 @@ class FileListEdit(QWidget):
         layout.addWidget(self.list)
         layout.addLayout(buttons)
         self.add_btn.clicked.connect(self._choose)
+        self.folder_btn.clicked.connect(self._choose_folder)
         self.remove_btn.clicked.connect(self._remove_selected)
 
     def value(self) -> list[str]:
@@ -132,20 +122,65 @@ class FileListEdit(QWidget):
         item.setToolTip(path)
         self.list.addItem(item)
 
+    def _add_paths(self, paths: list[str]) -> int:
+        """Files as given, folders replaced by the data files inside them; returns how many were new."""
+        from desktop_app.engine.finetune.formats import expand_data_paths
+
+        have = set(self.value())
+        added = 0
+        for path in (str(p) for p in expand_data_paths(paths, check=False)):
+            if path not in have:
+                have.add(path)
+                self._append(path)
+                added += 1
+        if added:
+            self.changed.emit()
+        return added
+
     def _choose(self, _checked: bool = False) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, f"Add {self.title.lower()}", "",
                                                 "JSON Lines (*.jsonl *.json *.ndjson);;All files (*)")
-        have = set(self.value())
-        for path in files:
-            if path not in have:
-                self._append(path)
         if files:
-            self.changed.emit()
+            self._add_paths(files)
+
+    def _choose_folder(self, _checked: bool = False) -> None:
+        folder = QFileDialog.getExistingDirectory(self, f"Add a folder of {self.title.lower()}")
+        if folder:
+            self._add_paths([folder])
 
     def _remove_selected(self, _checked: bool = False) -> None:
         for item in self.list.selectedItems():
             self.list.takeItem(self.list.row(item))
         self.changed.emit()
+
+
+class _DropList(QListWidget):
+    """A list that takes dropped files and folders and hands their paths to `on_paths`."""
+
+    def __init__(self, on_paths: Callable[[list[str]], int], parent: QWidget | None = None):
+        super().__init__(parent)
+        self._on_paths = on_paths
+        self.setAcceptDrops(True)
+        self.viewport().setAcceptDrops(True)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if paths_from_mime(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        if paths_from_mime(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = paths_from_mime(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self._on_paths(paths)
 
 
 class PathEdit(QWidget):
@@ -264,7 +299,7 @@ class JsonEdit(QLineEdit):
         try:
             value = json.loads(text)
         except ValueError as exc:
-            return self.default, f"is not valid JSON: {exc}"
+            return self.default, f"not valid JSON: {exc}"
         if not isinstance(value, type(self.default)):
             return self.default, f"must be a JSON {'object' if isinstance(self.default, dict) else 'list'}"
         return value, ""
@@ -282,20 +317,222 @@ class JsonEdit(QLineEdit):
 
 
 class LinesEdit(QPlainTextEdit):
-    """widget="lines": a list of strings, one per line (blank lines dropped)."""
+    """widget="lines": a list of strings, one per line (blank lines dropped). Nothing typed gives `blank` (e.g. [""]:
+    one sample from the start of the text), which the placeholder says."""
 
     changed = Signal()
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, blank: list[str] | None = None, placeholder: str = "One per line",
+                 parent: QWidget | None = None):
         super().__init__(parent)
-        self.setMaximumHeight(72)
+        self.blank = list(blank or [])
+        self.setPlaceholderText(placeholder)
+        self.setMaximumHeight(64)
+        self.setTabChangesFocus(True)
         self.textChanged.connect(self.changed)
 
     def value(self) -> list[str]:
-        return [line for line in self.toPlainText().splitlines() if line.strip()]
+        lines = [line for line in self.toPlainText().splitlines() if line.strip()]
+        return lines or list(self.blank)
 
     def set_value(self, value: Any) -> None:
-        self.setPlainText("\n".join(str(v) for v in value) if isinstance(value, list) else "")
+        shown = [str(v) for v in value if str(v).strip()] if isinstance(value, list) else []
+        self.setPlainText("\n".join(shown))
+
+    def problems(self) -> list[str]:
+        return []
+
+
+class NumbersEdit(QWidget):
+    """widget="numbers": a whole number per name of `keys`, each "default" (left out of the value) until set. Names
+    the value set last held that are not among `keys` are kept as they were."""
+
+    changed = Signal()
+
+    def __init__(self, name: str, keys: Sequence[str], parent: QWidget | None = None):
+        super().__init__(parent)
+        grid = QFormLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setVerticalSpacing(2)
+        self.boxes: dict[str, QSpinBox] = {}
+        self._other: dict[str, Any] = {}
+        for key in keys:
+            box = QSpinBox()
+            box.setRange(0, 10_000)
+            box.setSpecialValueText("default")
+            box.setObjectName(f"{name}_{key}")
+            box.setKeyboardTracking(False)
+            box.valueChanged.connect(self.changed)
+            grid.addRow(str(key), box)
+            self.boxes[str(key)] = box
+
+    def value(self) -> dict[str, Any]:
+        return {**self._other, **{k: b.value() for k, b in self.boxes.items() if b.value()}}
+
+    def set_value(self, value: Any) -> None:
+        given = value if isinstance(value, dict) else {}
+        self._other = {k: v for k, v in given.items() if k not in self.boxes}
+        for key, box in self.boxes.items():
+            number = given.get(key, 0)
+            box.setValue(int(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else 0)
+
+    def problems(self) -> list[str]:
+        return []
+
+
+class RecordsEdit(QWidget):
+    """widget="records": a list of JSON objects (e.g. task objects), loaded from a JSON Lines (or JSON list) file;
+    the row says how many there are, by type when they have one."""
+
+    changed = Signal()
+
+    def __init__(self, title: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.title = title
+        self.records: list[dict[str, Any]] = []
+        self._problems: list[str] = []
+        self.summary = QLabel("none")
+        self.summary.setProperty("role", "muted")
+        self.summary.setWordWrap(True)
+        self.load_btn = QPushButton("Load…")
+        self.clear_btn = QPushButton("Clear")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.summary, 1)
+        row.addWidget(self.load_btn)
+        row.addWidget(self.clear_btn)
+        self.load_btn.clicked.connect(self._choose)
+        self.clear_btn.clicked.connect(lambda _=False: self._set(list(), []))
+
+    def value(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.records]
+
+    def set_value(self, value: Any) -> None:
+        records = [dict(r) for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+        self._set(records, [], emit=False)
+
+    def problems(self) -> list[str]:
+        return list(self._problems)
+
+    def load_file(self, path: str | Path) -> bool:
+        """Read the objects of a JSON Lines file (or a JSON list); lines that are no object are named, not kept."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self._set(self.records, [f"cannot read {p.name}: {getattr(exc, 'strerror', None) or exc}"])
+            return False
+        records, problems = parse_records(text, p.name)
+        self._set(records if records else self.records, problems)
+        return bool(records) and not problems
+
+    def _set(self, records: list[dict[str, Any]], problems: list[str], *, emit: bool = True) -> None:
+        self.records, self._problems = records, problems
+        kinds = Counter(str(r.get("type")) for r in records if r.get("type"))
+        text = f"{len(records)} loaded" if records else "none"
+        if kinds:
+            text += " (" + ", ".join(f"{k} {n}" for k, n in kinds.items()) + ")"
+        self.summary.setText(text)
+        if emit:
+            self.changed.emit()
+
+    def _choose(self, _checked: bool = False) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, f"Load {self.title.lower()}", "",
+                                              "JSON Lines (*.jsonl *.json *.ndjson);;All files (*)")
+        if path:
+            self.load_file(path)
+
+
+def parse_records(text: str, name: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """JSON objects of a JSON Lines text (or of one JSON list), and what is wrong with the rest, by line."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(stripped)
+        except ValueError as exc:
+            return [], [f"{name} is not valid JSON: {exc}"]
+        good = [r for r in data if isinstance(r, dict)]
+        return good, ([f"{name}: {len(data) - len(good)} item(s) are not JSON objects"] if len(good) < len(data)
+                      else [])
+    records, problems = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            problems.append(f"{name} line {number} is not valid JSON")
+            continue
+        if isinstance(item, dict):
+            records.append(item)
+        else:
+            problems.append(f"{name} line {number} is not a JSON object")
+    if not records and not problems:
+        problems.append(f"{name} holds no JSON objects")
+    return records, problems
+
+
+class ModulesEdit(QWidget):
+    """widget="modules": some of the base model's linear layers (by name), one check box each; none ticked means
+    every linear layer (the usual best choice). `set_choices` lists the base's layers; names set that are not among
+    them are kept, ticked, so a config shown reads back the same."""
+
+    changed = Signal()
+    ALL = "every linear layer of the base (attention and MLP)"
+
+    def __init__(self, name: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.name = name
+        self.checks: dict[str, QCheckBox] = {}
+        self.note = QLabel(self.ALL)
+        self.note.setProperty("role", "muted")
+        self.note.setWordWrap(True)
+        self.grid = QGridLayout()
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setSpacing(2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(self.grid)
+        layout.addWidget(self.note)
+        self._choices: list[str] = []
+
+    def set_choices(self, names: Sequence[str]) -> None:
+        """The base model's linear layers; the ticked ones stay ticked."""
+        chosen = self.value()
+        self._choices = list(names)
+        self._rebuild([*self._choices, *[n for n in chosen if n not in self._choices]], set(chosen))
+
+    def _rebuild(self, names: list[str], chosen: set[str]) -> None:
+        for check in self.checks.values():
+            self.grid.removeWidget(check)
+            check.deleteLater()
+        self.checks = {}
+        for i, module in enumerate(names):
+            check = QCheckBox(module)
+            check.setObjectName(f"{self.name}_{module}")
+            check.setChecked(module in chosen)
+            check.toggled.connect(self._toggled)
+            self.grid.addWidget(check, i // 2, i % 2)
+            self.checks[module] = check
+        self._update_note()
+
+    def _toggled(self, _on: bool) -> None:
+        self._update_note()
+        self.changed.emit()
+
+    def _update_note(self) -> None:
+        if not self.checks:
+            self.note.setText(self.ALL + " (choose a base model to pick some)")
+        else:
+            self.note.setText("none ticked: " + self.ALL if not self.value() else "only the ticked layers")
+
+    def value(self) -> list[str]:
+        return [name for name, check in self.checks.items() if check.isChecked()]
+
+    def set_value(self, value: Any) -> None:
+        chosen = [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+        self._rebuild([*self._choices, *[n for n in chosen if n not in self._choices]], set(chosen))
 
     def problems(self) -> list[str]:
         return []

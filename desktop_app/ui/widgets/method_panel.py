@@ -85,16 +85,28 @@ class MethodPanel(QWidget):
         bl.addWidget(self.base_picker)
 
         self.data_group, dl = _group("Data", "dataGroup")
-        self.data_list = DataFileList()
+        # One list per kind of data (chat records, preference pairs, prompts): a file chosen for LoRA is not
+        # offered to DPO or GRPO. SFT, LoRA and QLoRA read the same records, so they share theirs.
+        self.data_lists: dict[str, DataFileList] = {}
+        for kind in DATA_TITLES:
+            files = DataFileList()
+            files.setObjectName(f"dataFileList_{kind}")
+            files.set_data_kind(kind)
+            files.setVisible(False)
+            files.changed.connect(self.changed)
+            self.data_lists[kind] = files
+            dl.addWidget(files)
+        self.data_kind = "sft"  # the kind of the data list shown last
         self.add_data_btn = QPushButton("Add files…")
+        self.add_folder_btn = QPushButton("Add folder…")
         self.remove_data_btn = QPushButton("Remove")
-        hint = QLabel("Drop .jsonl files or folders on the list")
+        hint = QLabel("or drop .jsonl files or folders on the list")
         hint.setProperty("role", "muted")
         row = QHBoxLayout()
         row.addWidget(self.add_data_btn)
+        row.addWidget(self.add_folder_btn)
         row.addWidget(self.remove_data_btn)
         row.addStretch(1)
-        dl.addWidget(self.data_list)
         dl.addLayout(row)
         dl.addWidget(hint)
 
@@ -110,7 +122,7 @@ class MethodPanel(QWidget):
         ar.addWidget(QLabel("Weights that train"))
         ar.addWidget(self.adapter_box, 1)
         al.addWidget(self.adapter_row)
-        self.adapter_form = SpecForm(AdapterSpec, exclude=("kind",))
+        self.adapter_form = SpecForm(AdapterSpec, exclude=("kind",), advanced_switch=False)
         al.addWidget(self.adapter_form)
 
         self.options_group, ol = _group("Options", "optionsGroup")
@@ -146,10 +158,11 @@ class MethodPanel(QWidget):
                   self.sandbox_group):
             layout.addWidget(w)
 
-        self.base_picker.changed.connect(lambda _p: self.changed.emit())
-        self.data_list.changed.connect(self.changed)
+        self.base_picker.changed.connect(self._on_base_changed)
         self.add_data_btn.clicked.connect(self._choose_files)
+        self.add_folder_btn.clicked.connect(self._choose_folder)
         self.remove_data_btn.clicked.connect(lambda _=False: self.data_list.remove_selected())
+        self.show_advanced = False
         self.adapter_box.currentIndexChanged.connect(self._on_adapter_box)
         self.adapter_form.changed.connect(self.changed)
         self.sandbox_btn.clicked.connect(lambda _=False: self.sandbox_check_requested.emit())
@@ -165,7 +178,9 @@ class MethodPanel(QWidget):
         self.data_group.setVisible(bool(m.data))
         if m.data:
             self.data_group.setTitle(DATA_TITLES[m.data])
-            self.data_list.set_data_kind(m.data)
+            self.data_kind = m.data
+            for kind, files in self.data_lists.items():
+                files.setVisible(kind == m.data)
         self.adapter_row.setVisible(m.finetune and m.adapter is None)
         self._update_adapter()
         self.sandbox_group.setVisible(m.key == "selfplay")
@@ -187,7 +202,8 @@ class MethodPanel(QWidget):
         if cls is None:
             return None
         try:
-            form = SpecForm(cls)
+            form = SpecForm(cls, advanced_switch=False)
+            form.set_show_advanced(self.show_advanced)
         except Exception as exc:  # a spec this form cannot show: say so, keep the rest usable
             self.options_error.setText(f"The options of this method cannot be shown: {exc}")
             self.options_error.setVisible(True)
@@ -199,6 +215,27 @@ class MethodPanel(QWidget):
         self.options_layout.addWidget(form)
         form.changed.connect(self.changed)
         return form
+
+    @property
+    def data_list(self) -> DataFileList:
+        """The data files of the chosen method's kind of data (the last one shown for a method without data)."""
+        return self.data_lists[self.data_kind]
+
+    def set_show_advanced(self, on: bool) -> None:
+        """Show the advanced rows of the adapter's and every method's options (one switch for the column)."""
+        self.show_advanced = bool(on)
+        self.adapter_form.set_show_advanced(on)
+        for form in self.option_forms.values():
+            form.set_show_advanced(on)
+
+    def _on_base_changed(self, path: str) -> None:
+        """The adapter's layer list follows the base model's family (read from its config, nothing loaded)."""
+        from desktop_app.engine.finetune.adapters import family_targets
+
+        editor = self.adapter_form.editors.get("target_modules")
+        if editor is not None:
+            editor.set_choices(family_targets(path) if path else [])  # type: ignore[attr-defined]
+        self.changed.emit()
 
     def options_form(self) -> SpecForm | None:
         return self.option_forms.get(self.method.objective) if self.method.finetune else None
@@ -220,11 +257,9 @@ class MethodPanel(QWidget):
         self.adapter_group.setVisible(self.method.finetune and (self.method.adapter is None or show_form))
         self.adapter_group.setTitle({"lora": "LoRA adapter", "qlora": "QLoRA adapter"}.get(kind, "Weights"))
         self.adapter_form.setVisible(show_form)
-        layout = self.adapter_form.layout()
         for name in ("quant_type", "double_quant"):
-            editor = self.adapter_form.editors.get(name)
-            if editor is not None:
-                layout.setRowVisible(editor, kind == "qlora")
+            if name in self.adapter_form.editors:
+                self.adapter_form.set_row_hidden(name, kind != "qlora")
 
     def set_adapter_kind(self, kind: str) -> None:
         i = self.adapter_box.findData(kind)
@@ -317,6 +352,11 @@ class MethodPanel(QWidget):
                                                 "JSON Lines (*.jsonl *.json *.ndjson);;All files (*)")
         if files:
             self.data_list.add_paths(files)
+
+    def _choose_folder(self, _checked: bool = False) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of data files")
+        if folder:
+            self.data_list.add_paths([folder])
 
     # --- sandbox ---
     def set_sandbox_state(self, state: dict | None, checking: bool = False) -> None:

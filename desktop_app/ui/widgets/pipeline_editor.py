@@ -140,7 +140,7 @@ class PipelineEditor(QWidget):
         # The Train tab's own panel runs the demo and the sandbox probe; a stage's panel only describes a stage.
         self.panel.demo_btn.hide()
         self.panel.sandbox_btn.hide()
-        self.form = SpecForm(TrainSpec)
+        self.form = SpecForm(TrainSpec)  # with its own "Show advanced settings"
         hyper = QGroupBox("Hyperparameters of this stage")
         hl = QVBoxLayout(hyper)
         hl.setContentsMargins(8, 6, 8, 8)
@@ -258,7 +258,7 @@ class PipelineEditor(QWidget):
             load_pipeline(self.pipeline())
             found: list[str] = []
         except SpecError as exc:
-            found = list(exc.problems)
+            found = [self._in_words(p) for p in exc.problems]
         for i, stage in enumerate(self.stages, 1):
             where = f"stage {i} ({stage.name})"
             config, m = stage.config, METHOD_BY_KEY[stage.method]
@@ -273,6 +273,18 @@ class PipelineEditor(QWidget):
                 if problem:
                     found.append(f"{where}: {problem}")
         return found
+
+    def _in_words(self, problem: str) -> str:
+        """The engine's word for a first stage with nothing to start from, as this editor shows it."""
+        if "the first stage needs a model spec or a base_model" not in problem or not self.stages:
+            return problem
+        first = self.stages[0]
+        where = f"stage 1 ({first.name})"
+        if first.method == "pretraining":
+            return (f"{where}: it trains a model from scratch, but the Model tab's spec has problems: fix them there, "
+                    "or choose another first stage")
+        return (f"{where}: choose its base model below (untick 'Start from the previous stage's output'): the first "
+                "stage has no earlier stage to start from")
 
     def load_file(self, path: str | Path) -> bool:
         try:

@@ -1,7 +1,12 @@
-"""The display of one run: progress bar and text, the metric plots, the log, the samples and the self-play task
-browser. Every event goes through `show(event)`, whether it comes live from a training in this window, as the
-History of a run shown again (or of a resumed run up to its checkpoint), or as the History batches of a run that
-another process trains (watched): a record looks the same whichever way it arrives.
+"""The display of one run: progress bar and text, the metric plots, the record preview and the self-play task
+browser beside them, the log and the samples below, and what to do next once a run ends. Every event goes through
+`show(event)`, whether it comes live from a training in this window, as the History of a run shown again (or of a
+resumed run up to its checkpoint), or as the History batches of a run that another process trains (watched): a
+record looks the same whichever way it arrives.
+
+Progress: a run with a time limit (TrainSpec.time_budget_s) reports its progress by the clock (metrics["progress"]
+and eta_s); the bar follows whatever the run reports, so a 2-minute demo with a cap of 100,000 steps reads
+"step 52 · 43% of its time limit · ETA 1:07", not "step 52/100,000 · 0%".
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -25,6 +31,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTabWidget,
     QTextBrowser,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -51,6 +58,11 @@ from desktop_app.ui.widgets.task_browser import TaskBrowser
 PLOT_FAMILY = {"pretraining": "pretraining", "sft": "sft", "lora": "sft", "qlora": "sft", "dpo": "dpo",
                "grpo": "grpo", "selfplay": "selfplay"}
 LIVE, HISTORY, WATCHED = "live", "history", "watched"  # how an event reached the display
+NEXT_STEPS = (("chat", "Chat with it", "Open the model in the Generate tab"),
+              ("export", "Export…", "Select it in the Library to export it (Hugging Face folder, zip, GGUF)"),
+              ("merge", "Merge and export…", "Merge the adapters into the base and export the result (Library)"),
+              ("finetune", "Fine-tune it", "Use this model as the base of a fine-tuning run"))
+DEFAULT_SMOOTHING = 60  # of 100: a short run's smoothed curve keeps up with it
 
 
 def format_eta(seconds: float) -> str:
@@ -62,16 +74,47 @@ def format_eta(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def step_progress(item: StepMetrics) -> tuple[float, str]:
+    """(fraction done, "step …" text) of a step record: by the clock when the run's time limit leads its steps."""
+    by_steps = item.step / item.total_steps if item.total_steps else 0.0
+    reported = item.metrics.get("progress")
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported > by_steps + 1e-9:
+        frac = min(1.0, float(reported))
+        return frac, f"step {item.step:,} · {frac:.0%} of its time limit"
+    return by_steps, f"step {item.step:,}/{item.total_steps:,} · {by_steps:.0%}"
+
+
+def run_method_key(run_dir: str | Path) -> str:
+    """The method of a run folder (methods.py key), from its run.json; a run that writes self-play rounds is
+    self-play even when its run.json does not say so (the demo's, so far)."""
+    from desktop_app.engine.methods import method_of
+    from desktop_app.engine.run_folder import RUN_FILE, read_json
+
+    config = read_json(Path(run_dir) / RUN_FILE)
+    key = method_of(config).key if isinstance(config, dict) else "pretraining"
+    return "selfplay" if key == "pretraining" and (Path(run_dir) / SELFPLAY_LOG).exists() else key
+
+
 def esc(text: str) -> str:
     return html.escape(text).replace("\n", "<br>")
 
 
+def sample_html(event: Sample) -> str:
+    """A sample at an evaluation: the prompt greyed on its own lines, the model's text below it (a chat prompt ends
+    with the role's name: it must not run into the reply)."""
+    prompt = (f"<div style='color:#6b7280; white-space:pre-wrap'>{esc(event.prompt)}</div>" if event.prompt.strip()
+              else "<div style='color:#6b7280'><i>(from the start of the text)</i></div>")
+    return (f"<p><b>step {event.step:,}</b></p>{prompt}"
+            f"<div style='margin-left:12px; white-space:pre-wrap'>↳ {esc(event.text)}</div><hr>")
+
+
 class RunView(QWidget):
     """Plots, progress, log, samples and task browser of the run shown. `begin` starts a display for new work;
-    `show` renders each event. `preview` (the record preview) becomes a page beside the log."""
+    `show` renders each event. `preview` (the record preview) becomes a page beside the curves."""
 
     step_shown = Signal(object)  # a live StepMetrics whose progress was just drawn (~10 times a second at most)
     error = Signal(object)  # an exception of an export, for the window to report
+    next_step = Signal(str, str)  # (action of NEXT_STEPS, run folder): what to do with a run that ended
 
     def __init__(self, preview: QWidget, parent: QWidget | None = None):
         super().__init__(parent)
@@ -81,6 +124,9 @@ class RunView(QWidget):
         self.stage_prefix = ""  # "stage 2/3 'dpo' · " while a pipeline stage runs
         self.paused = False
         self.last_finished: Finished | None = None
+        self.last_step = 0  # the last step seen (a Finished that does not carry its step)
+        self.run_dir = ""  # the run folder shown (its last RunFolder)
+        self.method = "pretraining"
         self._progress_t = 0.0
 
         self.progress = QProgressBar()
@@ -91,25 +137,6 @@ class RunView(QWidget):
         self.status_label = QLabel("")
         self.status_label.setProperty("role", "muted")
         self.status_label.setWordWrap(True)
-        self.plots = MethodPlots()
-        self.log_check = QCheckBox("Log scale")
-        self.smooth_slider = QSlider(Qt.Orientation.Horizontal)
-        self.smooth_slider.setRange(0, 99)
-        self.smooth_slider.setValue(90)
-        self.smooth_slider.setMaximumWidth(140)
-        self.smooth_slider.setToolTip("Smoothing of the training loss curve (exponential moving average)")
-        self.smooth_value = QLabel("0.90")
-        self.png_btn = QPushButton("Export PNG…")
-        self.csv_btn = QPushButton("Export CSV…")
-        plot_bar = QHBoxLayout()
-        plot_bar.addWidget(self.log_check)
-        plot_bar.addSpacing(10)
-        plot_bar.addWidget(QLabel("Smoothing"))
-        plot_bar.addWidget(self.smooth_slider)
-        plot_bar.addWidget(self.smooth_value)
-        plot_bar.addStretch(1)
-        plot_bar.addWidget(self.png_btn)
-        plot_bar.addWidget(self.csv_btn)
         self.watch_label = QLabel("")
         self.watch_label.setObjectName("watchLabel")
         self.watch_label.setWordWrap(True)
@@ -122,18 +149,52 @@ class RunView(QWidget):
         wl.addWidget(self.watch_label, 1)
         wl.addWidget(self.stop_watch_btn)
         self.watch_bar.setVisible(False)
-        plots_panel = QWidget()
-        pl = QVBoxLayout(plots_panel)
-        pl.setContentsMargins(0, 0, 0, 0)
-        pl.addWidget(self.watch_bar)
-        pl.addWidget(self.progress)
-        pl.addWidget(self.status_label)
-        pl.addLayout(plot_bar)
+        self.next_bar = self._make_next_bar()
+
+        self.plots = MethodPlots()
+        self.log_check = QCheckBox("Log scale")
+        self.log_check.setToolTip("Loss, learning rate and gradient norm on a logarithmic axis")
+        self.smooth_slider = QSlider(Qt.Orientation.Horizontal)
+        self.smooth_slider.setRange(0, 99)
+        self.smooth_slider.setValue(DEFAULT_SMOOTHING)
+        self.smooth_slider.setMaximumWidth(120)
+        self.smooth_slider.setToolTip("Smoothing of the training loss curve (exponential moving average; 0 = off)")
+        self.smooth_value = QLabel(f"{DEFAULT_SMOOTHING / 100:.2f}")
+        self.png_btn = QPushButton("Export PNG…")
+        self.csv_btn = QPushButton("Export CSV…")
+        plot_bar = QHBoxLayout()
+        plot_bar.setContentsMargins(0, 0, 0, 0)
+        plot_bar.addWidget(self.log_check)
+        plot_bar.addSpacing(8)
+        plot_bar.addWidget(QLabel("Smoothing"))
+        plot_bar.addWidget(self.smooth_slider)
+        plot_bar.addWidget(self.smooth_value)
+        plot_bar.addStretch(1)
+        plot_bar.addWidget(self.png_btn)
+        plot_bar.addWidget(self.csv_btn)
         plot_scroll = QScrollArea()
         plot_scroll.setWidgetResizable(True)
         plot_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        plot_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         plot_scroll.setWidget(self.plots)  # any number of metric panels; scrolls instead of growing the window
-        pl.addWidget(plot_scroll, 1)
+        curves = QWidget()
+        cl = QVBoxLayout(curves)
+        cl.setContentsMargins(4, 4, 4, 0)
+        cl.addLayout(plot_bar)
+        cl.addWidget(plot_scroll, 1)
+
+        # The curves, the record preview and the task browser are pages of one view: opening the preview or the
+        # browser takes the whole height instead of squeezing the plots.
+        self.task_browser = TaskBrowser()
+        views = QTabWidget()
+        views.setObjectName("runViews")
+        views.addTab(curves, "Curves")
+        self.preview_index = views.addTab(preview, "Record preview")
+        self.browser_index = views.addTab(self.task_browser, "Task buffer")
+        views.setTabToolTip(self.preview_index, "One record of your data, rendered through the base model's chat "
+                                                "template: which tokens carry loss")
+        views.setTabToolTip(self.browser_index, "Self-play: the proposed tasks and the last round's rollouts")
+        self.view_tabs = views
 
         self.log_view = QPlainTextEdit()
         self.log_view.setReadOnly(True)
@@ -141,43 +202,70 @@ class RunView(QWidget):
         self.log_view.setObjectName("trainLog")
         self.samples_view = QTextBrowser()
         self.samples_view.setObjectName("samplesView")
-        self.task_browser = TaskBrowser()
         bottom = QTabWidget()
+        bottom.setObjectName("runLogTabs")
         bottom.addTab(self.log_view, "Log")
-        bottom.addTab(self.samples_view, "Samples at each evaluation")
-        self.preview_index = bottom.addTab(preview, "Record preview")
-        self.browser_index = bottom.addTab(self.task_browser, "Task buffer")
-        bottom.setTabToolTip(self.preview_index, "One record of your data, rendered through the base model's chat "
-                                                 "template: which tokens carry loss")
-        bottom.setTabToolTip(self.browser_index, "Self-play: the proposed tasks and the last round's rollouts")
-        self.bottom_tabs = bottom
-        bottom.setMinimumHeight(90)  # the preview and the browser would otherwise claim half the height
+        self.samples_index = bottom.addTab(self.samples_view, "Samples")
+        bottom.setTabToolTip(self.samples_index, "What the model writes at each evaluation")
+        bottom.setMinimumHeight(80)
+        self.log_tabs = bottom
         splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(plots_panel)
+        splitter.addWidget(views)
         splitter.addWidget(bottom)
         splitter.setStretchFactor(0, 4)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([560, 170])
+        splitter.setSizes([560, 150])
+        splitter.setChildrenCollapsible(False)
         self.splitter = splitter
-        self._sizes_before_tall: list[int] | None = None
         root = QVBoxLayout(self)
         root.setContentsMargins(0, 0, 0, 0)
-        root.addWidget(splitter)
+        root.addWidget(self.watch_bar)
+        root.addWidget(self.progress)
+        root.addWidget(self.status_label)
+        root.addWidget(self.next_bar)
+        root.addWidget(splitter, 1)
 
-        bottom.currentChanged.connect(self._on_bottom_tab)
         self.log_check.toggled.connect(self.plots.set_log_y)
         self.smooth_slider.valueChanged.connect(self._on_smoothing)
+        self.plots.set_smoothing(DEFAULT_SMOOTHING / 100)
         self.png_btn.clicked.connect(lambda _=False: self._export("Export plots", "training.png", "PNG image (*.png)",
                                                                   self.plots.export_png))
         self.csv_btn.clicked.connect(lambda _=False: self._export("Export metrics", "metrics.csv", "CSV (*.csv)",
                                                                   self.plots.export_csv))
+
+    def _make_next_bar(self) -> QFrame:
+        bar = QFrame()
+        bar.setObjectName("nextSteps")
+        row = QHBoxLayout(bar)
+        row.setContentsMargins(8, 4, 8, 4)
+        self.next_label = QLabel("")
+        self.next_label.setWordWrap(True)
+        row.addWidget(self.next_label, 1)
+        self.next_buttons: dict[str, QPushButton] = {}
+        for action, text, tip in NEXT_STEPS:
+            button = QPushButton(text)
+            button.setObjectName(f"next_{action}")
+            button.setToolTip(tip)
+            button.clicked.connect(lambda _=False, a=action: self.next_step.emit(a, self.run_dir))
+            row.addWidget(button)
+            self.next_buttons[action] = button
+        self.next_buttons["chat"].setProperty("primary", True)
+        dismiss = QToolButton()
+        dismiss.setText("✕")
+        dismiss.setToolTip("Hide")
+        dismiss.setAutoRaise(True)
+        dismiss.clicked.connect(lambda _=False: bar.setVisible(False))
+        row.addWidget(dismiss)
+        bar.setVisible(False)
+        return bar
 
     # --- a new display ---
     def begin(self, *, training: bool, progress: str = "", status: str = "", activity: str = "",
               pipeline_stages: int = 0, clear: bool = True) -> None:
         """Start showing new work: a training of this window (training=True), a replay or a watched run."""
         self.training, self.activity, self.pipeline_stages = training, activity, pipeline_stages
-        self.stage_prefix, self.paused, self.last_finished = "", False, None
+        self.stage_prefix, self.paused, self.last_finished, self.last_step = "", False, None, 0
+        self.next_bar.setVisible(False)
         if clear:
             self.clear()
         if progress:
@@ -197,6 +285,7 @@ class RunView(QWidget):
 
     def set_method(self, key: str) -> None:
         """The plot panels of a method (methods.py key) shown while nothing is plotted."""
+        self.method = key
         self.plots.set_method(PLOT_FAMILY.get(key, "pretraining"))
 
     def set_progress(self, text: str, value: int | None = None) -> None:
@@ -241,10 +330,9 @@ class RunView(QWidget):
                 ended = True  # the watched run's end: its words stay on the bar
         self.plots.flush()
         if last is not None and last.total_steps and not ended:
-            frac = last.step / last.total_steps
+            frac, text = step_progress(last)
             loss = last.metrics.get("loss")
-            self.set_progress(f"{'watching' if history.live else 'history'}: step {last.step:,}/"
-                              f"{last.total_steps:,} · {frac:.0%}"
+            self.set_progress(f"{'watching' if history.live else 'history'}: {text}"
                               + (f" · loss {loss:.3f}" if history.live and isinstance(loss, float) else ""),
                               int(frac * 1000))
 
@@ -252,6 +340,7 @@ class RunView(QWidget):
         # A replayed history shows curves and samples only: its log lines, checkpoints and end are old news.
         # A watched run's are news, as a live run's are.
         if isinstance(event, StepMetrics):
+            self.last_step = event.step
             self.plots.add_metrics(event.step, event.metrics)
             if how == LIVE:
                 self._show_step(event)
@@ -261,8 +350,11 @@ class RunView(QWidget):
                 self.log("info", f"step {event.step}: " + ", ".join(
                     f"{k} {v:.4g}" for k, v in event.metrics.items() if isinstance(v, (int, float))))
         elif isinstance(event, Sample):
-            prompt = f"<span style='color:#6b7280'>{esc(event.prompt)}</span>" if event.prompt else ""
-            self.samples_view.append(f"<p><b>step {event.step}</b><br>{prompt}{esc(event.text)}</p>")
+            bar = self.samples_view.verticalScrollBar()
+            following = bar.value() >= bar.maximum() - 4
+            self.samples_view.append(sample_html(event))
+            if following:  # the newest sample in view, unless the user scrolled up to read an older one
+                bar.setValue(bar.maximum())
         elif how == HISTORY:
             return
         elif isinstance(event, CheckpointSaved):
@@ -289,25 +381,26 @@ class RunView(QWidget):
 
     def _show_step(self, item: StepMetrics) -> None:
         now = time.perf_counter()
-        if now - self._progress_t < 0.1 and item.step < item.total_steps:
+        frac, text = step_progress(item)
+        if now - self._progress_t < 0.1 and frac < 1.0:
             return  # text/bar repaint at most ~10x a second: the GUI thread shares the GIL with training
         self._progress_t = now
-        frac = item.step / item.total_steps if item.total_steps else 0.0
         loss = item.metrics.get("loss")
         reward = item.metrics.get("reward")
-        self.set_progress(f"{self.stage_prefix}step {item.step:,}/{item.total_steps:,} · {frac:.0%} · ETA "
-                          f"{format_eta(item.eta_s)}" + (f" · loss {loss:.3f}" if isinstance(loss, float) else "")
+        self.set_progress(f"{self.stage_prefix}{text} · ETA {format_eta(item.eta_s)}"
+                          + (f" · loss {loss:.3f}" if isinstance(loss, float) else "")
                           + (f" · reward {reward:+.3f}" if isinstance(reward, float) else "")
                           + (" · paused" if self.paused else ""), int(frac * 1000))
         self.step_shown.emit(item)
 
     def _show_finished(self, item: Finished, *, watched: bool) -> None:
         self.last_finished = item
+        step = item.step or self.last_step  # a Finished that does not carry its step: the last one seen
         if watched:
-            self.log("info", f"the watched run finished: {item.reason} at step {item.step}")
-            self.progress.setFormat(f"watched run {item.reason.replace('_', ' ')} at step {item.step:,}")
+            self.log("info", f"the watched run finished: {item.reason} at step {step}")
+            self.progress.setFormat(f"watched run {item.reason.replace('_', ' ')} at step {step:,}")
         else:
-            where = "" if self.pipeline_stages else f" at step {item.step:,}"  # a pipeline's step: stages done
+            where = "" if self.pipeline_stages else f" at step {step:,}"  # a pipeline's step: stages done
             self.log("info" if item.reason != "failed" else "error",
                      f"finished: {item.reason}{where}" + (f" — {item.message}" if item.message else ""))
             self.progress.setFormat(("pipeline " if self.pipeline_stages else "")
@@ -315,16 +408,43 @@ class RunView(QWidget):
         if item.reason == "completed":
             self.progress.setValue(1000)
 
+    def offer_next_steps(self, run_dir: str = "") -> bool:
+        """A run that ended with a model to use: offer to chat with it, export it (merged, for adapters) or
+        fine-tune it further (the tab asks once its job is over: a demo's or pipeline's inner runs end before it).
+        False when the run has no checkpoint to offer."""
+        from desktop_app.engine.run_folder import RUN_FILE, list_committed, read_json
+
+        if not (run_dir or self.run_dir):
+            return False
+        run = Path(run_dir or self.run_dir)
+        if not list_committed(run):
+            return False
+        self.run_dir = str(run)
+        config = read_json(run / RUN_FILE)
+        adapter = config.get("adapter") if isinstance(config, dict) else None
+        adapters = isinstance(adapter, dict) and adapter.get("kind") in ("lora", "qlora")
+        self.next_buttons["merge"].setVisible(adapters)
+        self.next_buttons["export"].setVisible(not adapters)
+        self.next_label.setText(f"<b>{esc(run.name)}</b> is ready. Next:")
+        self.next_bar.setVisible(True)
+        return True
+
     def _show_run_folder(self, event: RunFolder) -> None:
         """A run starts (or resumes, or is shown again): a fresh display in its method's panels."""
-        self.set_method(event.method)
+        has_rounds = (Path(event.path) / SELFPLAY_LOG).exists()
+        # a self-play run whose run.json does not name its method (the demo's, so far) is still self-play
+        method = "selfplay" if event.method == "pretraining" and has_rounds else event.method
+        self.run_dir = event.path
+        self.set_method(method)
         self.clear()
-        if self.training and event.method == "selfplay":
+        if self.training and method == "selfplay":
             self.task_browser.start_live(event.path)  # the rounds as the run writes them
-        elif (Path(event.path) / SELFPLAY_LOG).exists():
+        elif has_rounds:
             self.task_browser.set_run(event.path)
+        self.view_tabs.setTabVisible(self.browser_index, method == "selfplay" or self.view_tabs.isTabVisible(
+            self.browser_index))
 
-    # --- the plot bar and the bottom pages ---
+    # --- the plot bar ---
     def _on_smoothing(self, value: int) -> None:
         self.smooth_value.setText(f"{value / 100:.2f}")
         self.plots.set_smoothing(value / 100)
@@ -336,19 +456,6 @@ class RunView(QWidget):
                 write(path)
             except Exception as exc:
                 self.error.emit(exc)
-
-    def _on_bottom_tab(self, index: int) -> None:
-        """The record preview and the task browser need room: give them half the height while shown."""
-        sizes = self.splitter.sizes()
-        total = sum(sizes)
-        if index in (self.preview_index, self.browser_index):
-            share = 0.5 if index == self.preview_index else 0.62
-            if total and sizes[1] < (share - 0.05) * total:
-                self._sizes_before_tall = self._sizes_before_tall or sizes
-                self.splitter.setSizes([round(total * (1 - share)), total - round(total * (1 - share))])
-        elif self._sizes_before_tall is not None:
-            self.splitter.setSizes(self._sizes_before_tall)
-            self._sizes_before_tall = None
 
     def stop_timers(self) -> None:
         self.plots.stop_timers()

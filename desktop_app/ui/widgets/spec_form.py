@@ -1,14 +1,20 @@
 """A form generated from a spec dataclass: one editor per field, with the words, units and widgets its display
 hints ask for (spec_base.py), help text as tooltip, and inline problems. Every spec's form is this one: the
-model, data, training and generation settings, and each method's options."""
+model, data, training and generation settings, and each method's options.
+
+Fields with the `advanced` hint are rows of their own that stay hidden until advanced settings are shown: by the
+form's own "Show advanced settings" switch, or by its owner (`set_show_advanced`) when one switch serves several
+forms (the Train tab). Hidden rows keep their values."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QFormLayout,
@@ -25,33 +31,43 @@ from desktop_app.ui.widgets.field_editors import (
     FloatBox,
     JsonEdit,
     LinesEdit,
+    ModulesEdit,
+    NumbersEdit,
     PathEdit,
+    RecordsEdit,
     WeightsEdit,
-    format_list,
-    parse_list,
 )
 
-COMPOSITE = ("files", "file", "checklist", "weights", "json", "lines")  # editors with value() / set_value()
+# editors with value() / set_value() / problems()
+COMPOSITE = ("files", "file", "checklist", "weights", "numbers", "json", "lines", "records", "modules")
 
 
 class SpecForm(QWidget):
     """Editors for the fields of `spec_cls`. `changed` fires on any edit; `spec()` builds the dataclass.
 
     `exclude`d fields are not shown and keep their defaults; fields with the `hidden` hint are not shown either but
-    keep the value last set (GRPO's prompt files: the run's data files, set elsewhere)."""
+    keep the value last set (GRPO's prompt files: the run's data files, set elsewhere). With `advanced_switch` the
+    form has its own "Show advanced settings" check box under its rows (when it has advanced fields)."""
 
     changed = Signal()
 
-    def __init__(self, spec_cls: type, *, exclude: tuple[str, ...] = (), parent: QWidget | None = None):
+    def __init__(self, spec_cls: type, *, exclude: tuple[str, ...] = (), advanced_switch: bool = True,
+                 parent: QWidget | None = None):
         super().__init__(parent)
         self.spec_cls = spec_cls
         self.editors: dict[str, QWidget] = {}
+        self.labels: dict[str, QLabel] = {}
         self.hidden: dict[str, Any] = {}
+        self.advanced: list[str] = []  # names of the advanced fields shown
+        self.show_advanced = False
         self._kinds: dict[str, str] = {}
+        self._row_hidden: set[str] = set()  # rows an owner hides (e.g. QLoRA-only fields under LoRA)
         layout = QFormLayout(self)
         layout.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+        layout.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # a narrow column puts fields under labels
         layout.setHorizontalSpacing(12)
         layout.setVerticalSpacing(6)
+        layout.setContentsMargins(0, 0, 0, 0)
         default = spec_cls()
         for f in dataclasses.fields(spec_cls):
             if f.name in exclude:
@@ -65,25 +81,42 @@ class SpecForm(QWidget):
             editor.setObjectName(f"field_{f.name}")
             label = QLabel(field_label(spec_cls, f.name))
             label.setToolTip(help_)
+            label.setBuddy(editor)
             layout.addRow(label, editor)
             self.editors[f.name] = editor
+            self.labels[f.name] = label
             self._kinds[f.name] = kind
+            if f.metadata.get("advanced"):
+                self.advanced.append(f.name)
+        self.advanced_check = QCheckBox(f"Show advanced settings ({len(self.advanced)})")
+        self.advanced_check.setObjectName("showAdvanced")
+        self.advanced_check.setToolTip("Settings whose defaults suit most runs")
+        self.advanced_check.toggled.connect(self.set_show_advanced)
+        if advanced_switch and self.advanced:
+            layout.addRow(self.advanced_check)
         self.problems = QLabel("")
         self.problems.setProperty("role", "error")
         self.problems.setWordWrap(True)
         self.problems.setVisible(False)
         layout.addRow(self.problems)
         self.set_spec(default)
+        self._apply_rows()
 
     def _make_editor(self, f: dataclasses.Field, default: Any) -> tuple[QWidget, str]:
         meta = f.metadata
-        widget = meta.get("widget")
+        widget = meta.get("widget") or ("lines" if isinstance(default, list) else None)
         if widget in COMPOSITE:
             label = field_label(self.spec_cls, f.name)
+            blank = list(default) if isinstance(default, list) and default and not any(default) else []
             editor: Any = {"files": lambda: FileListEdit(label), "file": lambda: PathEdit(label),
                            "checklist": lambda: CheckList(f.name, meta.get("choices", ())),
                            "weights": lambda: WeightsEdit(f.name, meta.get("keys", ())),
-                           "json": lambda: JsonEdit(default), "lines": LinesEdit}[widget]()
+                           "numbers": lambda: NumbersEdit(f.name, meta.get("keys", ())),
+                           "records": lambda: RecordsEdit(label),
+                           "modules": lambda: ModulesEdit(f.name),
+                           "json": lambda: JsonEdit(default),
+                           "lines": lambda: LinesEdit(blank, "One per line (empty: start from nothing)" if blank
+                                                      else "One per line")}[widget]()
             editor.changed.connect(self.changed)
             return editor, widget
         if "choices" in meta:
@@ -96,32 +129,37 @@ class SpecForm(QWidget):
             check.toggled.connect(self.changed)
             return check, "bool"
         if isinstance(default, (int, float)):
-            number: QSpinBox | FloatBox
-            if isinstance(default, int):
-                number = QSpinBox()
-                number.setRange(int(meta.get("minimum", -(2**31 - 1))), int(meta.get("maximum", 2**31 - 1)))
-                number.setGroupSeparatorShown(True)
-            else:
-                number = FloatBox()
-                if "minimum" in meta:
-                    number.setMinimum(float(meta["minimum"]))
-                if "maximum" in meta:
-                    number.setMaximum(float(meta["maximum"]))
-            number.setKeyboardTracking(False)
-            if meta.get("unit"):
-                number.setSuffix(f" {meta['unit']}")
-            if meta.get("zero") and number.minimum() == 0:
-                number.setSpecialValueText(str(meta["zero"]))  # shown instead of the minimum, 0
-            number.valueChanged.connect(self.changed)
-            return number, "int" if isinstance(default, int) else "float"
-        if isinstance(default, list):
-            line = QLineEdit()
-            line.setPlaceholderText('items separated by |  (or a JSON list)')
-            line.editingFinished.connect(self.changed)
-            return line, "list"
+            return self._number_editor(meta, default), "int" if isinstance(default, int) else "float"
         line = QLineEdit()
         line.editingFinished.connect(self.changed)
         return line, "str"
+
+    def _number_editor(self, meta: Any, default: int | float) -> QAbstractSpinBox:
+        number: QSpinBox | FloatBox
+        unit = str(meta.get("unit") or "")
+        if isinstance(default, int):
+            number = QSpinBox()
+            number.setRange(int(meta.get("minimum", -(2**31 - 1))), int(meta.get("maximum", 2**31 - 1)))
+            # Quantities (with a unit: steps, tokens) read better as 10,000; identifiers such as seeds do not.
+            number.setGroupSeparatorShown(bool(unit))
+        else:
+            number = FloatBox()
+            if "minimum" in meta:
+                number.setMinimum(float(meta["minimum"]))
+            if "maximum" in meta:
+                number.setMaximum(float(meta["maximum"]))
+        number.setKeyboardTracking(False)
+        if unit:
+            number.setSuffix(f" {unit}")
+        zero = str(meta.get("zero") or "")
+        if zero and number.minimum() == 0:
+            number.setSpecialValueText(zero)  # shown instead of the minimum, 0
+        # Room for a typical value with its unit, or the words of 0: never cut to "0."
+        sample = max(f"0.0001 {unit}".strip(), zero, key=len) if isinstance(default, float) else \
+            max(f"10,000 {unit}".strip(), zero, key=len)
+        number.setMinimumWidth(max(96, number.fontMetrics().horizontalAdvance(sample) + 34))
+        number.valueChanged.connect(self.changed)
+        return number
 
     def add_note(self, after: str, text: str) -> QLabel:
         """A muted line of text under the row of the field `after`."""
@@ -132,6 +170,33 @@ class SpecForm(QWidget):
         row, _role = layout.getWidgetPosition(self.editors[after])
         layout.insertRow(row + 1, note)
         return note
+
+    # --- which rows show ---
+    def set_show_advanced(self, on: bool) -> None:
+        """Show (or hide) the rows of the advanced fields; their values are kept either way."""
+        self.show_advanced = bool(on)
+        if self.advanced_check.isChecked() != self.show_advanced:
+            self.advanced_check.blockSignals(True)
+            self.advanced_check.setChecked(self.show_advanced)
+            self.advanced_check.blockSignals(False)
+        self._apply_rows()
+
+    def set_row_hidden(self, name: str, hidden: bool) -> None:
+        """Hide a field's row whatever the advanced switch says (a field that does not apply now)."""
+        if hidden:
+            self._row_hidden.add(name)
+        else:
+            self._row_hidden.discard(name)
+        self._apply_rows()
+
+    def row_shown(self, name: str) -> bool:
+        return name in self.editors and name not in self._row_hidden and \
+            (self.show_advanced or name not in self.advanced)
+
+    def _apply_rows(self) -> None:
+        layout: QFormLayout = self.layout()  # type: ignore[assignment]
+        for name, editor in self.editors.items():
+            layout.setRowVisible(editor, self.row_shown(name))
 
     # --- values ---
     def values(self) -> dict[str, Any]:
@@ -147,8 +212,6 @@ class SpecForm(QWidget):
                 out[name] = editor.isChecked()  # type: ignore[attr-defined]
             elif kind in ("int", "float"):
                 out[name] = editor.value()  # type: ignore[attr-defined]
-            elif kind == "list":
-                out[name] = parse_list(editor.text())  # type: ignore[attr-defined]
             else:
                 out[name] = editor.text()  # type: ignore[attr-defined]
         return out
@@ -174,8 +237,6 @@ class SpecForm(QWidget):
                     editor.setChecked(bool(value))  # type: ignore[attr-defined]
                 elif kind in ("int", "float"):
                     editor.setValue(value)  # type: ignore[attr-defined]
-                elif kind == "list":
-                    editor.setText(format_list(value))  # type: ignore[attr-defined]
                 else:
                     editor.setText(str(value))  # type: ignore[attr-defined]
                 editor.blockSignals(False)
@@ -191,12 +252,32 @@ class SpecForm(QWidget):
         self.set_values({name: value})
 
     def show_problems(self, problems: list[str]) -> None:
-        self.problems.setText("\n".join(f"• {p}" for p in problems))
+        self.problems.setText("\n".join(f"• {self.in_words(p)}" for p in problems))
         self.problems.setVisible(bool(problems))
 
+    def in_words(self, problem: str) -> str:
+        """A problem with the fields' labels instead of their names ("batch_size 16 is not a multiple of
+        micro_batch_size 5" -> "Batch size 16 is not a multiple of micro-batch size 5"): it names what the form
+        shows."""
+        def label(match: re.Match) -> str:
+            words = field_label(self.spec_cls, match.group(0))
+            if match.start() == 0 or words[1:2].isupper():  # a sentence's start, or an acronym ("KL penalty")
+                return words
+            return words[:1].lower() + words[1:]
+
+        first = re.match(r"[a-z0-9_]+", problem)
+        # names with "_" are never words of a sentence; a one-word name ("lr", "seeds") only where it opens one
+        names = sorted((n for n in self.editors if "_" in n or (first is not None and n == first.group(0))),
+                       key=len, reverse=True)
+        if not names:
+            return problem
+        # not inside a file name ("seeds.jsonl"), and a one-word name only where it opens the sentence
+        pattern = r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")(?![\w]|\.\w)"
+        return re.sub(pattern, lambda m: label(m) if "_" in m.group(0) or m.start() == 0 else m.group(0), problem)
+
     def input_problems(self) -> list[str]:
-        """What the editors cannot read (text that is no JSON), by field name."""
-        return [f"{name} {problem}" for name, editor in self.editors.items() if self._kinds[name] in COMPOSITE
+        """What the editors cannot read (text that is no JSON, a file that holds no objects), by field name."""
+        return [f"{name}: {problem}" for name, editor in self.editors.items() if self._kinds[name] in COMPOSITE
                 for problem in editor.problems()]  # type: ignore[attr-defined]
 
     def validate(self) -> list[str]:

@@ -140,6 +140,7 @@ class TaskBrowser(QWidget):
 
         self.summary = QLabel("No self-play run yet: the proposer's tasks and the solver's answers appear here "
                               "round by round.")
+        self.summary.setWordWrap(True)
         self.summary.setProperty("role", "muted")
         self.summary.setMinimumWidth(40)
         self.type_box = self._filter_box("Task type")
@@ -153,7 +154,7 @@ class TaskBrowser(QWidget):
             bar.addWidget(QLabel(text))
             bar.addWidget(box)
             bar.addSpacing(6)
-        bar.addWidget(self.summary, 1)
+        bar.addStretch(1)
         bar.addWidget(self.refresh_btn)
 
         self.proposals = _table(PROPOSAL_COLUMNS)
@@ -195,6 +196,7 @@ class TaskBrowser(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(bar)
+        layout.addWidget(self.summary)
         layout.addWidget(split, 1)
 
         self.timer = QTimer(self)

@@ -11,6 +11,7 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QGroupBox,
     QHBoxLayout,
@@ -25,6 +26,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.epochs import EpochsRow, count_records, dataset_windows
 from desktop_app.ui.widgets.method_panel import MethodPanel, make_run_config
 from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
 from desktop_app.ui.widgets.spec_form import SpecForm
@@ -71,10 +73,13 @@ class TrainSetup(QWidget):
         self.method_box.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.dataset_box = QComboBox()
         self.dataset_box.setObjectName("trainDatasetBox")
-        self.dataset_box.setMinimumWidth(240)
+        self.dataset_box.setMinimumWidth(160)
+        self.dataset_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.dataset_box.setMinimumContentsLength(16)
         self.dataset_label = QLabel("Dataset")
         self.model_label = QLabel("")
         self.model_label.setProperty("role", "muted")
+        self.model_label.setWordWrap(True)  # a long model line wraps rather than widen the window
         self.top_bar = QWidget()
         top = QHBoxLayout(self.top_bar)
         top.setContentsMargins(0, 0, 0, 0)
@@ -89,10 +94,19 @@ class TrainSetup(QWidget):
 
         # --- the column: method fields, hyperparameters, distributed settings, or the pipeline's stages ---
         self.method_panel = MethodPanel(lambda: self.ctx.workspace)
-        self.form = SpecForm(TrainSpec)
-        self.hyper_group = _group("Hyperparameters", "hyperGroup", self.form)
+        self.form = SpecForm(TrainSpec, advanced_switch=False)
+        self.epochs_row = EpochsRow()
+        self.hyper_group = _group("Hyperparameters", "hyperGroup", self.form, self.epochs_row)
+        # One switch for the advanced rows of every group here; the Distributed group shows with them, or by itself
+        # when this machine has several GPUs (torchrun matters then).
+        self.advanced_check = QCheckBox("Show advanced settings")
+        self.advanced_check.setObjectName("trainShowAdvanced")
+        self.advanced_check.setToolTip("Settings whose defaults suit most runs: optimizer details, precision, "
+                                       "checkpoints, evaluation, adapter layers, torchrun")
+        self.gpu_count = 0
+        self._records_cache: dict[tuple, int] = {}
         # The config's `distributed` block: used when torchrun launches the run (Show CLI command has the command).
-        self.dist_form = SpecForm(DistributedSpec)
+        self.dist_form = SpecForm(DistributedSpec, advanced_switch=False)
         dist_note = QLabel("Used when torchrun launches this run on several processes or GPUs (Show CLI command "
                            "gives the command); a run started in the window uses one process.")
         dist_note.setProperty("role", "muted")
@@ -104,26 +118,93 @@ class TrainSetup(QWidget):
         column = QWidget()
         cl = QVBoxLayout(column)
         cl.setContentsMargins(0, 0, 6, 0)
-        for w in (self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group):
+        for w in (self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group, self.advanced_check):
             cl.addWidget(w)
         cl.addStretch(1)
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)
         self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # rows wrap instead
         self.scroll.setWidget(column)
-        self.scroll.setMinimumWidth(360)
+        self.scroll.setMinimumWidth(300)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.scroll)
 
         self.dist_form.changed.connect(lambda: self.dist_form.validate())
-        self.form.changed.connect(lambda: self.form.validate())
+        self.form.changed.connect(self._on_form_changed)
+        self.advanced_check.toggled.connect(self.set_show_advanced)
+        self.epochs_row.steps_wanted.connect(lambda steps: self.form.set_value("steps", steps))
+        self.dataset_box.currentIndexChanged.connect(lambda _i: self.update_epochs())
         self.pipeline_editor.error.connect(lambda message: self.ctx.report_error(message, title="Pipeline"))
         self.method_box.currentIndexChanged.connect(lambda _i: self._on_method_changed())
         self.method_panel.changed.connect(self._on_panel_changed)
         self.method_panel.sandbox_check_requested.connect(lambda: self.check_sandbox(show_dialog=True))
         self.refresh_datasets()
         self._on_method_changed()
+
+    # --- advanced settings, epochs ---
+    def set_show_advanced(self, on: bool) -> None:
+        """Show the advanced rows of every form in the column (and the Distributed group)."""
+        if self.advanced_check.isChecked() != bool(on):
+            self.advanced_check.setChecked(bool(on))  # comes back here through toggled
+            return
+        self.form.set_show_advanced(on)
+        self.dist_form.set_show_advanced(on)
+        self.method_panel.set_show_advanced(on)
+        self._update_dist_group()
+
+    def set_gpu_count(self, count: int) -> None:
+        """GPUs this machine has (known once torch is loaded): with several, the Distributed group shows."""
+        self.gpu_count = int(count)
+        self._update_dist_group()
+
+    def _update_dist_group(self) -> None:
+        pipeline = self.current_method() is PIPELINE
+        self.dist_group.setVisible(not pipeline and (self.advanced_check.isChecked() or self.gpu_count > 1))
+        self._fit_column()
+
+    def _fit_column(self) -> None:
+        """The column is as wide as its widest row needs (it scrolls up and down, never sideways: a row that did
+        not fit was cut at the edge)."""
+        needed = self.scroll.widget().minimumSizeHint().width() + self.scroll.verticalScrollBar().sizeHint().width()
+        self.scroll.setMinimumWidth(max(300, needed + 2))
+
+    def _on_form_changed(self) -> None:
+        self.form.validate()
+        self.update_epochs()
+
+    def update_epochs(self) -> None:
+        """Epochs of the run as set: steps × what a step takes over what the data holds."""
+        m = self.current_method()
+        spec = self.form.spec()
+        if m is PIPELINE or m.key == "selfplay":
+            self.epochs_row.update_run(spec.steps, 0, 0, "")
+            return
+        if not m.finetune:
+            dataset = self.dataset_box.currentData() or ""
+            self.epochs_row.update_run(spec.steps, spec.batch_size, dataset_windows(dataset) if dataset else 0,
+                                       "training windows")
+            return
+        records = self._count_records(self.method_panel.data_files())
+        if m.data == "grpo":
+            options = self.method_panel.options_dict()
+            self.epochs_row.update_run(spec.steps, int(options.get("prompts_per_step", 0) or 0), records, "prompts")
+        else:
+            self.epochs_row.update_run(spec.steps, spec.batch_size, records, "records")
+
+    def _count_records(self, files: list[str]) -> int:
+        key = []
+        for name in files:
+            try:
+                st = Path(name).stat()
+                key.append((name, st.st_mtime_ns, st.st_size))
+            except OSError:
+                key.append((name, 0, 0))
+        cache_key = tuple(key)
+        if cache_key not in self._records_cache:
+            self._records_cache = {cache_key: count_records([k[0] for k in key if k[2]])}
+        return self._records_cache[cache_key]
 
     # --- inputs from other tabs ---
     def set_model_spec(self, spec: ModelSpec | None) -> None:
@@ -213,16 +294,18 @@ class TrainSetup(QWidget):
         self.method_panel.setVisible(not pipeline)
         self.pipeline_editor.setVisible(pipeline)
         self.hyper_group.setVisible(not pipeline)  # each stage has its own
-        self.dist_group.setVisible(not pipeline)
+        self._update_dist_group()
         for w in (self.dataset_label, self.dataset_box, self.model_label):
             w.setVisible(not m.finetune)
         self._apply_default_lr()
         if m.key == "selfplay" and not self._sandbox_probed:
             self.check_sandbox(show_dialog=False)
+        self.update_epochs()
         self.method_changed.emit()
 
     def _on_panel_changed(self) -> None:
         self._apply_default_lr()
+        self.update_epochs()
         self.changed.emit()
 
     def _apply_default_lr(self) -> None:
@@ -255,7 +338,7 @@ class TrainSetup(QWidget):
     def set_editable(self, on: bool) -> None:
         """While a run trains, its settings are shown, not edited."""
         self.editable = on
-        for w in (self.dataset_box, self.form, self.method_box, self.method_panel, self.dist_form):
+        for w in (self.dataset_box, self.form, self.method_box, self.method_panel, self.dist_form, self.epochs_row):
             w.setEnabled(on)
         self.pipeline_editor.set_editable(on)
 

@@ -1,0 +1,276 @@
+"""The Generate tab's chat: one bubble per message (system, you, the model), each with Copy; the model's last reply
+with Regenerate, your messages with Edit; and the input box (Enter sends, Shift+Enter starts a new line).
+
+A reply streams into its bubble: text is buffered and appended at the end of the bubble's document on a ~30 ms
+timer (never re-set whole), as the other stream views do. Nothing here generates: the tab sends, this shows.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent, QTextCursor
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QScrollArea,
+    QSizePolicy,
+    QTextEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Model"}
+
+
+class MessageText(QTextEdit):
+    """A message's read-only text, as tall as its content (the chat scrolls, not the bubble)."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setAcceptRichText(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setStyleSheet("QTextEdit { background: transparent; border: none; padding: 0; }")
+        self.document().setDocumentMargin(2)
+        self.document().documentLayout().documentSizeChanged.connect(lambda _s: self._fit())
+        self._fit()
+
+    def _fit(self) -> None:
+        height = int(self.document().size().height()) + 4
+        if height != self.height():
+            self.setFixedHeight(max(height, self.fontMetrics().height() + 8))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.document().setTextWidth(self.viewport().width())
+        self._fit()
+
+    def append(self, text: str) -> None:  # type: ignore[override]
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(text)
+
+
+class Bubble(QFrame):
+    """One message: who, the text, a note under it (how the reply ended) and its actions."""
+
+    copy_requested = Signal(object)
+    regenerate_requested = Signal()
+    edit_requested = Signal(object)
+
+    def __init__(self, role: str, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.role = role
+        self.in_history = False  # part of the conversation the next turn sends (not a failed turn's leftovers)
+        self.setProperty("bubble", role)
+        self.setObjectName(f"bubble_{role}")
+        self.who = QLabel(f"<b>{ROLE_NAMES.get(role, role)}</b>")
+        self.copy_btn = self._tool("Copy", "Copy this message")
+        self.edit_btn = self._tool("Edit", "Put this message back in the box to change it (the chat after it is "
+                                           "forgotten)")
+        self.regen_btn = self._tool("Regenerate", "Ask the model again for this reply")
+        self.edit_btn.setVisible(role == "user")
+        self.regen_btn.setVisible(False)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.who)
+        head.addStretch(1)
+        for b in (self.edit_btn, self.regen_btn, self.copy_btn):
+            head.addWidget(b)
+        self.body = MessageText()
+        self.body.setObjectName("bubbleText")
+        if text:
+            self.body.setPlainText(text)
+        self.note = QLabel("")
+        self.note.setProperty("role", "muted")
+        self.note.setWordWrap(True)
+        self.note.setVisible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.setSpacing(2)
+        layout.addLayout(head)
+        layout.addWidget(self.body)
+        layout.addWidget(self.note)
+        self._pending: list[str] = []
+        self.copy_btn.clicked.connect(lambda _=False: self.copy_requested.emit(self))
+        self.edit_btn.clicked.connect(lambda _=False: self.edit_requested.emit(self))
+        self.regen_btn.clicked.connect(lambda _=False: self.regenerate_requested.emit())
+
+    def _tool(self, text: str, tip: str) -> QToolButton:
+        button = QToolButton()
+        button.setText(text)
+        button.setToolTip(tip)
+        button.setProperty("flat", True)
+        button.setAutoRaise(True)
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        return button
+
+    def text(self) -> str:
+        return self.body.toPlainText() + "".join(self._pending)
+
+    def buffer(self, text: str) -> None:
+        self._pending.append(text)
+
+    def flush(self) -> bool:
+        if not self._pending:
+            return False
+        chunk = "".join(self._pending)
+        self._pending.clear()
+        self.body.append(chunk)
+        return True
+
+    def set_note(self, text: str) -> None:
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+
+
+class ChatView(QScrollArea):
+    """The conversation as bubbles, newest at the bottom (followed while you are at the bottom)."""
+
+    copy_requested = Signal(str)
+    regenerate_requested = Signal()
+    edit_requested = Signal(int)  # index of the message (in `bubbles`) to edit from
+
+    def __init__(self, parent: QWidget | None = None, interval_ms: int = 30):
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.inner = QWidget()
+        self.column = QVBoxLayout(self.inner)
+        self.column.setContentsMargins(6, 6, 6, 6)
+        self.column.setSpacing(8)
+        self.placeholder = QLabel("Type a message below and press Enter. Shift+Enter starts a new line.")
+        self.placeholder.setProperty("role", "muted")
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.column.addWidget(self.placeholder)
+        self.column.addStretch(1)
+        self.setWidget(self.inner)
+        self.bubbles: list[Bubble] = []
+        self.flushes = 0
+        # Follow the newest text while the view is at its bottom; scrolled up to read, it stays where it is.
+        self._follow = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(lambda value: setattr(self, "_follow", value >= bar.maximum() - 8))
+        bar.rangeChanged.connect(lambda _low, high: bar.setValue(high) if self._follow else None)
+        self._timer = QTimer(self)
+        self._timer.setObjectName("azr-chat-flush")
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self.flush)
+
+    # --- messages ---
+    def add(self, role: str, text: str = "") -> Bubble:
+        bubble = Bubble(role, text)
+        bubble.copy_requested.connect(lambda b: self.copy_requested.emit(b.text()))
+        bubble.regenerate_requested.connect(self.regenerate_requested)
+        bubble.edit_requested.connect(lambda b: self.edit_requested.emit(self.bubbles.index(b)))
+        row = QHBoxLayout()
+        if role == "user":  # yours on the right, the model's on the left: who said what at a glance
+            row.addStretch(1)
+            row.addWidget(bubble, 6)
+        else:
+            row.addWidget(bubble, 6)
+            row.addStretch(1)
+        holder = QWidget()
+        holder.setLayout(row)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.column.insertWidget(self.column.count() - 1, holder)
+        self.bubbles.append(bubble)
+        self.placeholder.setVisible(False)
+        QTimer.singleShot(0, self._to_bottom)
+        return bubble
+
+    def remove_from(self, index: int) -> None:
+        """Forget the bubbles from `index` on (edit, regenerate)."""
+        for bubble in self.bubbles[index:]:
+            holder = bubble.parentWidget()
+            self.column.removeWidget(holder)
+            holder.hide()
+            holder.deleteLater()
+        del self.bubbles[index:]
+        self.placeholder.setVisible(not self.bubbles)
+
+    def clear(self) -> None:
+        self.flush()
+        self.remove_from(0)
+
+    def last(self, role: str | None = None) -> Bubble | None:
+        found = [b for b in self.bubbles if role is None or b.role == role]
+        return found[-1] if found else None
+
+    def set_regenerable(self, bubble: Bubble | None) -> None:
+        """Only the model's last reply offers Regenerate."""
+        for b in self.bubbles:
+            b.regen_btn.setVisible(b is bubble)
+
+    def set_editable(self, on: bool) -> None:
+        """While a reply streams, nothing can be edited or regenerated."""
+        for b in self.bubbles:
+            b.edit_btn.setEnabled(on)
+            b.regen_btn.setEnabled(on)
+
+    # --- streaming ---
+    def stream(self, bubble: Bubble, text: str) -> None:
+        if text:
+            bubble.buffer(text)
+            if not self._timer.isActive():
+                self._timer.start()
+
+    def flush(self) -> None:
+        wrote = [b.flush() for b in self.bubbles]
+        if not any(wrote):
+            self._timer.stop()
+            return
+        self.flushes += 1
+
+    def _to_bottom(self) -> None:
+        self._follow = True
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def text(self) -> str:
+        """The conversation as plain text ("You: ...", "Model: ..."), as Copy conversation gives it."""
+        return "\n\n".join(f"{ROLE_NAMES.get(b.role, b.role)}: {b.text()}" for b in self.bubbles)
+
+    def stop_timers(self) -> None:
+        self.flush()
+        self._timer.stop()
+
+
+class ChatInput(QPlainTextEdit):
+    """The message box: Enter sends, Shift+Enter starts a new line (Ctrl+Enter sends too)."""
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.send_on_enter = True  # chat; a text completion sends on Ctrl+Enter only (a prompt may span lines)
+        self.setTabChangesFocus(True)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            mods = event.modifiers()
+            if mods & Qt.KeyboardModifier.ControlModifier or (
+                    self.send_on_enter and not mods & Qt.KeyboardModifier.ShiftModifier):
+                self.submitted.emit()
+                event.accept()
+                return
+            if mods & Qt.KeyboardModifier.ShiftModifier:  # a plain new line (Qt would insert a line separator)
+                self.insertPlainText("\n")
+                event.accept()
+                return
+        super().keyPressEvent(event)
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self.fontMetrics().height() * 3 + 16)
+
+
+def copy_text(text: str) -> None:
+    QApplication.clipboard().setText(text)
