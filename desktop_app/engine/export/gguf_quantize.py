@@ -10,6 +10,7 @@ install line.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from pathlib import Path
 
@@ -42,6 +43,13 @@ def quantize(source: Path, out: Path, gguf_type: str, threads: int | None = None
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, LLAMA_CPP_TYPES[gguf_type])
     params.nthread = int(threads or min(os.cpu_count() or 1, 8))
-    status = llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
+    # llama-cpp-python prints llama.cpp's log (a line per tensor here) when its logger lets that level through
+    logger = logging.getLogger("llama-cpp-python")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        status = llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
+    finally:
+        logger.setLevel(level)
     if status != 0 or not out.is_file():
         raise UserError(f"llama.cpp could not quantize {source.name} to {gguf_type} (status {status})")

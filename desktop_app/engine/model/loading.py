@@ -144,16 +144,23 @@ def load_gguf_weights(file: Path, dtype: Any = None) -> Any:
     model built from the same config without its quantization_config, so it trains, merges and saves like any
     other (transformers refuses to save a model it loaded from GGUF)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from desktop_app.engine.model.gguf_file import check_loadable, read_header
 
-    check_loadable(read_header(file))
+    header = read_header(file)
+    check_loadable(header)
     dtype = dtype or torch.float32
     try:
         with quiet_transformers(), _no_tqdm():
+            config = AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name, local_files_only=True)
+            if header.architecture == "gpt2":  # transformers' GGUF reader assumes GPT-2's own 1024 / 4 x width
+                for key, attr in (("gpt2.context_length", "n_positions"), ("gpt2.feed_forward_length", "n_inner")):
+                    if isinstance(header.metadata.get(key), int):
+                        setattr(config, attr, header.metadata[key])
             loaded = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype=dtype,
-                                                          local_files_only=True, attn_implementation="sdpa")
+                                                          config=config, local_files_only=True,
+                                                          attn_implementation="sdpa")
     except (OSError, ValueError, KeyError, RuntimeError, TypeError, NotImplementedError) as exc:
         raise UserError(f"{file}: the model cannot be loaded ({_first_line(exc)})") from None
     config = loaded.config
