@@ -67,8 +67,8 @@ def test_greedy_tokens_equal_ours_at_f16(exported, tok, family):
     continuations = set()
     for prompt in prompts:
         ids = tok.encode(prompt).ids
-        stats = [e for e in stream_text(loaded, prompt, GenerateSpec(max_new_tokens=32, temperature=0.0))
-                 if e.type == "generation"][0]
+        stats = next(e for e in stream_text(loaded, prompt, GenerateSpec(max_new_tokens=32, temperature=0.0))
+                     if e.type == "generation")
         ours = list(stats.token_ids)
         theirs = []
         for token in llm.generate(ids, top_k=1, temp=0.0, reset=True):

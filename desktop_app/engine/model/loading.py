@@ -158,6 +158,8 @@ def load_gguf_weights(file: Path, dtype: Any = None) -> Any:
                 for key, attr in (("gpt2.context_length", "n_positions"), ("gpt2.feed_forward_length", "n_inner")):
                     if isinstance(header.metadata.get(key), int):
                         setattr(config, attr, header.metadata[key])
+                # a GGUF records no dropout; like the llama families, fine-tune without it unless asked
+                config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0
             loaded = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype=dtype,
                                                           config=config, local_files_only=True,
                                                           attn_implementation="sdpa")
