@@ -33,10 +33,29 @@ def byte_bpe():
     return train_tokenizer(corpus(), "byte-bpe", 300, 2)
 
 
+def hf_family_model(family: str, vocab: int):
+    """A tiny random mistral or qwen2 (Q/K/V biases, tied embeddings) of transformers' own classes."""
+    import transformers as tf
+
+    common = {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
+              "tie_word_embeddings": family == "qwen2", "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+              "initializer_range": 0.1}
+    config = {"mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config}[family](**common)
+    torch.manual_seed(3)
+    model = tf.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # visible biases, so a lost bias shows in the logits
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
 def trained_folder(root: Path, family: str, tok, steps: int = 30) -> Path:
-    """An HF model folder of `family` trained `steps` AdamW steps on the corpus, with the tokenizer."""
+    """An HF model folder of `family` (llama, gpt2, mistral, qwen2) trained `steps` AdamW steps on the corpus,
+    with the tokenizer."""
     torch.manual_seed(0)
-    model = build_model(SPECS[family], seed=0)
+    model = build_model(SPECS[family], seed=0) if family in SPECS else hf_family_model(family, tok.get_vocab_size())
     ids = [i for text in corpus(96, seed=1) for i in [*tok.encode(text).ids, 2]]
     data = torch.tensor(ids[: (len(ids) // 65) * 65]).view(-1, 65)[:24]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)

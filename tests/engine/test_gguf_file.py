@@ -121,7 +121,7 @@ def test_truncated_exports_are_refused_at_every_cut(tmp_path, exported):
 
 def test_unsupported_architecture_and_types_name_what_is_supported(tmp_path):
     mamba = write(tmp_path, gguf_bytes([kv_str("general.architecture", "mamba"), GOOD_KV[1]], GOOD_TENSOR, GOOD_DATA))
-    with pytest.raises(UserError, match=r"architecture 'mamba' is not supported; supported: llama, mistral, qwen2"):
+    with pytest.raises(UserError, match=r"architecture 'mamba' is not supported; supported: llama, qwen2, qwen3"):
         check_loadable(read_header(mamba))
     iq2 = write(tmp_path, gguf_bytes(GOOD_KV, [tensor_info("token_embd.weight", (256, 1), 16)], b"\0" * 66), "iq.gguf")
     with pytest.raises(UserError, match=r"IQ2_XXS, which cannot be dequantized here; supported: F32, F16, BF16"):

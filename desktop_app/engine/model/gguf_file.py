@@ -40,7 +40,7 @@ _STRING, _ARRAY = 8, 9
 
 # llama.cpp architecture -> transformers model_type, for the families transformers' GGUF loader reads and this
 # app fine-tunes (causal LMs; no mixture-of-experts, encoders or state-space models).
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
                  "gemma2": "gemma2", "gemma3": "gemma3_text", "gpt2": "gpt2", "starcoder2": "starcoder2",
                  "stablelm": "stablelm"}
 # Tensor types transformers dequantizes (through gguf's NumPy quantizers).
@@ -288,9 +288,7 @@ def read_header(path: str | Path) -> GGUFInfo:
 
 def model_type_of(info: GGUFInfo) -> str:
     """The transformers model_type of a GGUF's architecture; UserError naming the supported ones."""
-    arch = info.architecture
-    if arch == "llama" and "mistral" in info.name.lower():
-        return "mistral"  # llama.cpp files Mistral under llama; transformers reads it as mistral
+    arch = info.architecture  # a Mistral is filed under llama by llama.cpp, and loaded as llama here
     if arch not in ARCHITECTURES:
         raise UserError(f"{info.path.name}: GGUF architecture {arch or '(none)'!r} is not supported; supported: "
                         f"{', '.join(ARCHITECTURES)}")

@@ -160,6 +160,13 @@ def load_gguf_weights(file: Path, dtype: Any = None) -> Any:
                         setattr(config, attr, header.metadata[key])
                 # a GGUF records no dropout; like the llama families, fine-tune without it unless asked
                 config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0
+            if header.architecture == "llama" and config.model_type != "llama":
+                # transformers reads a llama file named "...mistral..." as mistral, then finds no tensor map for
+                # it; llama.cpp runs it as llama, and so do we
+                from transformers import LlamaConfig
+
+                config = LlamaConfig(**{k: v for k, v in config.to_dict().items()
+                                        if k not in ("model_type", "architectures", "sliding_window")})
             loaded = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype=dtype,
                                                           config=config, local_files_only=True,
                                                           attn_implementation="sdpa")
