@@ -40,6 +40,7 @@ from desktop_app.engine.events import Controls, GenerationStats, TextDelta
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.serve_panel import ServePanel
+from desktop_app.ui.widgets.gguf_models import add_gguf_choices, attach_gguf_chooser
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.stream_view import StreamView
 
@@ -204,6 +205,7 @@ class GenerateTab(QWidget):
         root.addWidget(body, 1)
 
         self.browse_btn.clicked.connect(self._browse)
+        attach_gguf_chooser(self.source_box, lambda: str(self.ctx.workspace.root))
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh_sources())
         self.generate_btn.clicked.connect(lambda _=False: self.generate())
         self.stop_btn.clicked.connect(lambda _=False: self.stop())
@@ -236,6 +238,7 @@ class GenerateTab(QWidget):
             for p in ws.items(kind):
                 if p.is_dir() and (p / "config.json").exists():
                     self.source_box.addItem(f"{kind[:-1]} {p.name}", str(p))
+        add_gguf_choices(self.source_box, ws)  # the workspace's .gguf files, Ollama's and LM Studio's, "GGUF file…"
         if current:
             i = self.source_box.findData(current)
             if i < 0:

@@ -29,6 +29,7 @@ from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committ
 from desktop_app.engine.runs import is_live, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html
 
 KIND_TITLES = {"runs": "Runs", "models": "Models", "datasets": "Datasets", "tokenizers": "Tokenizers",
                "exports": "Exports"}
@@ -174,6 +175,7 @@ class LibraryTab(QWidget):
                 if str(p) == selected:
                     self.tree.setCurrentItem(child)
             top.setExpanded(True)
+        add_store_group(self.tree, PATH_ROLE, KIND_ROLE)  # Ollama's and LM Studio's models, when they have any
         self._update_buttons()
 
     def items(self, kind: str) -> list[str]:
@@ -211,9 +213,9 @@ class LibraryTab(QWidget):
         self.resume_btn.setEnabled(kind == "runs" and (resumable(Path(self.selected_path()))
                                                        or pipeline_resumable(self.selected_path())))
         self.watch_btn.setEnabled(kind == "runs")
-        self.generate_btn.setEnabled(kind in ("runs", "models", "exports"))
+        self.generate_btn.setEnabled(kind in ("runs", "models", "exports", STORE_KIND))
         self.use_btn.setEnabled(kind == "datasets")
-        self.export_btn.setEnabled(kind in ("runs", "models"))
+        self.export_btn.setEnabled(kind in ("runs", "models", STORE_KIND))
 
     def _show_details(self, item: QTreeWidgetItem | None) -> None:
         self._update_buttons()
@@ -222,6 +224,9 @@ class LibraryTab(QWidget):
             return
         path = Path(item.data(0, PATH_ROLE))
         kind = item.data(0, KIND_ROLE)
+        if kind == STORE_KIND:
+            self.details.setHtml(store_details_html(str(path)))
+            return
         item.setText(2, _human(folder_size(path)))
         parts = [f"<h3>{_esc(path.name)}</h3><p style='color:#6b7280'>{_esc(str(path))}</p>"]
         for name in ("run.json", "manifest.json", "model_spec.json", "config.json"):
@@ -246,7 +251,7 @@ class LibraryTab(QWidget):
         kind = item.data(0, KIND_ROLE)
         if kind == "runs":
             self.show_run_requested.emit(item.data(0, PATH_ROLE))
-        elif kind in ("models", "exports"):
+        elif kind in ("models", "exports", STORE_KIND):
             self.generate_requested.emit(item.data(0, PATH_ROLE))
         elif kind == "datasets":
             self.dataset_requested.emit(item.data(0, PATH_ROLE))
@@ -314,7 +319,7 @@ class LibraryTab(QWidget):
 
     def export_selected(self, fmt: str | None = None) -> bool:
         source = self.selected_path()
-        if not source or self.selected_kind() not in ("runs", "models"):
+        if not source or self.selected_kind() not in ("runs", "models", STORE_KIND):
             self.ctx.report_error("Select a run or a model to export.", title="Export")
             return False
         fmt = fmt or self.format_box.currentData()
