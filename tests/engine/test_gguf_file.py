@@ -242,3 +242,18 @@ def test_ollama_and_lm_studio_stores_are_listed_and_their_models_load(tmp_path, 
     assert "truncated" in by_name["someone/tiny-GGUF/broken.gguf"].problem
     assert load_model(blob, device="cpu").kind == "gguf"  # an Ollama blob has no .gguf suffix
     assert find_store_models({}, tmp_path / "nobody") == []
+
+
+def test_generate_serve_and_export_verbs_take_a_gguf(exported, tmp_path, capsys):
+    import desktop_app.cli as cli
+    from desktop_app.server.serving import load_served
+
+    gguf = exported["gpt2"]
+    assert cli.main(["generate", str(gguf), "--prompt", "the cat", "--max-new-tokens", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    served = load_served(str(gguf), device="cpu")
+    assert served.id == "gpt2.gguf" and served.loaded.kind == "gguf"
+    out = tmp_path / "again.gguf"
+    assert cli.main(["export", str(gguf), "--format", "gguf", "--gguf-type", "Q8_0", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(out) and f"ollama create NAME -f {tmp_path / 'again.Modelfile'}" in captured.err

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
+pytestmark = [pytest.mark.realmodel, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def smollm2_gguf() -> Path | None:
@@ -79,6 +79,10 @@ def test_lora_on_the_gguf_learns_and_its_q4_k_m_export_answers_in_llama_cpp(lora
     assert '{{ "<|im_start|>assistant\\n" }}' in modelfile
     assert out.stat().st_size < 0.5 * 4 * 135e6  # far below f32
     llm = llama_cpp.Llama(model_path=str(out), n_ctx=512, n_threads=2, verbose=False, seed=0)
+    from desktop_app.engine.model.loading import load_gguf_tokenizer
+
+    text = "Hello world, café 🙂 東京. What is 1234 plus 56?\nA new line"
+    assert llm.tokenize(text.encode(), add_bos=False, special=False) == load_gguf_tokenizer(GGUF)(text)["input_ids"]
 
     def ask(question: str) -> str:
         reply = llm.create_chat_completion(messages=[{"role": "user", "content": question}], temperature=0.0,
