@@ -1,7 +1,9 @@
-"""`export`: a model as a Hugging Face folder, a zip of it, or a GGUF file (llama.cpp, LM Studio, Ollama).
+"""`export`: a model as a Hugging Face folder, a zip of it, or a GGUF file (llama.cpp, LM Studio) with an Ollama
+Modelfile beside it.
 
     python -m desktop_app export RUN --format hf --out DIR
     python -m desktop_app export LORA_RUN --merge --format hf|zip|gguf --out PATH   # adapter merged into its base
+    python -m desktop_app export RUN --format gguf --gguf-type q4_k_m --out m.gguf  # + m.Modelfile: ollama create
 """
 
 from __future__ import annotations
@@ -11,18 +13,20 @@ import json
 import sys
 
 FORMATS = ("hf", "zip", "gguf")
-GGUF_TYPES = ("f32", "f16", "q8_0")
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")  # export/hf.py's, without importing it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
-                        "export or a Hugging Face model folder")
+                        "export, a Hugging Face model folder or a GGUF file")
     parser.add_argument("--format", dest="fmt", required=True, choices=FORMATS,
-                        help="hf: a folder transformers loads; zip: that folder zipped; gguf: one file for llama.cpp")
+                        help="hf: a folder transformers loads; zip: that folder zipped; gguf: one file for llama.cpp "
+                        "and, beside it, NAME.Modelfile for `ollama create`")
     parser.add_argument("--out", required=True, metavar="PATH", help="where to write (a folder for hf, a file for "
                         "zip and gguf)")
-    parser.add_argument("--gguf-type", choices=GGUF_TYPES, default=None,
-                        help="GGUF weight type (default f16; f32 is exact, q8_0 is ~half of f16)")
+    parser.add_argument("--gguf-type", choices=GGUF_TYPES, default=None, type=str.lower,
+                        help="GGUF weight type (default f16; f32 is exact, q8_0 is ~half of f16; q4_k_m, q5_k_m and "
+                        "q6_k are made by llama.cpp's quantizer: the [llamacpp] extra)")
     parser.add_argument("--max-shard-size", default="2GB", metavar="SIZE",
                         help="split hf weights into files of at most this size (default 2GB)")
     parser.add_argument("--force", action="store_true", help="replace PATH if it exists (only once the new "
@@ -76,4 +80,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(result.get("path", ""))
+        if result.get("modelfile"):
+            print(f"Ollama: ollama create NAME -f {result['modelfile']}", file=sys.stderr)
     return 0

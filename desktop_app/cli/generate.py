@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "line at the end. With --beams N the text of the best beam(s) is printed when the search "
                      "ends.")
     parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
-                        "export or a local Hugging Face model folder")
+                        "export, a local Hugging Face model folder or a GGUF file")
     parser.add_argument("--prompt", required=True, help="text to continue (or the user message with --chat)")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
                         help=help_text(GenerateSpec, "max_new_tokens"))

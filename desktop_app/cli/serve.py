@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("OpenAI clients: base_url http://HOST:PORT/v1, model = the MODEL folder's name (GET /v1/models). "
                      "The training API lives under /api; its documentation under /docs.")
     parser.add_argument("model", metavar="MODEL", nargs="?", default=None,
-                        help="the model to serve: a run folder (its newest checkpoint), a checkpoint, an export or a "
-                             "local Hugging Face model folder (omit it to run only the training API)")
+                        help="the model to serve: a run folder (its newest checkpoint), a checkpoint, an export, a "
+                             "local Hugging Face model folder or a GGUF file (omit it to run only the training API)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; any other address "
                              "requires --api-key)")

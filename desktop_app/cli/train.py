@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--resume", metavar="RUN_DIR", help="continue a run (or pipeline) from its newest committed "
                      "checkpoint")
     src.add_argument("--base", metavar="MODEL", help="fine-tune this model (with --method and --data): a run folder, "
-                     "checkpoint, export or local Hugging Face folder; it is never modified")
+                     "checkpoint, export, local Hugging Face folder or GGUF file (Ollama, LM Studio); it is never "
+                     "modified")
     src.add_argument("--pipeline", metavar="PIPELINE_JSON", help="run a multi-stage pipeline (e.g. pretrain -> sft -> "
                      "dpo) into --out; each stage starts from the previous one")
     parser.add_argument("--preset", help="model preset for --dataset (default: tiny); its vocab "

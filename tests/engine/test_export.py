@@ -346,17 +346,31 @@ def test_gguf_tied_embeddings_have_no_output_tensor(tokenizer, tmp_path):
     assert "output.weight" not in names and "token_embd.weight" in names
 
 
-def test_gguf_problem_for_the_ui(runs, tmp_path):
+def _qwen3_folder(folder: Path, tok) -> Path:
+    """A tiny model of a family llama.cpp knows but our GGUF writer does not (qwen3)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    save_tokenizer(tok, folder)
+    return folder
+
+
+def test_gguf_problem_for_the_ui(runs, tokenizer, tmp_path):
     from desktop_app.engine.export.hf import gguf_problem
 
     assert gguf_problem(runs["llama"]) is None
-    assert "llama-family" in gguf_problem(runs["gpt2"])
+    assert gguf_problem(runs["gpt2"]) is None
+    assert "llama, mistral, qwen2, gpt2" in gguf_problem(_qwen3_folder(tmp_path / "q3", tokenizer))
     assert "does not exist" in gguf_problem(tmp_path / "missing")
 
 
-def test_gguf_refusals_leave_nothing(runs, tmp_path):
-    with pytest.raises(UserError, match="llama-family"):
-        list(export_model(runs["gpt2"], "gguf", tmp_path / "g.gguf"))
+def test_gguf_refusals_leave_nothing(runs, tokenizer, tmp_path):
+    _qwen3_folder(tmp_path / "q3", tokenizer)
+    with pytest.raises(UserError, match="GGUF export supports llama, mistral, qwen2, gpt2 models"):
+        list(export_model(tmp_path / "q3", "gguf", tmp_path / "g.gguf"))
     # a llama model whose tokenizer is not byte-level BPE
     wp = train_tokenizer(corpus(50), "wordpiece", 300, 1)
     src = tmp_path / "wp"
@@ -366,7 +380,7 @@ def test_gguf_refusals_leave_nothing(runs, tmp_path):
         list(export_model(src, "gguf", tmp_path / "w.gguf"))
     with pytest.raises(UserError, match="GGUF type"):
         list(export_model(runs["llama"], "gguf", tmp_path / "x.gguf", gguf_type="q4_k"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["wp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q3", "wp"]
 
 
 # --- refusals and safety ---------------------------------------------------------------------------------
@@ -461,7 +475,7 @@ def test_cli_export(runs, tmp_path, run_cli):
 
 @pytest.mark.parametrize("argv, needle", [
     (("{missing}", "--format", "hf", "--out", "{tmp}/o"), "does not exist"),
-    (("{gpt2}", "--format", "gguf", "--out", "{tmp}/o.gguf"), "llama-family"),
+    (("{tmp}", "--format", "gguf", "--out", "{tmp}/o.gguf"), "no config.json"),
     (("{llama}", "--format", "hf", "--out", "{tmp}/o", "--gguf-type", "f16"), "only applies to --format gguf"),
 ])
 def test_cli_errors(runs, tmp_path, run_cli, argv, needle):

@@ -64,7 +64,7 @@ def test_compare_checkpoints_side_by_side(window, populated_workspace, qtbot):
 
 def test_generate_errors_are_readable(window, tmp_path, qtbot):
     gen = window.generate_tab
-    assert gen.source_box.count() == 0
+    assert not gen.source_box.currentData()  # no model yet (only "Choose a model…" and "GGUF file…")
     assert not gen.generate("x")
     assert "train one first" in window.ctx.errors[-1][0]
     gen.select_source(str(tmp_path))  # not a model folder

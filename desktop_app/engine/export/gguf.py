@@ -1,15 +1,13 @@
-"""Write a llama-family model as GGUF (llama.cpp, LM Studio, Ollama) with the `gguf` package.
+"""Write a model as GGUF (llama.cpp, LM Studio, Ollama) with the `gguf` package: f32, f16, bf16 and q8_0 here;
+the smaller k-quants (Q4_K_M, Q5_K_M, Q6_K) by llama.cpp's own quantizer from our f32/f16 file (gguf_quantize.py).
 
-What llama.cpp expects, and why the conversion is not a plain copy:
-- Tensor names follow gguf's naming (token_embd, blk.N.attn_q, ...), shapes are written reversed
-  (GGML order), 1-D tensors (norms) stay f32 whatever the file type.
-- llama.cpp's LLAMA architecture applies rotary embeddings to *adjacent* pairs (x0,x1),(x2,x3)...
-  while Hugging Face rotates the two halves of each head (x_i, x_{i+hd/2}). The Q and K projection
-  rows are therefore permuted per head (the same `permute` as llama.cpp's convert_hf_to_gguf.py), which
-  makes both compute the same attention scores.
-- A byte-level BPE tokenizer is stored as tokenizer.ggml.model "gpt2" with the GPT-2 pre-tokenizer,
-  its tokens in id order (padded with unused tokens up to the model's vocab size), token types and
-  merges, plus the bos/eos/pad/unk ids.
+What llama.cpp expects per family (names, shapes, the RoPE permutation) is in gguf_families.py. The tokenizer:
+- a model whose weights came from a GGUF file (directly or as the base of a fine-tune) keeps that file's tokenizer
+  metadata as it was (tokens, types, merges, pre-tokenizer name, special ids), so llama.cpp tokenizes exactly as
+  it did for the original;
+- otherwise a byte-level BPE tokenizer.json is stored as tokenizer.ggml.model "gpt2" with the GPT-2 pre-tokenizer,
+  its tokens in id order (padded with unused tokens up to the model's vocab size), token types and merges, plus
+  the bos/eos/pad/unk ids.
 """
 
 from __future__ import annotations
@@ -23,39 +21,11 @@ import numpy as np
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event, Progress
+from desktop_app.engine.export.gguf_families import family_of
 
-GGUF_TYPES = ("f32", "f16", "q8_0")
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # written here
 Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
-
-
-def permute_for_rope(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """HF (rotate-half) Q/K rows -> llama.cpp (interleaved pairs) order, per head (n_head of this projection)."""
-    return (weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
-            .swapaxes(1, 2)
-            .reshape(weight.shape))
-
-
-def _tensor_name(hf_name: str) -> tuple[str, str] | None:
-    """(gguf name, role) for a LlamaForCausalLM state-dict name; role tells q/k (to permute)."""
-    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    if hf_name in fixed:
-        return fixed[hf_name], ""
-    parts = hf_name.split(".")
-    if len(parts) < 5 or parts[:2] != ["model", "layers"]:
-        return None
-    i, rest = parts[2], ".".join(parts[3:])
-    table = {
-        "self_attn.q_proj.weight": ("attn_q", "q"), "self_attn.k_proj.weight": ("attn_k", "k"),
-        "self_attn.v_proj.weight": ("attn_v", ""), "self_attn.o_proj.weight": ("attn_output", ""),
-        "mlp.gate_proj.weight": ("ffn_gate", ""), "mlp.up_proj.weight": ("ffn_up", ""),
-        "mlp.down_proj.weight": ("ffn_down", ""), "input_layernorm.weight": ("attn_norm", ""),
-        "post_attention_layernorm.weight": ("ffn_norm", ""),
-    }
-    if rest not in table:
-        return None
-    name, role = table[rest]
-    return f"blk.{i}.{name}.weight", role
+_COPIED_TOKENIZER_KEYS = ("tokenizer.ggml.", )
 
 
 def tokenizer_metadata(tokenizer_json: dict[str, Any], vocab_size: int, special_ids: dict[str, int | None]
@@ -96,93 +66,111 @@ def tokenizer_metadata(tokenizer_json: dict[str, Any], vocab_size: int, special_
 
 
 def _convert(array: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
-    """(data, raw_dtype) for one tensor; 1-D stays f32, rows not divisible by 32 fall back to f16 for q8_0."""
+    """(data, raw_dtype) for one tensor; 1-D stays f32; q8_0 rows not divisible by 32 fall back to f16."""
     import gguf
 
     if array.ndim == 1 or gguf_type == "f32":
         return array.astype(np.float32), None
+    if gguf_type == "bf16":
+        qtype = gguf.GGMLQuantizationType.BF16
+        return gguf.quants.quantize(array.astype(np.float32), qtype), qtype
     if gguf_type == "q8_0" and array.shape[-1] % Q8_BLOCK == 0:
         qtype = gguf.GGMLQuantizationType.Q8_0
         return gguf.quants.quantize(array.astype(np.float32), qtype), qtype
     return array.astype(np.float16), None
 
 
+def copy_tokenizer_metadata(source: Path, writer: Any, vocab_size: int) -> bool:
+    """Copy the tokenizer.ggml.* metadata of a (checked) GGUF file into `writer`, when its vocabulary fits a
+    model of `vocab_size` rows. False (nothing written) when it does not fit."""
+    import gguf
+
+    from desktop_app.engine.model.gguf_file import ArrayValue, read_header
+
+    header = read_header(source)  # refuses a damaged file before gguf's reader maps it
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, ArrayValue) or tokens.count != vocab_size:
+        return False
+    reader = gguf.GGUFReader(source)
+    for key, field in reader.fields.items():
+        if not key.startswith(_COPIED_TOKENIZER_KEYS) or not field.types:
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(key, field.contents(), vtype, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(key, field.contents(), vtype)
+    return True
+
+
 def write_gguf(
     state: dict[str, np.ndarray],
     config: dict[str, Any],
-    tokenizer_json: dict[str, Any],
+    tokenizer_json: dict[str, Any] | None,
     out: Path,
     gguf_type: str = "f16",
     *,
     name: str = "model",
     special_ids: dict[str, int | None] | None = None,
     chat_template: str | None = None,
+    tokenizer_source: Path | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[Event]:
-    """Write `out` (a .gguf file) from a llama state dict (HF names, fp32 numpy) and its config.json dict.
+    """Write `out` (a .gguf file) from a state dict (HF names, fp32 numpy) and its config.json dict.
 
-    Yields Progress per tensor; returns early (writing nothing) when should_stop() turns true.
-    The caller writes to a temporary path and renames (atomic for the user).
+    The tokenizer comes from `tokenizer_source` (a GGUF whose tokenizer metadata is copied) when given and its
+    vocabulary fits, else from `tokenizer_json`. Yields Progress per tensor; returns early (writing nothing
+    complete) when should_stop() turns true. The caller writes to a temporary path and renames.
     """
     import gguf
 
     if gguf_type not in GGUF_TYPES:
         raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
-    if config.get("model_type") != "llama":
-        raise UserError(f"GGUF export supports llama-family models; this is a {config.get('model_type')!r} model: "
-                        "export it as a Hugging Face folder (--format hf) or zip instead")
-    from desktop_app.engine.model.architecture import spec_from_hf_config
-
-    spec = spec_from_hf_config(config)  # refuses llama variants we cannot describe (biases, rope scaling)
+    family = family_of(config)  # refuses families and variants llama.cpp would not read the same way
+    vocab_size = int(config["vocab_size"])
     special_ids = special_ids or {}
-    meta = tokenizer_metadata(tokenizer_json, spec.vocab_size, special_ids)
+    names = [n for n in state if not (n == "lm_head.weight" and family.tied)]
+    mapped = {n: family.rename(n) for n in names}
+    unknown = [n for n, m in mapped.items() if m is None and not n.endswith(("rotary_emb.inv_freq", ".attn.bias",
+                                                                               ".attn.masked_bias"))]
+    if unknown:
+        raise UserError(f"GGUF export does not know the tensors {', '.join(unknown[:5])}")
+    names = [n for n in names if mapped[n] is not None]
 
     file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                 "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[gguf_type]
-    writer = gguf.GGUFWriter(str(out), "llama")
+                 "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[gguf_type]
+    writer = gguf.GGUFWriter(str(out), family.arch)
     try:
         writer.add_name(name)
-        writer.add_context_length(spec.context_length)
-        writer.add_embedding_length(spec.d_model)
-        writer.add_block_count(spec.n_layers)
-        writer.add_feed_forward_length(spec.ffn_dim)
-        writer.add_head_count(spec.n_heads)
-        writer.add_head_count_kv(spec.n_kv_heads)
-        writer.add_rope_freq_base(float(spec.rope_theta))
-        writer.add_layer_norm_rms_eps(float(spec.norm_eps))
-        writer.add_rope_dimension_count(spec.head_dim)
-        writer.add_vocab_size(spec.vocab_size)
+        for method, value in family.hparams:
+            getattr(writer, method)(value)
         writer.add_file_type(int(file_type))
-        if gguf_type == "q8_0":
+        if gguf_type in ("q8_0", "bf16"):
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre(meta["pre"])
-        writer.add_token_list(meta["tokens"])
-        writer.add_token_types(meta["types"])
-        writer.add_token_merges(meta["merges"])
-        for role, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
-                          ("pad", writer.add_pad_token_id), ("unk", writer.add_unk_token_id)):
-            if special_ids.get(role) is not None:
-                add(int(special_ids[role]))
-        # Our tokenizers add no BOS/EOS when encoding; llama.cpp must tokenize prompts the same way.
-        writer.add_add_bos_token(False)
-        writer.add_add_eos_token(False)
+        if tokenizer_source is None or not copy_tokenizer_metadata(tokenizer_source, writer, vocab_size):
+            if tokenizer_json is None:
+                raise UserError("GGUF export needs the model's tokenizer.json")
+            meta = tokenizer_metadata(tokenizer_json, vocab_size, special_ids)
+            writer.add_tokenizer_model("gpt2")
+            writer.add_tokenizer_pre(meta["pre"])
+            writer.add_token_list(meta["tokens"])
+            writer.add_token_types(meta["types"])
+            writer.add_token_merges(meta["merges"])
+            for role, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
+                              ("pad", writer.add_pad_token_id), ("unk", writer.add_unk_token_id)):
+                if special_ids.get(role) is not None:
+                    add(int(special_ids[role]))
+            # Our tokenizers add no BOS/EOS when encoding; llama.cpp must tokenize prompts the same way.
+            writer.add_add_bos_token(False)
+            writer.add_add_eos_token(False)
         if chat_template:
             writer.add_chat_template(chat_template)
-
-        names = [n for n in state if not (n == "lm_head.weight" and spec.tie_embeddings)]
-        unknown = [n for n in names if _tensor_name(n) is None]
-        if unknown:
-            raise UserError(f"GGUF export does not know the tensors {', '.join(unknown[:5])}")
         for done, hf_name in enumerate(names):
             if should_stop():
                 return
-            gguf_name, role = _tensor_name(hf_name)  # type: ignore[misc]
-            array = np.asarray(state[hf_name], dtype=np.float32)
-            if role == "q":
-                array = permute_for_rope(array, spec.n_heads)
-            elif role == "k":
-                array = permute_for_rope(array, spec.n_kv_heads)
+            gguf_name = mapped[hf_name]
+            assert gguf_name is not None
+            array = family.transform(hf_name, np.asarray(state[hf_name], dtype=np.float32))
             data, raw_dtype = _convert(array, gguf_type)
             if raw_dtype is None:
                 writer.add_tensor(gguf_name, data)

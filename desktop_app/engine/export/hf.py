@@ -1,4 +1,4 @@
-"""Export a model as a Hugging Face folder, a zip of that folder, or a GGUF file.
+"""Export a model as a Hugging Face folder, a zip of that folder, or a GGUF file with its Ollama Modelfile.
 
 `export_model` is a generator of events (Progress, Log, then Finished) like every long job, so the
 UI runs it in the background and the CLI prints a progress line. The output appears atomically: it
@@ -24,7 +24,8 @@ from desktop_app.engine.fileio import fsync_dir
 from desktop_app.engine.run_folder import METRICS_FILE, MetricsSummary, read_json, read_metrics
 
 FORMATS = ("hf", "zip", "gguf")
-GGUF_TYPES = ("f32", "f16", "q8_0")
+# f32 ... q8_0 written by us (export/gguf.py); the k-quants by llama.cpp's quantizer (export/gguf_quantize.py)
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")
 DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 
@@ -49,24 +50,65 @@ def _load(path: Path) -> tuple[Any, Any]:
 
 def gguf_problem(source: str | Path) -> str | None:
     """Why `source` cannot be exported as GGUF (a sentence for the UI to show next to a disabled option),
-    or None when it can. Cheap: reads config.json and tokenizer.json only, loads no weights."""
+    or None when it can. Cheap: reads configs and tokenizer.json only, loads no weights."""
     from desktop_app.engine.export.gguf import read_tokenizer_json, tokenizer_metadata
+    from desktop_app.engine.export.gguf_families import family_of
 
     try:
         folder = resolve_source(source)
+        if gguf_origin(folder) is not None:
+            return None  # a GGUF, or a model made from one: its own tokenizer metadata is carried over
         config = _source_config(folder)
-        if config.get("model_type") != "llama":
-            return (f"GGUF export supports llama-family models; this is a {config.get('model_type')!r} model: "
-                    "export it as a Hugging Face folder or zip instead")
-        from desktop_app.engine.model.architecture import spec_from_hf_config
-
-        spec = spec_from_hf_config(config)
+        family_of(config)
         if not (folder / "tokenizer.json").is_file():
             return f"{folder} has no tokenizer.json"
-        tokenizer_metadata(read_tokenizer_json(folder / "tokenizer.json"), spec.vocab_size, {})
+        tokenizer_metadata(read_tokenizer_json(folder / "tokenizer.json"), int(config.get("vocab_size") or 0), {})
     except UserError as exc:
         return str(exc)
     return None
+
+
+def gguf_origin(folder: Path) -> Path | None:
+    """The GGUF file a model's weights came from: the file itself, or (following run.json's base_model, and an
+    adapter's base, up a chain of fine-tunes) the GGUF its first base was. None when it was not made from one."""
+    from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
+    from desktop_app.engine.model.gguf_file import is_gguf_file
+
+    current: Path | None = folder
+    for _ in range(8):
+        if current is None:
+            return None
+        if is_gguf_file(current):
+            return current
+        base: str | None = None
+        if is_adapter_folder(current):
+            base = adapter_base_path(current)
+        else:
+            run_dir = current.parent.parent if current.parent.name == "checkpoints" else current
+            run = read_json(current / "run.json") or read_json(run_dir / "run.json")
+            if isinstance(run, dict) and isinstance(run.get("base_model"), str):
+                base = run["base_model"]
+        if not base or not Path(base).expanduser().exists():
+            return None
+        current = resolve_source(base)
+    return None
+
+
+def _source_model_type(folder: Path) -> str:
+    """The model_type of what `folder` (a model folder, adapter or GGUF file) holds, without loading weights."""
+    from desktop_app.engine.model.gguf_file import is_gguf_file, model_type_of, read_header
+
+    if is_gguf_file(folder):
+        return model_type_of(read_header(folder))
+    from desktop_app.engine.model.folders import is_adapter_folder, resolve_base
+
+    if is_adapter_folder(folder):
+        base = resolve_base(folder).adapter_base
+        while base is not None and base.adapter_base is not None:
+            base = base.adapter_base
+        if base is not None:
+            return base.model_type
+    return str(_source_config(folder).get("model_type"))
 
 
 def _source_config(folder: Path) -> dict[str, Any]:
@@ -78,8 +120,10 @@ def _source_config(folder: Path) -> dict[str, Any]:
         base = info.adapter_base
         while base is not None and base.adapter_base is not None:
             base = base.adapter_base
-        if base is not None:
+        if base is not None and base.folder.is_dir():
             return read_json(base.folder / "config.json") or {}
+    if not folder.is_dir():
+        return {}
     return read_json(folder / "config.json") or {}
 
 
@@ -289,6 +333,50 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _write_gguf_and_modelfile(model: Any, tokenizer: Any, src: Path, tmp: Path, out: Path, gguf_type: str,
+                              stopped: Any, extra: list[Path], result: dict[str, Any]) -> Iterator[Event]:
+    """The GGUF at `tmp` (k-quants: our f32/f16 file, then llama.cpp's quantizer) and its Modelfile at a temporary
+    sibling (result["modelfile_tmp"]); temporaries go into `extra` to be removed whatever happens."""
+    from desktop_app.engine.export.gguf import read_tokenizer_json, write_gguf
+    from desktop_app.engine.export.gguf_quantize import LLAMA_CPP_TYPES, quantize
+    from desktop_app.engine.export.modelfile import modelfile_text
+
+    state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
+    tok_file = src / "tokenizer.json" if src.is_dir() else None
+    tok_json = read_tokenizer_json(tok_file) if tok_file is not None and tok_file.is_file() else \
+        json.loads(tokenizer.backend_tokenizer.to_str())
+    template = getattr(tokenizer, "chat_template", None)
+    origin = gguf_origin(src)
+    target, write_type = tmp, gguf_type
+    if gguf_type in LLAMA_CPP_TYPES:  # our f32 (f16 above ~1B parameters) file first, then llama.cpp's quantizer
+        target = tmp.with_name(tmp.name + ".src")
+        extra.append(target)
+        write_type = "f32" if sum(int(v.size) for v in state.values()) < 1e9 else "f16"
+    yield from write_gguf(state, model.config.to_dict(), tok_json, target, write_type, name=out.stem,
+                          special_ids=_special_ids(tokenizer),
+                          chat_template=template if isinstance(template, str) else None,
+                          tokenizer_source=origin, should_stop=stopped)
+    if stopped():
+        return
+    if origin is not None:
+        yield Log("info", f"kept the tokenizer of {origin.name} as it was")
+    if target is not tmp:
+        yield Progress("quantize", 0, 1, "files", f"llama.cpp {gguf_type}")
+        quantize(target, tmp, gguf_type)
+        yield Progress("quantize", 1, 1, "files", f"llama.cpp {gguf_type}")
+    context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    made = modelfile_text(out.name, tokenizer, context)
+    mf_tmp = out.with_name(f".{out.stem}.Modelfile.tmp-{secrets.token_hex(4)}")
+    extra.append(mf_tmp)
+    with open(mf_tmp, "w", encoding="utf-8") as fh:
+        fh.write(made.text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    result["modelfile_tmp"] = str(mf_tmp)
+    result["modelfile_template"] = made.translated
+    yield Log("info" if made.translated or "no chat template" in made.note else "warning", f"Modelfile: {made.note}")
+
+
 def export_model(
     source: str | Path,
     fmt: str,
@@ -305,17 +393,20 @@ def export_model(
     fmt "hf": a folder AutoModelForCausalLM/AutoTokenizer load offline (config.json, model.safetensors
     or shards + index, tokenizer.json, tokenizer_config.json, special_tokens_map.json,
     generation_config.json, README.md model card). "zip": that folder zipped (out is the .zip file).
-    "gguf": one .gguf file for llama.cpp (llama family only; gguf_type f32, f16 or q8_0).
-    Ends with Finished(reason "completed", result={"path", "format", "bytes", "source"}) or
+    "gguf": one .gguf file for llama.cpp (llama, mistral, qwen2, gpt2; gguf_type f32, f16, bf16 or q8_0 written
+    here, q4_k_m, q5_k_m or q6_k by llama.cpp's quantizer) and beside it NAME.Modelfile for `ollama create`.
+    Ends with Finished(reason "completed", result={"path", "format", "bytes", "source"} (+ "modelfile")) or
     Finished(reason "cancelled") when controls.stop is set (nothing is left behind).
     merge: required for a LoRA/QLoRA run or adapter folder: the adapter is merged into (a copy of) its base
     and the result exported as a plain model in any format (the base on disk is untouched).
     """
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+    gguf_type = gguf_type.lower()
     if fmt == "gguf" and gguf_type not in GGUF_TYPES:
         raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
     out = Path(out).expanduser()
+    modelfile = out.with_name(f"{out.stem}.Modelfile") if fmt == "gguf" else None
     src = resolve_source(source)
     from desktop_app.engine.model.folders import is_adapter_folder
 
@@ -323,8 +414,9 @@ def export_model(
     if adapter and not merge:
         raise UserError(f"{src} holds a LoRA adapter, not a whole model: export it with --merge (the adapter is "
                         "merged into its base model and the result exported)")
-    if out.exists() and not overwrite:
-        raise UserError(f"{out} already exists: choose another output path or allow overwriting (--force)")
+    for path in (out, modelfile):
+        if path is not None and path.exists() and not overwrite:
+            raise UserError(f"{path} already exists: choose another output path or allow overwriting (--force)")
     if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
         raise UserError(f"the output {out} must not be the model folder itself or inside it")
     if not out.parent.exists():
@@ -336,14 +428,21 @@ def export_model(
 
     tmp = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
     extra: list[Path] = []
+    result: dict[str, Any] = {}
     try:
         yield Progress("load", 0, 1, "models", str(src))
         if fmt == "gguf":
             # Refuse early (before loading weights) what cannot become GGUF.
-            config = _source_config(src)
-            if config.get("model_type") != "llama":
-                raise UserError(f"GGUF export supports llama-family models; {src} is a "
-                                f"{config.get('model_type')!r} model: export it with --format hf or zip instead")
+            from desktop_app.engine.export.gguf_families import EXPORTABLE
+            from desktop_app.engine.export.gguf_quantize import INSTALL_HINT, LLAMA_CPP_TYPES, llama_cpp_available
+
+            model_type = _source_model_type(src)
+            if model_type not in EXPORTABLE:
+                raise UserError(f"GGUF export supports {', '.join(EXPORTABLE)} models; {src} is a {model_type!r} "
+                                "model: export it with --format hf or zip instead")
+            if gguf_type in LLAMA_CPP_TYPES and not llama_cpp_available():
+                raise UserError(f"GGUF type {gguf_type} is made by llama.cpp's quantizer, which is not installed: "
+                                f"{INSTALL_HINT}")
         model, tokenizer = _load(src)
         yield Progress("load", 1, 1, "models", str(src))
         if adapter:
@@ -362,27 +461,20 @@ def export_model(
                     return
                 yield from _write_zip(folder, tmp, out.stem if out.suffix == ".zip" else out.name)
         else:
-            from desktop_app.engine.export.gguf import read_tokenizer_json, write_gguf
-
-            state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
-            tok_file = src / "tokenizer.json"
-            if tok_file.is_file():
-                tok_json = read_tokenizer_json(tok_file)
-            else:
-                tok_json = json.loads(tokenizer.backend_tokenizer.to_str())
-            template = getattr(tokenizer, "chat_template", None)
-            yield from write_gguf(state, model.config.to_dict(), tok_json, tmp, gguf_type,
-                                  name=out.stem, special_ids=_special_ids(tokenizer),
-                                  chat_template=template if isinstance(template, str) else None,
-                                  should_stop=stopped)
+            yield from _write_gguf_and_modelfile(model, tokenizer, src, tmp, out, gguf_type, stopped, extra, result)
         if stopped():
             yield Finished("cancelled", message="export cancelled")
             return
         _replace(tmp, out, overwrite)
+        if modelfile is not None and "modelfile_tmp" in result:
+            _replace(Path(result.pop("modelfile_tmp")), modelfile, overwrite)
+            result["modelfile"] = str(modelfile)
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else out.stat().st_size
         yield Log("info", f"exported {src} as {fmt} to {out} ({size / 1e6:.1f} MB)")
-        yield Finished("completed", message=f"exported to {out}",
-                       result={"path": str(out), "format": fmt, "bytes": size, "source": str(src)})
+        result.update({"path": str(out), "format": fmt, "bytes": size, "source": str(src)})
+        if fmt == "gguf":
+            result["gguf_type"] = gguf_type
+        yield Finished("completed", message=f"exported to {out}", result=result)
     finally:
         _remove(tmp)
         for path in extra:

@@ -1,7 +1,8 @@
 """Base models for fine-tuning: load them (full precision or 4-bit), fetch them from the Hub when asked.
 
 A base is anything model/folders.py resolves (`resolve_base`): a run of ours (its newest checkpoint that
-verifies), a checkpoint, an export or a local Hugging Face causal-LM folder of a family transformers knows
+verifies), a checkpoint, a GGUF file (dequantized), an export or a local Hugging Face causal-LM folder of a family
+transformers knows
 (llama, mistral, qwen2, gpt2, phi3, gemma, ...), or a LoRA/QLoRA run or adapter folder, whose own base is
 loaded with the adapter merged in memory (model/loading.py `load_full`), so pipelines can chain LoRA stages.
 Rules:
@@ -92,13 +93,13 @@ def load_base(info: BaseModelInfo, device: Any, *, quantize: Any = None) -> Load
     qconfig = quantization_config(quantize, device)
     device_map = {"": device.index if device.type == "cuda" and device.index is not None else device.type}
     notes: list[str] = []
-    safetensors, _ = weight_files(info.folder) if info.adapter_base is None else ([], [])
+    safetensors, _ = weight_files(info.folder) if info.adapter_base is None and info.kind != "gguf" else ([], [])
     with contextlib.ExitStack() as stack:
         folder = info.folder
         tokenizer = load_tokenizer(info.folder)
         if not safetensors:
-            # An adapter (merged first) or pickle-only weights: write the fp32 model once as safetensors to a
-            # temporary folder, which transformers then loads quantized.
+            # An adapter (merged first), a GGUF (dequantized) or pickle-only weights: write the fp32 model once
+            # as safetensors to a temporary folder, which transformers then loads quantized.
             model, tokenizer, notes = load_full(info)
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="azr-qlora-base-")))
             with quiet_transformers():

@@ -40,8 +40,10 @@ def as_hf_tokenizer(obj_or_path: Any) -> Any:
     elif isinstance(obj_or_path, Tokenizer):
         tok = hf_tokenizer(obj_or_path)
     else:
+        from desktop_app.engine.model.gguf_file import is_gguf_file
+
         p = Path(obj_or_path).expanduser()
-        if p.is_file():
+        if p.is_file() and not is_gguf_file(p):
             tok = hf_tokenizer(p)
         else:
             from desktop_app.engine.model.folders import resolve_model_folder

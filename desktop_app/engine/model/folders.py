@@ -4,6 +4,8 @@ Kinds (KINDS), tried in this order by `resolve_model_folder`:
 
     run         a training run: its newest committed checkpoint that verifies
     checkpoint  one checkpoint folder (verified against its manifest)
+    gguf        one GGUF file (llama.cpp, Ollama's blobs, LM Studio): its header checked (model/gguf_file.py);
+                read through transformers' GGUF loader, dequantized
     export      our Hugging Face export (it holds model_spec.json)
     hf          any other local Hugging Face causal-LM folder
 
@@ -27,9 +29,10 @@ from typing import Any
 
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model import gguf_file
 from desktop_app.engine.run_folder import ADAPTER_WEIGHTS, read_json, recorded_checksum, sha256_file
 
-KINDS = ("run", "checkpoint", "export", "hf")
+KINDS = ("run", "checkpoint", "gguf", "export", "hf")
 ADAPTER_CONFIG = "adapter_config.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 # Encoder families that transformers can also load with a causal head (only when built as decoders).
@@ -61,6 +64,13 @@ def _checkpoint(p: Path) -> tuple[Path, str, str] | None:
     return p, "checkpoint", f"{parent} {p.name}".strip()
 
 
+def _gguf(p: Path) -> tuple[Path, str, str] | None:
+    if not (p.is_file() and (p.suffix.lower() == ".gguf" or gguf_file.is_gguf_file(p))):
+        return None
+    gguf_file.check_loadable(gguf_file.read_header(p))  # refuses damaged, hostile or unsupported files
+    return p, "gguf", p.name
+
+
 def _export_or_hf(p: Path) -> tuple[Path, str, str] | None:
     if not p.is_dir():
         return None
@@ -68,7 +78,8 @@ def _export_or_hf(p: Path) -> tuple[Path, str, str] | None:
 
 
 # First match wins; the last accepts any folder (a missing config.json is reported when it is read).
-_RECOGNISERS: tuple[Callable[[Path], tuple[Path, str, str] | None], ...] = (_run, _checkpoint, _export_or_hf)
+_RECOGNISERS: tuple[Callable[[Path], tuple[Path, str, str] | None], ...] = (_run, _checkpoint, _gguf,
+                                                                             _export_or_hf)
 
 
 def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
@@ -80,7 +91,7 @@ def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
         found = recognise(p)
         if found is not None:
             return found
-    raise UserError(f"{p} is a file; give the model folder (the one holding config.json)")
+    raise UserError(f"{p} is a file; give the model folder (the one holding config.json) or a .gguf file")
 
 
 def is_adapter_folder(folder: Path) -> bool:
@@ -161,8 +172,8 @@ class BaseModelInfo:
     """Where a base model's weights are, what it is, and (for an adapter) the model it sits on."""
 
     given: str  # what the user named
-    folder: Path  # the folder holding the weights (a run resolves to its checkpoint)
-    kind: str  # run | checkpoint | export | hf (KINDS)
+    folder: Path  # the folder holding the weights (a run resolves to its checkpoint; a GGUF: the file itself)
+    kind: str  # run | checkpoint | gguf | export | hf (KINDS)
     name: str
     model_type: str
     adapter_base: BaseModelInfo | None = None  # set when `folder` holds a PEFT adapter, not full weights
@@ -189,6 +200,8 @@ def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
         raise UserError(f"{path}: adapters nest more than 8 levels deep (an adapter whose base is itself?)")
     folder, kind, name = resolve_model_folder(path)
     folder = folder.resolve()
+    if kind == "gguf":
+        return BaseModelInfo(str(path), folder, kind, name, gguf_file.check_loadable(gguf_file.read_header(folder)))
     if is_adapter_folder(folder):
         base_path = adapter_base_path(folder)
         if not Path(base_path).expanduser().exists():
@@ -203,11 +216,14 @@ def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
 
 def weights_sha256(info: BaseModelInfo) -> str:
     """sha256 over the weight files (and tokenizer.json) of a base; for an adapter, over the adapter's files
-    and its base's checksum. Changes whenever a weight or the tokenizer changes.
+    and its base's checksum; for a GGUF, the file's own sha256 (what `sha256sum` and Ollama's blob name say).
+    Changes whenever a weight or the tokenizer changes.
 
     A checkpoint's files were just verified against its manifest when it was resolved, so the checksums its
     manifest records are used instead of hashing again."""
     folder = info.folder
+    if info.kind == "gguf":
+        return sha256_file(folder)
     manifest = read_json(folder / run_folder.MANIFEST)
     manifest = manifest if isinstance(manifest, dict) else None
     h = hashlib.sha256()
@@ -231,16 +247,16 @@ def weights_sha256(info: BaseModelInfo) -> str:
 
 @dataclass
 class ModelCandidate:
-    """A folder in the workspace that `load_model` accepts (for the Generate tab's model picker)."""
+    """A folder (or GGUF file) in the workspace that `load_model` accepts (for the Generate tab's model picker)."""
 
     path: Path
-    kind: str  # run | export | hf
+    kind: str  # run | export | hf | gguf
     name: str
 
 
 def list_generatable(workspace: Any) -> list[ModelCandidate]:
     """Folders of a workspace that `load_model` can open: runs with a committed checkpoint, exports and
-    models/ folders with a config.json. Newest first within each kind (runs, then exports, then models).
+    models/ folders with a config.json or .gguf files. Newest first within each kind (runs, then exports, then models).
 
     `workspace` is a Workspace or its root path. Cheap: no checksum is verified and no weights read.
     """
@@ -257,7 +273,9 @@ def list_generatable(workspace: Any) -> list[ModelCandidate]:
         if not ws.folder(kind_folder).is_dir():
             continue
         for item in ws.items(kind_folder):
-            if item.is_dir() and (item / "config.json").is_file():
+            if item.is_file() and item.suffix.lower() == ".gguf":
+                found.append(ModelCandidate(item, "gguf", item.name))
+            elif item.is_dir() and (item / "config.json").is_file():
                 found.append(ModelCandidate(item, "export" if (item / "model_spec.json").is_file() else kind,
                                             item.name))
     return found

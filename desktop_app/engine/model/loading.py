@@ -1,7 +1,9 @@
 """Read a model's weights and tokenizer, for generation, export or further training.
 
-`load_model` opens any folder model/folders.py resolves: a run (its newest committed checkpoint that
-verifies), a checkpoint, our Hugging Face export, or any local Hugging Face causal-LM folder. A LoRA/QLoRA
+`load_model` opens anything model/folders.py resolves: a run (its newest committed checkpoint that
+verifies), a checkpoint, a GGUF file (header checked first, then dequantized by transformers' GGUF loader,
+tokenizer and chat template from its metadata), our Hugging Face export, or any local Hugging Face causal-LM
+folder. A LoRA/QLoRA
 run or adapter folder (PEFT files) loads as its base with the adapter merged in memory (`load_merged`).
 Safety rules:
 
@@ -45,8 +47,8 @@ class LoadedModel:
     model: Any  # transformers PreTrainedModel
     tokenizer: Any  # transformers PreTrainedTokenizerFast
     spec: ModelSpec | None  # None when the architecture has no ModelSpec equivalent
-    kind: str  # run | checkpoint | export | hf
-    path: Path  # the folder the weights were read from (for a run: its checkpoint)
+    kind: str  # run | checkpoint | gguf | export | hf
+    path: Path  # the folder the weights were read from (for a run: its checkpoint; a GGUF: the file)
     name: str  # a short label for pickers and logs
     warnings: list[str] = field(default_factory=list)
 
@@ -104,13 +106,97 @@ def _load_from_pickles(folder: Path, files: list[Path], dtype: Any) -> Any:
     return model
 
 
+@contextlib.contextmanager
+def _no_tqdm() -> Iterator[None]:
+    """transformers' GGUF loader draws its own tqdm bar on stderr, which no logging switch turns off: give that
+    module a tqdm that is disabled while it runs (the CLI prints one progress line of its own)."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
+def load_gguf_tokenizer(file: Path) -> Any:
+    """The fast tokenizer (with its chat template) built from a GGUF file's metadata by transformers."""
+    from transformers import AutoTokenizer
+
+    from desktop_app.engine.model.gguf_file import check_loadable, read_header
+
+    check_loadable(read_header(file))  # never hand an unchecked file to the parsers
+    try:
+        with quiet_transformers(), _no_tqdm():
+            tok = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name, local_files_only=True)
+    except Exception as exc:  # the converters raise many kinds for tokenizers they do not know
+        raise UserError(f"{file}: its tokenizer cannot be read ({_first_line(exc)})") from None
+    if tok.pad_token_id is None and tok.eos_token_id is not None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_gguf_weights(file: Path, dtype: Any = None) -> Any:
+    """A plain (not quantized) causal LM from a GGUF file: dequantized by transformers, then moved into a fresh
+    model built from the same config without its quantization_config, so it trains, merges and saves like any
+    other (transformers refuses to save a model it loaded from GGUF)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from desktop_app.engine.model.gguf_file import check_loadable, read_header
+
+    header = read_header(file)
+    check_loadable(header)
+    dtype = dtype or torch.float32
+    try:
+        with quiet_transformers(), _no_tqdm():
+            config = AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name, local_files_only=True)
+            if header.architecture == "gpt2":  # transformers' GGUF reader assumes GPT-2's own 1024 / 4 x width
+                for key, attr in (("gpt2.context_length", "n_positions"), ("gpt2.feed_forward_length", "n_inner")):
+                    if isinstance(header.metadata.get(key), int):
+                        setattr(config, attr, header.metadata[key])
+                # a GGUF records no dropout; like the llama families, fine-tune without it unless asked
+                config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0
+            if header.architecture == "llama" and config.model_type != "llama":
+                # transformers reads a llama file named "...mistral..." as mistral, then finds no tensor map for
+                # it; llama.cpp runs it as llama, and so do we
+                from transformers import LlamaConfig
+
+                config = LlamaConfig(**{k: v for k, v in config.to_dict().items()
+                                        if k not in ("model_type", "architectures", "sliding_window")})
+            loaded = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype=dtype,
+                                                          config=config, local_files_only=True,
+                                                          attn_implementation="sdpa")
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, NotImplementedError) as exc:
+        raise UserError(f"{file}: the model cannot be loaded ({_first_line(exc)})") from None
+    config = loaded.config
+    for attr in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(config, attr):
+            delattr(config, attr)
+    config.name_or_path = str(file)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    result = model.load_state_dict(loaded.state_dict(), strict=False)
+    del loaded
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    missing = [k for k in result.missing_keys if not k.endswith("lm_head.weight")]
+    if missing:
+        raise UserError(f"{file}: the GGUF tensors do not fill the model (missing {', '.join(missing[:4])})")
+    return model
+
+
 def load_tokenizer(folder: Path) -> Any:
-    """The fast tokenizer of a model folder (its tokenizer_config.json's, else its tokenizer.json wrapped);
-    pad falls back to eos. UserError when there is none."""
+    """The fast tokenizer of a model folder (its tokenizer_config.json's, else its tokenizer.json wrapped) or of
+    a GGUF file; pad falls back to eos. UserError when there is none."""
     from transformers import PreTrainedTokenizerFast
 
     from desktop_app.engine.data.tokenization import hf_tokenizer
 
+    if folder.is_file():
+        return load_gguf_tokenizer(folder)
     has_json = (folder / "tokenizer.json").is_file()
     if (folder / "tokenizer_config.json").is_file():
         from transformers import AutoTokenizer
@@ -176,7 +262,7 @@ def quiet_transformers() -> Iterator[None]:
 
 def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
                allow_nonfinite: bool = False) -> LoadedModel:
-    """Load a run (newest verified checkpoint), checkpoint, export or local HF causal-LM folder.
+    """Load a run (newest verified checkpoint), checkpoint, GGUF file, export or local HF causal-LM folder.
 
     device: auto|cpu|cuda|mps. dtype: a torch dtype (default float32). Raises UserError with a clear
     message for a missing folder, config, weights or tokenizer, custom-code models, unsafe pickles and
@@ -188,12 +274,16 @@ def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
     folder, kind, name = resolve_model_folder(path)
     if is_adapter_folder(folder):  # a LoRA/QLoRA run: its base with the adapter merged in memory
         return _load_adapter(folder, kind, name, resolve_device(device), dtype)
-    config = read_config(folder)
-    check_no_remote_code(folder, config)
-    safetensors, pickles = weight_files(folder)
-    tokenizer = load_tokenizer(folder)  # before the weights: a missing tokenizer fails fast
-    with quiet_transformers():
-        model = load_weights(folder, safetensors, pickles, dtype)
+    if kind == "gguf":
+        tokenizer = load_gguf_tokenizer(folder)
+        model = load_gguf_weights(folder, dtype)
+    else:
+        config = read_config(folder)
+        check_no_remote_code(folder, config)
+        safetensors, pickles = weight_files(folder)
+        tokenizer = load_tokenizer(folder)  # before the weights: a missing tokenizer fails fast
+        with quiet_transformers():
+            model = load_weights(folder, safetensors, pickles, dtype)
     model.to(resolve_device(device))
     model.eval()
     warnings: list[str] = []
@@ -268,9 +358,12 @@ def load_full(info: BaseModelInfo) -> tuple[Any, Any, list[str]]:
         notes.append(f"base {info.name}: the adapter was merged into its base {info.adapter_base.name} in memory")
         return model, tokenizer, notes
     tokenizer = load_tokenizer(info.folder)
-    safetensors, pickles = weight_files(info.folder)
-    with quiet_transformers():
-        model = load_weights(info.folder, safetensors, pickles, torch.float32)
+    if info.kind == "gguf":
+        model = load_gguf_weights(info.folder, torch.float32)
+    else:
+        safetensors, pickles = weight_files(info.folder)
+        with quiet_transformers():
+            model = load_weights(info.folder, safetensors, pickles, torch.float32)
     bad = nonfinite_tensors(model)
     if bad:
         raise UserError(f"base model {info.folder} has NaN or infinite weights in {len(bad)} tensor(s) "

@@ -1,14 +1,12 @@
 """Generate tab: pick a model or checkpoint, then chat with it or let it complete a text, with sampling settings;
 compare checkpoints side by side; serve the model to other programs.
 
-Two modes (the `chat` setting, switched by the buttons beside the model; a model that ships its own chat template
-opens in Chat):
+Two modes (the `chat` setting; a model that ships its own chat template opens in Chat):
 - Chat: a conversation in bubbles. Every turn sends the optional system prompt and the whole conversation (your
   messages and the replies the model actually gave, a stopped reply as far as it was shown) through the model's
   chat template. Enter sends, Shift+Enter starts a new line; the box empties once sent. Regenerate asks again for
-  the last reply, Edit puts one of your messages back in the box (the chat after it is forgotten), Copy copies a
-  message. When the conversation outgrows the model's context its oldest turns are left out of what the model sees
-  (the status line says so; the chat keeps them). "New chat" forgets it.
+  the last reply, Edit puts one of your messages back in the box (the chat after it is forgotten). When the chat
+  outgrows the model's context its oldest turns are left out of what the model sees (the status line says so).
 - Text completion: the model continues the prompt (Ctrl+Enter generates), several samples or checkpoints side by
   side. Beams above 1 switch to beam search: the sampling-only settings (temperature, top-k, top-p, min-p, seed)
   are greyed out and not used, length penalty and early stopping become active, and each output shows its beam's
@@ -48,6 +46,7 @@ from desktop_app.ui.context import AppContext
 from desktop_app.ui.generate_support import ModelCache, finish_words, opens_in_chat
 from desktop_app.ui.tabs.serve_panel import ServePanel
 from desktop_app.ui.widgets.chat_view import Bubble, ChatInput, ChatView, copy_text
+from desktop_app.ui.widgets.gguf_models import add_gguf_choices, attach_gguf_chooser
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.stream_view import StreamView
 
@@ -221,6 +220,7 @@ class GenerateTab(QWidget):
         root.addWidget(body, 1)
 
         self.browse_btn.clicked.connect(self._browse)
+        attach_gguf_chooser(self.source_box, lambda: str(self.ctx.workspace.root))
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh_sources())
         self.generate_btn.clicked.connect(lambda _=False: self.generate())
         self.prompt.submitted.connect(lambda: self.generate())
@@ -261,6 +261,7 @@ class GenerateTab(QWidget):
             for p in ws.items(kind):
                 if p.is_dir() and (p / "config.json").exists():
                     self.source_box.addItem(f"{kind[:-1]} {p.name}", str(p))
+        add_gguf_choices(self.source_box, ws)  # the workspace's .gguf files, Ollama's and LM Studio's, "GGUF file…"
         if current:
             i = self.source_box.findData(current)
             if i < 0:

@@ -39,6 +39,7 @@ from desktop_app.engine.runs import nested_runs, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.library_details import folder_details_html, is_adapter_run, run_details_html, run_status
+from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html
 from desktop_app.ui.widgets.run_view import run_method_key
 
 KIND_TITLES = {"runs": "Runs", "models": "Models", "datasets": "Datasets", "tokenizers": "Tokenizers",
@@ -207,6 +208,7 @@ class LibraryTab(QWidget):
                         self._describe_group(child)
                         child.setExpanded(True)
             top.setExpanded(True)
+        add_store_group(self.tree, PATH_ROLE, KIND_ROLE, STATUS, SIZE)  # Ollama's and LM Studio's models, if any
         if selected:
             self.select(selected)
         self._update_buttons()
@@ -306,9 +308,9 @@ class LibraryTab(QWidget):
                                    if can_resume or not why else f"Cannot resume: {why}")
         self.watch_btn.setEnabled(run)
         model = self.run_inside(path, "checkpoint") if run else path
-        self.generate_btn.setEnabled(kind in ("models", "exports") or (run and bool(model)))
+        self.generate_btn.setEnabled(kind in ("models", "exports", STORE_KIND) or (run and bool(model)))
         self.use_btn.setEnabled(kind == "datasets")
-        self.export_btn.setEnabled(kind == "models" or (run and bool(model)))
+        self.export_btn.setEnabled(kind in ("models", STORE_KIND) or (run and bool(model)))
         self.merge_check.setVisible(run and bool(model) and is_adapter_run(Path(model)))
 
     def _show_details(self, item: QTreeWidgetItem | None) -> None:
@@ -318,6 +320,9 @@ class LibraryTab(QWidget):
             return
         path = Path(item.data(0, PATH_ROLE))
         kind = item.data(0, KIND_ROLE)
+        if kind == STORE_KIND:
+            self.details.setHtml(store_details_html(str(path)))
+            return
         item.setText(SIZE, _human(folder_size(path)))
         parts = [f"<h3>{_esc(path.name)}</h3><p style='color:#6b7280'>{_esc(str(path))}</p>"]
         if kind == "runs":
@@ -340,7 +345,7 @@ class LibraryTab(QWidget):
             target = self.run_inside(path, "metrics")
             if target:
                 self.show_run_requested.emit(target if not pipeline_resumable(path) else path)
-        elif kind in ("models", "exports"):
+        elif kind in ("models", "exports", STORE_KIND):
             self.generate_requested.emit(path)
         elif kind == "datasets":
             self.dataset_requested.emit(path)
@@ -430,7 +435,7 @@ class LibraryTab(QWidget):
         source = self.selected_path()
         if kind == "runs":
             source = self.run_inside(source, "checkpoint")
-        if not source or kind not in ("runs", "models"):
+        if not source or kind not in ("runs", "models", STORE_KIND):
             self.ctx.report_error("Select a run (with a checkpoint) or a model to export.", title="Export")
             return False
         fmt = fmt or self.format_box.currentData()

@@ -1,5 +1,6 @@
-"""The base model of a fine-tuning method: the Library's runs (with a checkpoint), models and exports, the recent
-choices and "Choose folder…" (any run, checkpoint, export or Hugging Face model folder), in one combo."""
+"""The base model of a fine-tuning method: the Library's runs (with a checkpoint), models and exports (GGUF files
+too), Ollama's and LM Studio's models, the recent choices, "Choose folder…" (any run, checkpoint, export or
+Hugging Face model folder) and "GGUF file…", in one combo."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QVBoxLayout, QWidg
 from desktop_app.engine.run_folder import list_committed
 from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import RunConfig
+from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF, add_gguf_choices, attach_gguf_chooser
 
 RECENT_KEY = "train/recent_base_models"
 MAX_RECENT = 8
@@ -28,7 +30,8 @@ def library_bases(workspace: Any) -> list[tuple[str, str]]:
             out.append((f"run {run.name}", str(run)))
     for kind in ("models", "exports"):
         for p in workspace.items(kind):
-            if p.is_dir() and ((p / "config.json").exists() or (p / "model_spec.json").exists()):
+            if (p.is_dir() and ((p / "config.json").exists() or (p / "model_spec.json").exists())) or \
+                    (p.is_file() and p.suffix.lower() == ".gguf"):
                 out.append((f"{kind[:-1]} {p.name}", str(p)))
     return out
 
@@ -59,6 +62,8 @@ class BasePicker(QWidget):
         self._path = ""
         self.refresh()
         self.box.activated.connect(self._on_activated)
+        attach_gguf_chooser(self.box, lambda: self._path or str(self._workspace().root), self._gguf_chosen,
+                            lambda: self.set_path(self._path))
 
     def path(self) -> str:
         return self._path
@@ -106,6 +111,8 @@ class BasePicker(QWidget):
                 box.setItemData(box.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
         box.insertSeparator(box.count())
         box.addItem("Choose folder…", CHOOSE)
+        with contextlib.suppress(OSError):
+            add_gguf_choices(box, self._workspace(), workspace_files=False)  # Ollama, LM Studio, "GGUF file…"
         self._select(self._path)
         box.blockSignals(False)
 
@@ -134,8 +141,15 @@ class BasePicker(QWidget):
         if changed:
             self.changed.emit(path)
 
+    def _gguf_chosen(self, path: str) -> None:
+        self.remember(path)
+        self.refresh()
+        self.set_path(path)
+
     def _on_activated(self, index: int) -> None:
         data = self.box.itemData(index)
+        if data == CHOOSE_GGUF:
+            return  # attach_gguf_chooser asks for the file
         if data == CHOOSE:
             start = self._path or str(self._workspace().root)
             folder = QFileDialog.getExistingDirectory(self, "Choose a base model folder (a run, checkpoint, "
