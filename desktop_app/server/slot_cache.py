@@ -196,8 +196,7 @@ class GraphSlotCache(SlotCache):
         self.starts = [0] * capacity
         self.n = 0
         self.length = 0
-        with torch.inference_mode():
-            self.logits = torch.zeros(self.runner.rows, self.runner.math.vocab, device=self.device)
+        self.logits = torch.zeros(self.runner.rows, self.runner.math.vocab, device=self.device)
 
     @staticmethod
     def supports(model: Any) -> bool:

@@ -291,3 +291,31 @@ def test_a_cancelled_static_stream_stops_and_frees_the_decoder(loaded):
     assert stats[0].finish_reason == "cancelled" and len(stats[0].token_ids) < 50
     kept = decoder_for(loaded.model, 1, 64)
     assert not kept.lock.locked()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_step_reads_nothing_back_to_the_host(family):
+    """What CUDA graph capture needs (checked here without a GPU): torch.compile with fullgraph=True refuses
+    any host read (.item(), .tolist(), data-dependent shapes) in the generation step, sampling with every
+    processor and the stop checks included, and in the server's logits step."""
+    model, _ = _model(family)
+    d = StaticDecoder(model, 4, 128)
+    sampling, stops = d.sampling(), d.stops()
+    with torch.inference_mode():
+        sampling.start(SamplingSettings(temperature=0.9, top_k=20, top_p=0.9, min_p=0.05, repetition_penalty=1.2), 0,
+                       [[1, 2]] * 4)
+        stops.start(3, {3}, {5}, 2)
+        d.prefill([[5, 6, 7]], [0, 0, 0], 0, pad_id=0)
+        d.idle_rows(3, 4)
+        d.column.fill_(3)
+        sampling.draw(4)
+
+        def step() -> None:
+            ids = sampling.pick(d.step_logits(4, 64))
+            stops.record(ids)
+            d.tokens[:4].copy_(ids)
+
+        torch.compile(step, fullgraph=True, backend="eager")()
+        logits = torch.zeros(4, 400)
+        torch.compile(lambda: logits.copy_(d.step_logits(4, 64)), fullgraph=True, backend="eager")()
+    assert stops.count.item() == 1 and d.column.item() == 5 and torch.isfinite(logits[:3]).all()

@@ -7,12 +7,15 @@ only tensors that live as long as the graph (static buffers) and must not read a
 
 Capturing runs the function a few times on a side stream first (lazy cuBLAS/allocator set-up must not
 happen during capture); those warm-up runs advance the step's state, so the caller passes `snapshot`, which
-saves that state and returns how to put it back. All graphs of a set share one memory pool: they never run
-at the same time, and each writes its results into the static buffers before the next one runs.
+saves that state and returns how to put it back after each of them (without one: a single warm-up). All
+graphs of a set share one memory pool: they never run at the same time, and each writes its results into
+the static buffers before the next one runs.
 
 Where graphs cannot be used (no CUDA, or a capture fails: an unsupported op, out of memory) the set runs the
 function eagerly from then on and `reason` says why: the same results, only slower. AZR_DECODE_GRAPHS=0
-turns capturing off (to compare, or to rule graphs out when hunting a bug).
+turns capturing off (to compare, or to rule graphs out when hunting a bug). With `compile_steps` (or
+AZR_DECODE_COMPILE=1) each step is compiled by torch.compile before capture, fusing its elementwise kernels;
+a step that fails to compile or capture that way is captured uncompiled.
 """
 
 from __future__ import annotations
@@ -46,12 +49,17 @@ def graphs_available(device: torch.device) -> tuple[bool, str]:
 class GraphSet:
     """Step functions by key: captured once, then replayed (or run eagerly where graphs are unavailable)."""
 
-    def __init__(self, device: torch.device, enabled: bool | None = None):
+    def __init__(self, device: torch.device, enabled: bool | None = None, *, compile_steps: bool = False):
         self.device = device
         available, self.reason = graphs_available(device)
         self.enabled = available if enabled is None else (enabled and available)
         if enabled is False and available:
             self.reason = "CUDA graphs were turned off by the caller"
+        # torch.compile each step before capturing it (fuses its elementwise kernels; costs a compile per
+        # new shape): opt-in, for the benchmark to measure, or AZR_DECODE_COMPILE=1.
+        self.compile_steps = self.enabled and (compile_steps or os.environ.get("AZR_DECODE_COMPILE", "0") == "1")
+        if self.compile_steps:
+            self.reason += ", each step compiled by torch.compile first"
         self.graphs: OrderedDict[Hashable, Any] = OrderedDict()
         self.pool: Any = None
         self.captures = 0
@@ -76,26 +84,43 @@ class GraphSet:
         graph.replay()
         self.replays += 1
 
+    def _compiled(self, step: Callable[[], None]) -> Callable[[], None]:
+        if not self.compile_steps:
+            return step
+        try:
+            return torch.compile(step, fullgraph=True)
+        except Exception as exc:  # torch.compile refuses up front (no compiler here): plain steps
+            log.warning("torch.compile of a decode step failed (%s): capturing it uncompiled", exc)
+            self.compile_steps = False
+            return step
+
     def _capture(self, step: Callable[[], None], snapshot: Snapshot | None) -> Any:
+        run = self._compiled(step)
         restore = snapshot() if snapshot is not None else None
         try:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                for _ in range(_WARMUP_RUNS):
-                    step()
+                for _ in range(_WARMUP_RUNS if restore is not None else 1):
+                    run()
+                    if restore is not None:  # every warm-up starts from the real state (a second step from
+                        restore()  # the first one's state could write past its length bucket)
             torch.cuda.current_stream(self.device).wait_stream(side)
-            if restore is not None:
-                restore()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
-                step()  # recorded, not run
-        except Exception as exc:
-            self.disable(f"capturing a decode step as a CUDA graph failed ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}); decoding without graphs")
+                run()  # recorded, not run
+        except Exception as exc:  # any capture failure falls back: uncompiled, then eager steps
             torch.cuda.synchronize(self.device)
             if restore is not None:
                 restore()
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            if run is not step:
+                log.warning("a compiled decode step could not be captured (%s: %s): capturing it uncompiled",
+                            type(exc).__name__, first)
+                self.compile_steps = False
+                return self._capture(step, snapshot)
+            self.disable(f"capturing a decode step as a CUDA graph failed ({type(exc).__name__}: {first}); "
+                         "decoding without graphs")
             return None
         if self.pool is None:
             self.pool = graph.pool()

@@ -71,7 +71,7 @@ class DeviceSampling:
     def start(self, settings: SamplingSettings, seed: int, prompts: Sequence[Sequence[int]]) -> None:
         """Begin a call: its settings and seed; `prompts[b]` are row b's prompt ids (the penalty covers them)."""
         self.settings = settings.normalized(self.vocab)
-        with torch.inference_mode():
+        with torch.inference_mode(False), torch.no_grad():
             if not self.settings.greedy:
                 self.generator.manual_seed(int(seed))
                 if self.noise is None:
@@ -114,7 +114,7 @@ class StopState:
 
     def __init__(self, rows: int, vocab: int, device: torch.device):
         self.rows, self.vocab, self.device = rows, vocab, device
-        with torch.inference_mode():
+        with torch.inference_mode(False), torch.no_grad():
             self.ring = torch.full((rows, RING), -1, dtype=torch.long, device=device)
             self.done = torch.zeros(rows, dtype=torch.bool, device=device)
             self.count = torch.zeros(1, dtype=torch.long, device=device)
@@ -129,7 +129,7 @@ class StopState:
         if len(stops) > MAX_STOP_IDS:
             raise ValueError(f"at most {MAX_STOP_IDS} stop token ids, got {len(stops)}")
         newlines = [int(i) for i in newline_ids if 0 <= int(i) < self.vocab] if max_lines > 0 else []
-        with torch.inference_mode():
+        with torch.inference_mode(False), torch.no_grad():
             self.done.zero_()
             self.done[live:] = True
             self.count.zero_()
@@ -157,7 +157,7 @@ class StopState:
     def finish_rows(self, rows: Sequence[int]) -> None:
         """End these rows now (the host saw a stop string in their text)."""
         if rows:
-            with torch.inference_mode():
+            with torch.inference_mode(False), torch.no_grad():
                 self.done[torch.tensor(list(rows), dtype=torch.long, device=self.device)] = True
 
     def mutable(self) -> list[torch.Tensor]:

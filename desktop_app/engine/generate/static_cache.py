@@ -105,7 +105,8 @@ class StaticDecoder:
     """Fixed-shape decode state of one model (see the module doc). Not thread-safe: one user at a time
     (`decoder_for` hands a busy decoder's caller a private one)."""
 
-    def __init__(self, model: Any, rows: int, columns: int, *, graphs: bool | None = None):
+    def __init__(self, model: Any, rows: int, columns: int, *, graphs: bool | None = None,
+                 compile_steps: bool = False):
         math = static_model(model)
         if math is None:
             raise ValueError(f"the static decode path does not support {type(model).__name__}")
@@ -116,7 +117,7 @@ class StaticDecoder:
         self.lock = threading.Lock()
         self.signature = _signature(model)
         self.stale = False
-        self.graphs = GraphSet(self.device, graphs)
+        self.graphs = GraphSet(self.device, graphs, compile_steps=compile_steps)
         self._length_buckets = length_buckets(columns)
         check_fits(model, rows, columns)
         try:
@@ -130,7 +131,7 @@ class StaticDecoder:
     def _allocate(self) -> None:
         m, d = self.math, self.device
         shape = (m.layers, self.rows, m.kv_heads, self.columns, m.head_dim)
-        with torch.inference_mode():
+        with torch.inference_mode(False), torch.no_grad():
             self.k_cache = torch.zeros(shape, dtype=self.dtype, device=d)
             self.v_cache = torch.zeros(shape, dtype=self.dtype, device=d)
             self.tokens = torch.zeros(self.rows, dtype=torch.long, device=d)
@@ -208,7 +209,7 @@ class StaticDecoder:
     def idle_rows(self, first: int, last: int) -> None:
         """Make rows first .. last - 1 harmless idle rows (every column valid: their attention stays finite)."""
         if last > first:
-            with torch.inference_mode():
+            with torch.inference_mode(False), torch.no_grad():
                 self.valid[first:last] = True
                 self.positions[first:last] = 0
                 self.tokens[first:last] = 0
@@ -232,8 +233,8 @@ class StaticDecoder:
         attend = self.valid[:rows, :length] & (self.arange[:length] <= col)
         bias = torch.zeros(rows, 1, length, dtype=self.dtype, device=self.device).masked_fill_(
             ~attend.unsqueeze(1), float("-inf"))
-        if m.kv_heads > 1:
-            bias = bias.repeat_interleave(m.kv_heads, dim=0)  # [rows * kv, 1, length]
+        if m.kv_heads > 1:  # one copy per kv head: [rows * kv, 1, length] (expand + reshape: no host read)
+            bias = bias.unsqueeze(1).expand(rows, m.kv_heads, 1, length).reshape(rows * m.kv_heads, 1, length)
         k_layers = [self.k_cache[i, :rows, :, :length] for i in range(m.layers)]
         v_layers = [self.v_cache[i, :rows, :, :length] for i in range(m.layers)]
         logits = m.step(self.tokens[:rows], positions, col, k_layers, v_layers, bias).float()
@@ -262,7 +263,7 @@ def _versions(model: Any) -> tuple:
     return tuple(p._version for p in model.parameters())
 
 
-# model -> its decoder, reused across calls (weak: a dropped model frees its cache)
+# model -> {(graphs, compile): its decoder}, reused across calls (weak: a dropped model frees its cache)
 _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
@@ -271,43 +272,46 @@ def _round_columns(columns: int) -> int:
     return -(-columns // _COLUMN_STEP) * _COLUMN_STEP
 
 
-def decoder_for(model: Any, rows: int, columns: int, *, graphs: bool | None = None) -> StaticDecoder:
+def decoder_for(model: Any, rows: int, columns: int, *, graphs: bool | None = None,
+                compile_steps: bool = False) -> StaticDecoder:
     """A decoder of at least `rows` rows (rounded up to a batch bucket) and `columns` columns for `model`:
     the kept one when it is big enough and free, else a bigger one (kept for the next call), or a private
-    one while the kept one is busy (another thread is decoding). Lock it (`decoder.lock`) while in use."""
+    one while the kept one is busy (another thread is decoding). Lock it (`decoder.lock`) while in use.
+    graphs: None/True = CUDA graphs where available, False = eager steps; compile_steps: see GraphSet."""
     rows, columns = batch_bucket(rows), _round_columns(columns)
+    mode = (graphs is not False, bool(compile_steps))
     with _REGISTRY_LOCK:
-        kept: StaticDecoder | None = _DECODERS.get(model)
-        if kept is not None and kept.matches(model) and (graphs is None or graphs == kept.graphs.enabled):
+        kept_by_mode = _DECODERS.setdefault(model, {})
+        kept: StaticDecoder | None = kept_by_mode.get(mode)
+        if kept is not None and kept.matches(model):
             if kept.rows >= rows and kept.columns >= columns:
                 return kept
             if kept.lock.locked():
-                return StaticDecoder(model, rows, columns, graphs=graphs)
+                return StaticDecoder(model, rows, columns, graphs=graphs, compile_steps=compile_steps)
             rows, columns = max(rows, kept.rows), max(columns, kept.columns)
         if kept is not None:
-            del _DECODERS[model]
+            del kept_by_mode[mode]
             kept = None  # free its cache before allocating the new one
             if next(model.parameters()).device.type == "cuda":
                 torch.cuda.empty_cache()
-        decoder = StaticDecoder(model, rows, columns, graphs=graphs)
-        _DECODERS[model] = decoder
+        decoder = StaticDecoder(model, rows, columns, graphs=graphs, compile_steps=compile_steps)
+        kept_by_mode[mode] = decoder
         return decoder
 
 
 def weights_changed(model: Any) -> None:
-    """The model's weights changed in a way tensor versions may not show (fused optimizers): its decoder
-    rewrites its prepared copies before the next call."""
-    kept = _DECODERS.get(model)
-    if kept is not None:
+    """The model's weights changed in a way tensor versions may not show (fused optimizers): its decoders
+    rewrite their prepared copies before the next call."""
+    for kept in (_DECODERS.get(model) or {}).values():
         kept.stale = True
 
 
 def release_decoder(model: Any) -> None:
-    """Drop the kept decoder of `model` (its cache and graphs), e.g. before a training phase needs the memory."""
+    """Drop the kept decoders of `model` (caches and graphs), e.g. before a training phase needs the memory."""
     with _REGISTRY_LOCK:
         _DECODERS.pop(model, None)
 
 
-def kept_decoder(model: Any) -> StaticDecoder | None:
-    """The decoder kept for `model`, if any (tests and benchmarks look at its graphs)."""
-    return _DECODERS.get(model)
+def kept_decoder(model: Any, graphs: bool = True, compile_steps: bool = False) -> StaticDecoder | None:
+    """The decoder kept for `model` in that mode, if any (tests and benchmarks look at its graphs)."""
+    return (_DECODERS.get(model) or {}).get((graphs, compile_steps))

@@ -117,13 +117,13 @@ class StaticGeneration:
     def __init__(self, model: Any, prompts: Sequence[Sequence[int]], *, budget: int, samples: int = 1,
                  settings: SamplingSettings = SamplingSettings(), seed: int = 0, stop_ids: Iterable[int] = (),
                  pad_id: int = 0, newline_ids: Iterable[int] = (), max_lines: int = 0,
-                 sync_every: int | None = None, graphs: bool | None = None):
+                 sync_every: int | None = None, graphs: bool | None = None, compile_steps: bool = False):
         if not prompts or budget < 1 or samples < 1:
             raise ValueError("a static generation needs prompts, a budget and samples of at least 1")
         self.model, self.prompts = model, [list(p) for p in prompts]
         self.budget, self.samples, self.settings, self.seed = budget, samples, settings, seed
         self.stop_ids, self.newline_ids, self.max_lines = set(stop_ids), set(newline_ids), max_lines
-        self.pad_id, self.graphs = pad_id, graphs
+        self.pad_id, self.graphs, self.compile_steps = pad_id, graphs, compile_steps
         self.n = len(self.prompts) * samples
         device = next(model.parameters()).device
         default = DEFAULT_SYNC_EVERY if device.type == "cuda" else 1
@@ -133,9 +133,11 @@ class StaticGeneration:
 
     def _acquire(self) -> StaticDecoder:
         longest = max(len(p) for p in self.prompts)
-        decoder = decoder_for(self.model, self.n, longest + self.budget, graphs=self.graphs)
+        decoder = decoder_for(self.model, self.n, longest + self.budget, graphs=self.graphs,
+                              compile_steps=self.compile_steps)
         if not decoder.lock.acquire(blocking=False):  # another thread decodes with the kept one
-            decoder = StaticDecoder(self.model, batch_bucket(self.n), decoder.columns, graphs=self.graphs)
+            decoder = StaticDecoder(self.model, batch_bucket(self.n), decoder.columns, graphs=self.graphs,
+                                    compile_steps=self.compile_steps)
             decoder.lock.acquire()
         return decoder
 
@@ -226,8 +228,8 @@ def _host_buffers(d: StaticDecoder, rows: int) -> list[tuple[torch.Tensor, torch
 
 def static_completions(model: Any, prompts: Sequence[Sequence[int]], *, samples: int, budget: int,
                        settings: SamplingSettings, seed: int, stop_ids: Iterable[int], pad_id: int,
-                       newline_ids: Iterable[int] = (), max_lines: int = 0,
-                       graphs: bool | None = None) -> list[list[int]]:
+                       newline_ids: Iterable[int] = (), max_lines: int = 0, graphs: bool | None = None,
+                       compile_steps: bool = False) -> list[list[int]]:
     """`samples` completions per prompt (prompt-major) through the static path, each ending after its first
     stop id (kept) or its `max_lines`-th line break. Batches that do not fit the free GPU memory at once
     run in groups of prompts that do (a group's seed is seed + its index)."""
@@ -245,7 +247,7 @@ def static_completions(model: Any, prompts: Sequence[Sequence[int]], *, samples:
         rows: list[list[int]] = [[] for _ in range(len(group) * samples)]
         run = StaticGeneration(model, group, budget=budget, samples=samples, settings=settings, seed=seed + g,
                                stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids, max_lines=max_lines,
-                               graphs=graphs)
+                               graphs=graphs, compile_steps=compile_steps)
         for chunk in run.run():
             for row, tokens in zip(rows, chunk.tokens, strict=True):
                 row.extend(tokens)

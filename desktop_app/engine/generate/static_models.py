@@ -98,7 +98,7 @@ class StaticLlama(StaticModel):
         self.scale = float(getattr(first, "scaling", self.head_dim ** -0.5))
         self.layers, self.vocab = len(core.layers), int(model.lm_head.weight.shape[0])
         self.max_positions = getattr(cfg, "max_position_embeddings", None)
-        with torch.inference_mode():
+        with torch.inference_mode(False), torch.no_grad():
             self.fused = [(self._cat([a.q_proj, a.k_proj, a.v_proj]), self._cat([m.gate_proj, m.up_proj]))
                           for a, m in ((layer.self_attn, layer.mlp) for layer in core.layers)]
         self.rot: torch.Tensor | None = None
@@ -111,7 +111,7 @@ class StaticLlama(StaticModel):
         return weight, bias
 
     def refresh(self) -> None:
-        with torch.inference_mode():
+        with torch.inference_mode(False), torch.no_grad():
             for layer, ((qkv_w, qkv_b), (gu_w, gu_b)) in zip(self.model.model.layers, self.fused, strict=True):
                 a, m = layer.self_attn, layer.mlp
                 torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], out=qkv_w)
@@ -126,7 +126,7 @@ class StaticLlama(StaticModel):
         any rope scaling is honoured), and the rotate-half matrix."""
         if self.cos.shape[0] >= columns:
             return
-        with torch.inference_mode():
+        with torch.inference_mode(False), torch.no_grad():
             positions = torch.arange(columns, device=self.device)[None]
             cos, sin = self.model.model.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), positions)
             self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # [columns, head_dim]
