@@ -121,7 +121,8 @@ class StopState:
             self.lines = torch.zeros(rows, dtype=torch.long, device=device)
             self.stop_table = torch.full((MAX_STOP_IDS,), -1, dtype=torch.long, device=device)
             self.newline = torch.zeros(vocab, dtype=torch.bool, device=device)
-            self.max_lines = torch.zeros(1, dtype=torch.long, device=device)
+            self.max_lines = torch.ones(1, dtype=torch.long, device=device)
+        self.count_lines = False
 
     def start(self, live: int, stop_ids: Iterable[int], newline_ids: Iterable[int] = (), max_lines: int = 0) -> None:
         """Begin a call with rows 0 .. live - 1 running (the rest of the buffers' rows count as done)."""
@@ -140,7 +141,9 @@ class StopState:
             self.newline.zero_()
             if newlines:
                 self.newline[torch.tensor(newlines, dtype=torch.long, device=self.device)] = True
-            self.max_lines.fill_(max(0, int(max_lines)))
+            self.max_lines.fill_(max(1, int(max_lines)))
+        # Counting lines costs a few kernels per step: only calls with a line limit do (it keys the graphs).
+        self.count_lines = bool(newlines)
 
     def record(self, ids: torch.Tensor) -> None:
         """Log the tokens just chosen for rows 0 .. len(ids) - 1 and update their done flags."""
@@ -148,9 +151,11 @@ class StopState:
         done = self.done[:rows]
         slot = torch.remainder(self.count, RING)
         self.ring[:rows].index_copy_(1, slot, torch.where(done, -1, ids).unsqueeze(1))
-        self.lines[:rows] += self.newline[ids].long()
         hit = (ids.unsqueeze(1) == self.stop_table).any(dim=1)
-        hit |= (self.max_lines > 0) & (self.lines[:rows] >= self.max_lines)
+        if self.count_lines:
+            lines = self.lines[:rows]
+            lines += self.newline[ids]
+            hit |= lines >= self.max_lines
         done |= hit
         self.count += 1
 

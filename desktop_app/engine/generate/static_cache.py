@@ -139,6 +139,8 @@ class StaticDecoder:
             self.column = torch.zeros(1, dtype=torch.long, device=d)
             self.valid = torch.ones(self.rows, self.columns, dtype=torch.bool, device=d)
             self.arange = torch.arange(self.columns, device=d)
+            self.zero = torch.zeros((), dtype=self.dtype, device=d)
+            self.minus_inf = torch.full((), float("-inf"), dtype=self.dtype, device=d)
             m.tables(self.columns)
         self._sampling: DeviceSampling | None = None
         self._stops: StopState | None = None
@@ -231,8 +233,7 @@ class StaticDecoder:
         limit = self.columns - 1 if m.max_positions is None else min(self.columns, m.max_positions) - 1
         positions = self.positions[:rows].clamp(max=limit)
         attend = self.valid[:rows, :length] & (self.arange[:length] <= col)
-        bias = torch.zeros(rows, 1, length, dtype=self.dtype, device=self.device).masked_fill_(
-            ~attend.unsqueeze(1), float("-inf"))
+        bias = torch.where(attend, self.zero, self.minus_inf).unsqueeze(1)  # [rows, 1, length], additive
         if m.kv_heads > 1:  # one copy per kv head: [rows * kv, 1, length] (expand + reshape: no host read)
             bias = bias.unsqueeze(1).expand(rows, m.kv_heads, 1, length).reshape(rows * m.kv_heads, 1, length)
         k_layers = [self.k_cache[i, :rows, :, :length] for i in range(m.layers)]

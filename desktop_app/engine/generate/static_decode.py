@@ -187,7 +187,8 @@ class StaticGeneration:
             with torch.inference_mode():
                 length = d.length_bucket(column + 1)
                 sampling.draw(b)
-                d.graphs.run(("generate", b, length, settings_key), self._step(d, b, length), snapshot)
+                d.graphs.run(("generate", b, length, settings_key, stops.count_lines), self._step(d, b, length),
+                             snapshot)
                 column += 1
                 if s + 1 - read_from >= self.sync_every or s == self.budget - 1:
                     pending.append(_Readback(stops, n, read_from, s + 1, buffers[turn % len(buffers)]))
