@@ -62,6 +62,7 @@ class GraphSet:
             self.reason += ", each step compiled by torch.compile first"
         self.graphs: OrderedDict[Hashable, Any] = OrderedDict()
         self.pool: Any = None
+        self.side: Any = None  # the stream warm-ups and captures run on
         self.captures = 0
         self.replays = 0
 
@@ -98,17 +99,26 @@ class GraphSet:
         run = self._compiled(step)
         restore = snapshot() if snapshot is not None else None
         try:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
+            if self.side is None:
+                self.side = torch.cuda.Stream(self.device)
+            side, current = self.side, torch.cuda.current_stream(self.device)
+            side.wait_stream(current)
             with torch.cuda.stream(side):
                 for _ in range(_WARMUP_RUNS if restore is not None else 1):
                     run()
                     if restore is not None:  # every warm-up starts from the real state (a second step from
                         restore()  # the first one's state could write past its length bucket)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                run()  # recorded, not run
+                # Captured directly (torch.cuda.graph would also collect garbage and empty the allocator's
+                # cache, which costs a training process far more than a capture); "thread_local": another
+                # thread's CUDA work (a training run beside the chat) neither breaks the capture nor fails.
+                torch.cuda.synchronize(self.device)  # nothing pending when the capture begins
+                graph = torch.cuda.CUDAGraph()
+                graph.capture_begin(*(() if self.pool is None else (self.pool,)), capture_error_mode="thread_local")
+                try:
+                    run()  # recorded, not run
+                finally:
+                    graph.capture_end()
+            current.wait_stream(side)
         except Exception as exc:  # any capture failure falls back: uncompiled, then eager steps
             torch.cuda.synchronize(self.device)
             if restore is not None:

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from desktop_app.engine.generate.static_cache import weights_changed
 from desktop_app.engine.generate.threads import count_parameters
 from desktop_app.engine.model.architecture import is_plain_llama
 
@@ -146,10 +145,9 @@ def _weights_signature(model: Any) -> tuple:
 
 def forget_prepared_weights(model: Any) -> None:
     """Drop the decode copies of `model`'s weights. Call it after updating weights in a way that does not
-    bump tensor versions (fused optimizers write in place without it), e.g. before each RL rollout. The
-    static path's decoder (static_cache.py) keeps its buffers and rewrites its copies in place instead."""
+    bump tensor versions (fused optimizers write in place without it), e.g. before each RL rollout. (The
+    static path's decoder, static_cache.py, rewrites its copies in place at the start of every call.)"""
     _LAYER_CACHE.pop(model, None)
-    weights_changed(model)
 
 
 def _cached_layers(model: Any, fuse: bool, build: Any) -> list[tuple]:
