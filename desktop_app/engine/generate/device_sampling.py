@@ -80,9 +80,11 @@ class DeviceSampling:
                 if self.seen is None:
                     self.seen = torch.zeros(self.rows, self.vocab, dtype=torch.bool, device=self.device)
                 self.seen.zero_()
-                for b, ids in enumerate(prompts):
-                    if ids:
-                        self.seen[b, torch.tensor(list(ids), dtype=torch.long, device=self.device)] = True
+                rows = [b for b, ids in enumerate(prompts) for _ in ids]  # one indexed write for every row
+                if rows:
+                    cols = [int(i) for ids in prompts for i in ids]
+                    index = torch.tensor([rows, cols], dtype=torch.long).to(self.device)
+                    self.seen[index[0], index[1]] = True
 
     def draw(self, rows: int) -> None:
         """Fresh noise for the next pick of `rows` rows (the host runs this before each step)."""
