@@ -20,6 +20,9 @@ cache objects and a list of logits processors per token; the loop below, on the 
   ThreadTuner times it against all cores while decoding, keeps the faster and re-checks; the GIL switch
   interval is lowered while generating.
 - Prompts (prompts.py) are token ids of plain text or of a conversation rendered by the chat template.
+- On CUDA, llama and gpt2 models take the static path instead (static_decode.py: a kept static KV cache,
+  steps replayed as CUDA graphs, sampling and stop checks on the GPU, tokens read every few steps);
+  `_decode_static` turns its chunks of tokens into the same events. The CPU keeps the loop below.
 """
 
 from __future__ import annotations
