@@ -261,7 +261,8 @@ _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
 
-def _round_columns(columns: int) -> int:
+def round_columns(columns: int) -> int:
+    """The columns a decoder holding `columns` tokens allocates (a multiple of 64)."""
     return -(-columns // _COLUMN_STEP) * _COLUMN_STEP
 
 
@@ -271,7 +272,7 @@ def decoder_for(model: Any, rows: int, columns: int, *, graphs: bool | None = No
     the kept one when it is big enough and free, else a bigger one (kept for the next call), or a private
     one while the kept one is busy (another thread is decoding). Lock it (`decoder.lock`) while in use.
     graphs: None/True = CUDA graphs where available, False = eager steps; compile_steps: see GraphSet."""
-    rows, columns = batch_bucket(rows), _round_columns(columns)
+    rows, columns = batch_bucket(rows), round_columns(columns)
     mode = (graphs is not False, bool(compile_steps))
     with _REGISTRY_LOCK:
         kept_by_mode = _DECODERS.setdefault(model, {})

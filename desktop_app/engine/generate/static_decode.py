@@ -34,7 +34,13 @@ import torch
 
 from desktop_app.engine.generate.buckets import batch_bucket, bucket_at_most
 from desktop_app.engine.generate.device_sampling import RING, SamplingSettings, StopState
-from desktop_app.engine.generate.static_cache import StaticDecoder, check_fits, decoder_for, rows_that_fit
+from desktop_app.engine.generate.static_cache import (
+    StaticDecoder,
+    check_fits,
+    decoder_for,
+    round_columns,
+    rows_that_fit,
+)
 from desktop_app.engine.generate.static_models import static_supported
 
 log = logging.getLogger(__name__)
@@ -234,7 +240,7 @@ def static_completions(model: Any, prompts: Sequence[Sequence[int]], *, samples:
     """`samples` completions per prompt (prompt-major) through the static path, each ending after its first
     stop id (kept) or its `max_lines`-th line break. Batches that do not fit the free GPU memory at once
     run in groups of prompts that do (a group's seed is seed + its index)."""
-    columns = max(len(p) for p in prompts) + budget
+    columns = round_columns(max(len(p) for p in prompts) + budget)
     fit = rows_that_fit(model, columns)
     per_group = len(prompts)
     if fit is not None:
