@@ -139,13 +139,16 @@ def test_sampling_distributions_inside_a_captured_graph(settings):
 
 def test_the_cache_and_graphs_are_reused_across_requests(pair):
     _, gpu = pair
-    first = _stats(gpu, "The cat", max_new_tokens=40, temperature=0.0)[0]
+    static_cache.release_decoder(gpu.model)
+    first = _stats(gpu, ["The cat"] * 3, max_new_tokens=40, temperature=0.0)
     decoder = static_cache.kept_decoder(gpu.model)
     captures = decoder.graphs.captures
-    again = _stats(gpu, "The cat", max_new_tokens=40, temperature=0.0)[0]
-    assert again.token_ids == first.token_ids
+    assert decoder.rows == 4 and captures > 0
+    again = _stats(gpu, ["The cat"] * 3, max_new_tokens=40, temperature=0.0)
+    assert [s.token_ids for s in again] == [s.token_ids for s in first]
     assert static_cache.kept_decoder(gpu.model) is decoder and decoder.graphs.captures == captures
-    _stats(gpu, ["The cat"] * 3, max_new_tokens=40, temperature=0.0)  # a bigger batch: the same cache, a new bucket
+    one = _stats(gpu, "The cat", max_new_tokens=40, temperature=0.0)[0]  # a smaller batch: same cache, new bucket
+    assert one.token_ids == first[0].token_ids
     assert static_cache.kept_decoder(gpu.model) is decoder and decoder.graphs.captures > captures
 
 
