@@ -35,12 +35,14 @@ import torch
 
 from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.generate.beam_search import BeamSearch
+from desktop_app.engine.generate.buckets import bucket_at_most
 from desktop_app.engine.generate.prompts import context_length
+from desktop_app.engine.generate.static_cache import check_fits, rows_that_fit
 from desktop_app.engine.generate.text_stream import TextStream
 from desktop_app.engine.generate.threads import short_gil_switch
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import RowSampler, SamplingParams, sample_rows
-from desktop_app.server.slot_cache import FixedBatch, SlotCache
+from desktop_app.server.slot_cache import FixedBatch, GraphSlotCache, SlotCache
 from desktop_app.server.thread_policy import DecodeThreads
 
 log = logging.getLogger(__name__)
@@ -156,10 +158,12 @@ def _cache_rows_for(model: Any, columns: int, budget_mb: int) -> int:
 
 class Batcher:
     """The decode thread and its queue. `submit` from any thread; `close` ends it (pending and running
-    requests get Failed, status 503)."""
+    requests get Failed, status 503). `static`: decode on the engine's static path (GraphSlotCache); None
+    = on CUDA for the models it covers, with rows sized from the free GPU memory (cache_mb sizes the CPU's)."""
 
     def __init__(self, loaded: Any, *, max_rows: int = DEFAULT_MAX_ROWS, cache_mb: int = DEFAULT_CACHE_MB,
-                 max_queue: int = DEFAULT_MAX_QUEUE, threads: int | None = None, max_tokens_cap: int = 4096):
+                 max_queue: int = DEFAULT_MAX_QUEUE, threads: int | None = None, max_tokens_cap: int = 4096,
+                 static: bool | None = None):
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.device = next(self.model.parameters()).device
         self.context = context_length(self.model)
@@ -174,9 +178,19 @@ class Batcher:
             self._decode: Callable[[Any], str] = lambda ids: backend.decode(list(ids), skip_special_tokens=True)
         else:
             self._decode = lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True)
-        if SlotCache.supports(self.model):
+        if static is None:
+            static = self.device.type == "cuda" and GraphSlotCache.supports(self.model)
+        if static:  # CUDA: the static decoder's graph buckets, rows sized from the free GPU memory
+            columns = 2 * (self.context or 1)
+            fit = rows_that_fit(self.model, columns)
+            if fit is not None and bucket_at_most(fit) < 1:
+                check_fits(self.model, 1, columns)  # raises the one-line message
+            rows = max_rows if fit is None else min(max_rows, bucket_at_most(fit))
+            self.cache: SlotCache | FixedBatch = GraphSlotCache(self.model, rows, self.pad_id)
+            log.info("decoding on the static path (%s): up to %d rows", self.cache.runner.graphs.reason, rows)
+        elif SlotCache.supports(self.model):
             rows = min(max_rows, _cache_rows_for(self.model, 2 * (self.context or 1), cache_mb))
-            self.cache: SlotCache | FixedBatch = SlotCache(self.model, rows, self.pad_id)
+            self.cache = SlotCache(self.model, rows, self.pad_id)
         else:
             self.cache = FixedBatch(self.model, max_rows, self.pad_id)
         self.capacity = self.cache.capacity

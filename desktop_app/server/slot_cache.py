@@ -13,6 +13,9 @@ Costs: a join copies the new prompt's cache (small); a leave copies one row; whe
 reaches the end of the buffer (2 x the model's context), every row is shifted left past the columns
 no live row uses, one copy of the live cache every ~context steps.
 
+`GraphSlotCache` keeps this layout on the engine's static decoder (CUDA graphs per batch and length
+bucket): the batcher's choice on CUDA.
+
 `FixedBatch` is the fallback for models the lean runners do not cover (transformers' own forward and
 DynamicCache): requests that arrive together still decode as one batch, later ones wait for the next.
 
@@ -26,8 +29,11 @@ from typing import Any
 
 import torch
 
+from desktop_app.engine.generate.buckets import batch_bucket
 from desktop_app.engine.generate.prompts import context_length
 from desktop_app.engine.generate.runners import lean_supported, make_runner
+from desktop_app.engine.generate.static_cache import StaticDecoder
+from desktop_app.engine.generate.static_models import static_supported
 
 
 def _pad_prompts(prompts: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -170,6 +176,62 @@ class SlotCache:
             return
         with torch.inference_mode():
             self._shift(-shift)
+
+
+class GraphSlotCache(SlotCache):
+    """SlotCache's layout over the engine's StaticDecoder (static_cache.py): the same rows, columns, shifts
+    and moves, but each step runs the first rows of a batch bucket over a length bucket of columns, replayed
+    as that bucket pair's CUDA graph (cuda_graphs.py) on a GPU, eagerly elsewhere. Rows past the live ones in
+    the bucket are idle. Chosen by the batcher on CUDA; the CPU keeps SlotCache (the lean runner is faster
+    there)."""
+
+    def __init__(self, model: Any, capacity: int, pad_id: int, graphs: bool | None = None):
+        context = context_length(model)
+        assert context is not None and static_supported(model)
+        self.model, self.capacity, self.pad_id, self.context = model, capacity, pad_id, context
+        self.columns = 2 * context  # as SlotCache: a free stretch of >= context columns to shift into
+        self.device = next(model.parameters()).device
+        self.runner: Any = StaticDecoder(model, batch_bucket(capacity), self.columns, graphs=graphs)
+        self.valid, self.positions = self.runner.valid, self.runner.positions  # shared with the decoder
+        self.starts = [0] * capacity
+        self.n = 0
+        self.length = 0
+        self.logits = torch.zeros(self.runner.rows, self.runner.math.vocab, device=self.device)
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        return static_supported(model) and context_length(model) is not None
+
+    def admit(self, prompts: list[list[int]], rows: list[int], budget: int) -> torch.Tensor:
+        assert self.n + len(rows) <= self.capacity
+        width = max(len(p) for p in prompts)
+        with torch.inference_mode():
+            if self.n == 0:
+                self.length = width
+            elif width > self.length:
+                self._shift(width - self.length)
+            self.runner.refresh()
+            logits = self.runner.prefill(prompts, rows, self.n, self.pad_id, start_column=self.length - width)
+        for j, r in enumerate(rows):
+            self.starts[self.n + j] = self.length - len(prompts[r])
+        self.n += len(rows)
+        return logits
+
+    def step(self, next_ids: list[int]) -> torch.Tensor:
+        if self.length + 1 > self.columns:
+            self._compact()
+        d, n = self.runner, self.n
+        rows = batch_bucket(n)
+        length = d.length_bucket(self.length + 1)
+        with torch.inference_mode():
+            d.tokens[:n] = torch.tensor(next_ids, dtype=torch.long, device=self.device)
+            d.column.fill_(self.length)
+
+            def step() -> None:
+                self.logits[:rows].copy_(d.step_logits(rows, length))
+            d.graphs.run(("logits", rows, length), step, d.snapshot())
+        self.length += 1
+        return self.logits[:n]
 
 
 class FixedBatch:

@@ -50,9 +50,12 @@ def _run_staggered(loaded, batcher: Batcher, count: int, seed: int = 0) -> tuple
     return jobs, results
 
 
-@pytest.mark.parametrize("family,continuous", [("llama", True), ("gpt2", True), ("llama", False)])
+@pytest.mark.parametrize("family,continuous,static", [("llama", True, False), ("gpt2", True, False),
+                                                      ("llama", False, False), ("llama", True, True),
+                                                      ("gpt2", True, True)])
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")  # the engine's _HFRunner
-def test_rows_joining_a_running_batch_match_generate(family, continuous, loaded, tmp_path, monkeypatch):
+def test_rows_joining_a_running_batch_match_generate(family, continuous, static, loaded, tmp_path, monkeypatch):
+    # static: the CUDA path's GraphSlotCache (the engine's static decoder and its buckets), run eagerly here
     from desktop_app.engine.model.loading import load_model
     from desktop_app.server import batcher as batcher_module
 
@@ -63,8 +66,9 @@ def test_rows_joining_a_running_batch_match_generate(family, continuous, loaded,
         real = slot_cache.make_runner
         monkeypatch.setattr(batcher_module.SlotCache, "supports", staticmethod(lambda m: False))
         monkeypatch.setattr(slot_cache, "make_runner", lambda m, b, n, backend="auto": real(m, b, n, "hf"))
-    batcher = Batcher(model, max_rows=6)  # fewer rows than requests: some wait for a free row
+    batcher = Batcher(model, max_rows=6, static=static)  # fewer rows than requests: some wait for a free row
     assert batcher.continuous is continuous
+    assert isinstance(batcher.cache, batcher_module.GraphSlotCache) is static
     batcher.start()
     try:
         jobs, results = _run_staggered(model, batcher, 24)

@@ -20,6 +20,9 @@ cache objects and a list of logits processors per token; the loop below, on the 
   ThreadTuner times it against all cores while decoding, keeps the faster and re-checks; the GIL switch
   interval is lowered while generating.
 - Prompts (prompts.py) are token ids of plain text or of a conversation rendered by the chat template.
+- On CUDA, llama and gpt2 models take the static path instead (static_decode.py: a kept static KV cache,
+  steps replayed as CUDA graphs, sampling and stop checks on the GPU, tokens read every few steps);
+  `_decode_static` turns its chunks of tokens into the same events. The CPU keeps the loop below.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
 from desktop_app.engine.generate.beam_search import stream_beams
+from desktop_app.engine.generate.device_sampling import SamplingSettings
 from desktop_app.engine.generate.prompts import context_length, encode_prompt
-from desktop_app.engine.generate.runners import make_runner
+from desktop_app.engine.generate.runners import BACKENDS, make_runner
 from desktop_app.engine.generate.sampling import Sampler
+from desktop_app.engine.generate.static_decode import StaticGeneration, log_choice, use_static_path
 from desktop_app.engine.generate.text_stream import TextStream
 from desktop_app.engine.generate.thread_tuner import ThreadTuner
 from desktop_app.engine.generate.threads import (
@@ -50,6 +55,8 @@ from desktop_app.engine.specs import GenerateSpec
 
 if TYPE_CHECKING:
     from desktop_app.engine.model.loading import LoadedModel
+
+DECODE_BACKENDS = (*BACKENDS, "static")
 
 
 def _decoder(tokenizer: Any) -> Any:
@@ -75,8 +82,9 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
     gets `spec.samples` rows, numbered prompt-major (sample = prompt_index * samples + k).
     With spec.num_beams > 1 it runs beam search (beam_search.py) instead: samples = the best beams, best
     first, each yielded whole (one TextDelta, then its GenerationStats) when the search ends.
-    `stop_event` (a threading.Event) is checked before every token. `threads`: torch threads while
-    decoding ("auto" = decode_threads(), None = leave unchanged, or a number). `backend`: auto|lean|hf.
+    `stop_event` (a threading.Event) is checked before every token (on the static path: every chunk of
+    tokens read). `threads`: torch threads while decoding ("auto" = decode_threads(), None = leave unchanged,
+    or a number). `backend`: auto|lean|hf|static (auto: the static path on CUDA, see static_decode.py).
     """
     t0 = time.perf_counter()
     spec.check()
@@ -95,11 +103,20 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
         encoded = [r[-(ctx - 1):] if len(r) > ctx - 1 else r for r in encoded]
     longest = max(len(r) for r in encoded)
     budget = spec.max_new_tokens if not ctx else max(1, min(spec.max_new_tokens, ctx - longest))
+    if backend not in DECODE_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(DECODE_BACKENDS)}")
     if spec.num_beams > 1:  # beam search: its own loop (beam_search.py); the text comes when the search ends
         n_threads = decode_threads(model, len(encoded) * spec.num_beams) if threads == "auto" else threads
         with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
-            yield from stream_beams(model, tokenizer, encoded, budget, spec, stop_event, backend, t0,
+            yield from stream_beams(model, tokenizer, encoded, budget, spec, stop_event,
+                                    "auto" if backend == "static" else backend, t0,
                                     _decoder(tokenizer), set(stop_token_ids(tokenizer, model, chat=spec.chat)))
+        return
+    static, reason = use_static_path(model, backend)
+    if static:
+        log_choice(model, reason)
+        with short_gil_switch():
+            yield from _decode_static(model, tokenizer, encoded, budget, spec, stop_event, t0)
         return
     tuner, n_threads = thread_tuner(model, len(encoded) * spec.samples) if threads == "auto" else (None, threads)
     try:
@@ -203,3 +220,71 @@ def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, s
         active = []
     finally:
         del runner  # free the KV cache promptly even when the consumer abandons the stream
+
+
+def _decode_static(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, spec: GenerateSpec,
+                   stop_event: Any, t0: float) -> Iterator[TextDelta | GenerationStats]:
+    """_decode's job on the static path (static_decode.py): tokens arrive in chunks read every few steps."""
+    rows = [ids for ids in prompts for _ in range(spec.samples)]
+    n = len(rows)
+    eos = set(stop_token_ids(tokenizer, model, chat=spec.chat))
+    decode = _decoder(tokenizer)
+    streams = [TextStream(decode, spec.stop, context_ids=r) for r in rows]
+    generated: list[list[int]] = [[] for _ in rows]
+    first_t: list[float] = [0.0] * n
+    last_t: list[float] = [0.0] * n
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
+    settings = SamplingSettings(spec.temperature, spec.top_k, spec.top_p, spec.min_p, spec.repetition_penalty)
+    run = StaticGeneration(model, prompts, budget=budget, samples=spec.samples, settings=settings, seed=spec.seed,
+                           stop_ids=eos, pad_id=pad)
+
+    def stats(b: int, reason: str) -> GenerationStats:
+        count = len(generated[b])
+        ttft = (first_t[b] - t0) if count else (time.perf_counter() - t0)
+        rate = (count - 1) / (last_t[b] - first_t[b]) if count > 1 and last_t[b] > first_t[b] else \
+            (count / ttft if ttft > 0 else 0.0)
+        return GenerationStats(sample=b, text=streams[b].text, token_ids=list(generated[b]), ttft_ms=ttft * 1e3,
+                               tokens_per_s=rate, finish_reason=reason)
+
+    active = list(range(n))
+    cancelled = False
+    chunks = run.run()
+    try:
+        for chunk in chunks:
+            still: list[int] = []
+            ended: list[int] = []
+            for b in active:
+                for token in chunk.tokens[b]:
+                    generated[b].append(token)
+                    if len(generated[b]) == 1:
+                        first_t[b] = chunk.at
+                    last_t[b] = chunk.at
+                    if token in eos:
+                        piece = streams[b].finish()
+                        if piece:
+                            yield TextDelta(sample=b, text=piece)
+                        yield stats(b, "eos")
+                        break
+                    piece = streams[b].push(token)
+                    if piece:
+                        yield TextDelta(sample=b, text=piece)
+                    if streams[b].stopped:
+                        yield stats(b, "stop")
+                        ended.append(b)
+                        break
+                else:
+                    still.append(b)
+            active = still
+            run.finish_rows(ended)
+            if not active:
+                break
+            if stop_event is not None and stop_event.is_set():
+                cancelled = True
+                break
+        for b in active:
+            piece = streams[b].finish()
+            if piece:
+                yield TextDelta(sample=b, text=piece)
+            yield stats(b, "cancelled" if cancelled else "length")
+    finally:
+        chunks.close()  # releases the decoder even when the consumer abandons the stream

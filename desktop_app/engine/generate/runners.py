@@ -145,7 +145,8 @@ def _weights_signature(model: Any) -> tuple:
 
 def forget_prepared_weights(model: Any) -> None:
     """Drop the decode copies of `model`'s weights. Call it after updating weights in a way that does not
-    bump tensor versions (fused optimizers write in place without it), e.g. before each RL rollout."""
+    bump tensor versions (fused optimizers write in place without it), e.g. before each RL rollout. (The
+    static path's decoder, static_cache.py, rewrites its copies in place at the start of every call.)"""
     _LAYER_CACHE.pop(model, None)
 
 

@@ -62,6 +62,25 @@ def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     return logits.masked_fill(probs < threshold, _NEG_INF)
 
 
+def process_logits(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float, min_p: float,
+                   repetition_penalty: float, seen: torch.Tensor | None) -> torch.Tensor:
+    """Every enabled processor in HF's order: repetition penalty (when `seen` is given), then, unless greedy
+    (temperature 0), temperature, top-k, top-p, min-p. Pure tensor ops: no host reads, fixed shapes."""
+    if seen is not None and repetition_penalty != 1.0:
+        logits = apply_repetition_penalty(logits, seen, repetition_penalty)
+    if temperature <= 0.0:
+        return logits
+    if temperature != 1.0:
+        logits = apply_temperature(logits, temperature)
+    if top_k:
+        logits = apply_top_k(logits, top_k)
+    if top_p < 1.0:
+        logits = apply_top_p(logits, top_p)
+    if min_p > 0.0:
+        logits = apply_min_p(logits, min_p)
+    return logits
+
+
 class Sampler:
     """Picks the next token of every row from the last position's logits ([batch, vocab] -> [batch]).
 
@@ -106,20 +125,9 @@ class Sampler:
 
     def process(self, logits: torch.Tensor) -> torch.Tensor:
         """The processed logits (what the next token is drawn from); -inf marks removed tokens."""
-        if self.use_penalty:
-            assert self.seen is not None
-            logits = apply_repetition_penalty(logits, self.seen[: logits.shape[0]], self.repetition_penalty)
-        if self.greedy:
-            return logits
-        if self.temperature != 1.0:
-            logits = apply_temperature(logits, self.temperature)
-        if self.top_k:
-            logits = apply_top_k(logits, self.top_k)
-        if self.top_p < 1.0:
-            logits = apply_top_p(logits, self.top_p)
-        if self.min_p > 0.0:
-            logits = apply_min_p(logits, self.min_p)
-        return logits
+        return process_logits(logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                              min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+                              seen=self.seen[: logits.shape[0]] if self.use_penalty else None)  # type: ignore[index]
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """Next token id per row ([batch] long tensor)."""

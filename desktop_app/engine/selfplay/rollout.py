@@ -1,4 +1,5 @@
-"""Batched rollouts through the app's own decode engine (KV cache, lean runners, seeded sampler).
+"""Batched rollouts through the app's own decode engine (KV cache, lean runners, seeded sampler; on CUDA the
+static path of generate/static_decode.py: a kept static cache, CUDA graphs, sampling on the GPU).
 
 Rollouts never move the training RNG: the sampler draws from its own generator seeded per step, so a
 resumed run samples the same completions. The model is put in eval mode (no dropout) for the duration.
@@ -13,8 +14,10 @@ from typing import Any
 import torch
 
 from desktop_app.engine.data.batches import BatchSource
+from desktop_app.engine.generate.device_sampling import SamplingSettings
 from desktop_app.engine.generate.runners import make_runner
 from desktop_app.engine.generate.sampling import Sampler
+from desktop_app.engine.generate.static_decode import log_choice, static_completions, use_static_path
 
 
 @dataclass
@@ -47,11 +50,12 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                        max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                        stop_ids: set[int] | frozenset[int] = frozenset(), pad_id: int = 0,
                        max_len: int | None = None, newline_ids: set[int] | frozenset[int] = frozenset(),
-                       max_lines: int = 0) -> list[list[int]]:
+                       max_lines: int = 0, backend: str = "auto") -> list[list[int]]:
     """`samples` completions per prompt (prompt-major order), each cut after its first stop id (kept), or
     after its `max_lines`-th token that holds a line break (when max_lines > 0).
 
     Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample.
+    backend: auto (the static path on CUDA, the lean runners elsewhere), static, lean or hf.
     """
     if not prompts:
         return []
@@ -63,7 +67,13 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    static, reason = use_static_path(model, backend)
     try:
+        if static:  # on CUDA: static cache, CUDA graphs, sampling and stop checks on the GPU
+            log_choice(model, reason)
+            return static_completions(model, prompts, samples=samples, budget=budget,
+                                      settings=SamplingSettings(temperature=temperature, top_p=top_p), seed=seed,
+                                      stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids, max_lines=max_lines)
         with torch.inference_mode():
             ids = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompts], dtype=torch.long,
                                device=device)
@@ -74,7 +84,7 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
             n = len(prompts) * samples
             sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, batch=n,
                               vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
-            runner = make_runner(model, len(prompts), longest + budget)
+            runner = make_runner(model, len(prompts), longest + budget, backend)
             logits = runner.prefill(ids, mask)
             if samples > 1:
                 runner.expand(samples)

@@ -1,0 +1,171 @@
+"""Sampling and stop checks that stay on the device: no host read per token, fixed shapes, capturable.
+
+The CPU decoder's `Sampler` (sampling.py) moves every chosen token to Python right away; the static path
+keeps them on the device and lets the host read them every few tokens (static_decode.py). Both apply the
+same processors (`process_logits`: repetition penalty, temperature, top-k, top-p, min-p, HF's order).
+
+- `DeviceSampling` draws with an exponential race: the token is argmax(p / E) with E ~ Exp(1) drawn per
+  row and token, which picks token i with probability p_i (as torch.multinomial does) using only
+  elementwise ops and an argmax. The noise is drawn by the host into a static buffer before each step
+  (one kernel, from a private generator seeded per call: same seed + settings + batch = same text), so
+  the captured step itself holds no random state. Draws differ from the CPU sampler's multinomial; the
+  distributions are the same (tests check both against the processed probabilities).
+- `StopState` records each row's token into a small ring buffer the host copies out every few steps, and
+  marks a row done on the device when it produces a stop token or its `max_lines`-th line break; later
+  tokens of a done row are recorded as -1. Stop strings need text, so the host checks them on each
+  chunk it reads and ends those rows with `finish_rows`.
+Both keep their buffers across calls (they belong to a StaticDecoder), so captured graphs stay valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass
+
+import torch
+
+from desktop_app.engine.generate.sampling import process_logits
+
+RING = 64  # token columns the host reads from; it reads at most RING // 2 steps at a time
+MAX_STOP_IDS = 64
+_TINY = 1e-30
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """One call's sampling settings (every row of a static call shares them; they key the captured graphs)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    @property
+    def key(self) -> tuple:
+        return astuple(self)
+
+    def normalized(self, vocab: int) -> SamplingSettings:
+        """top_k >= vocab is no filter; greedy ignores the filters (only the penalty applies)."""
+        top_k = self.top_k if 0 < self.top_k < vocab else 0
+        if self.temperature <= 0.0:
+            return SamplingSettings(0.0, 0, 1.0, 0.0, self.repetition_penalty)
+        return SamplingSettings(float(self.temperature), top_k, float(self.top_p), float(self.min_p),
+                                float(self.repetition_penalty))
+
+
+class DeviceSampling:
+    """Next-token choice for up to `rows` rows over `vocab` logits, without host reads."""
+
+    def __init__(self, rows: int, vocab: int, device: torch.device):
+        self.rows, self.vocab, self.device = rows, vocab, device
+        self.generator = torch.Generator(device=device)
+        self.noise: torch.Tensor | None = None  # [rows, vocab] Exp(1) draws, refilled before each step
+        self.seen: torch.Tensor | None = None  # [rows, vocab] tokens in each row's text (repetition penalty)
+        self.settings = SamplingSettings()
+
+    def start(self, settings: SamplingSettings, seed: int, prompts: Sequence[Sequence[int]]) -> None:
+        """Begin a call: its settings and seed; `prompts[b]` are row b's prompt ids (the penalty covers them)."""
+        self.settings = settings.normalized(self.vocab)
+        with torch.inference_mode(False), torch.no_grad():
+            if not self.settings.greedy:
+                self.generator.manual_seed(int(seed))
+                if self.noise is None:
+                    self.noise = torch.ones(self.rows, self.vocab, device=self.device)
+            if self.settings.repetition_penalty != 1.0:
+                if self.seen is None:
+                    self.seen = torch.zeros(self.rows, self.vocab, dtype=torch.bool, device=self.device)
+                self.seen.zero_()
+                rows = [b for b, ids in enumerate(prompts) for _ in ids]  # one indexed write for every row
+                if rows:
+                    cols = [int(i) for ids in prompts for i in ids]
+                    index = torch.tensor([rows, cols], dtype=torch.long).to(self.device)
+                    self.seen[index[0], index[1]] = True
+
+    def draw(self, rows: int) -> None:
+        """Fresh noise for the next pick of `rows` rows (the host runs this before each step)."""
+        if not self.settings.greedy and self.noise is not None:
+            self.noise[:rows].exponential_(generator=self.generator)
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """Next token per row ([rows, vocab] float logits -> [rows] long); marks it seen."""
+        s, rows = self.settings, logits.shape[0]
+        seen = self.seen[:rows] if self.seen is not None and s.repetition_penalty != 1.0 else None
+        processed = process_logits(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+                                   repetition_penalty=s.repetition_penalty, seen=seen)
+        if s.greedy:
+            ids = processed.argmax(dim=-1)
+        else:
+            assert self.noise is not None
+            ids = (processed.softmax(dim=-1) / self.noise[:rows].clamp(min=_TINY)).argmax(dim=-1)
+        if seen is not None:
+            seen.scatter_(1, ids.view(-1, 1), True)
+        return ids
+
+    def mutable(self) -> list[torch.Tensor]:
+        """What a pick changes (snapshots around graph warm-ups restore it)."""
+        return [self.seen] if self.seen is not None else []
+
+
+class StopState:
+    """Per-row token log (a ring the host reads) and done flags, on the device."""
+
+    def __init__(self, rows: int, vocab: int, device: torch.device):
+        self.rows, self.vocab, self.device = rows, vocab, device
+        with torch.inference_mode(False), torch.no_grad():
+            self.ring = torch.full((rows, RING), -1, dtype=torch.long, device=device)
+            self.done = torch.zeros(rows, dtype=torch.bool, device=device)
+            self.count = torch.zeros(1, dtype=torch.long, device=device)
+            self.lines = torch.zeros(rows, dtype=torch.long, device=device)
+            self.stop_table = torch.full((MAX_STOP_IDS,), -1, dtype=torch.long, device=device)
+            self.newline = torch.zeros(vocab, dtype=torch.bool, device=device)
+            self.max_lines = torch.ones(1, dtype=torch.long, device=device)
+        self.count_lines = False
+
+    def start(self, live: int, stop_ids: Iterable[int], newline_ids: Iterable[int] = (), max_lines: int = 0) -> None:
+        """Begin a call with rows 0 .. live - 1 running (the rest of the buffers' rows count as done)."""
+        stops = sorted({int(i) for i in stop_ids if 0 <= int(i) < self.vocab})
+        if len(stops) > MAX_STOP_IDS:
+            raise ValueError(f"at most {MAX_STOP_IDS} stop token ids, got {len(stops)}")
+        newlines = [int(i) for i in newline_ids if 0 <= int(i) < self.vocab] if max_lines > 0 else []
+        with torch.inference_mode(False), torch.no_grad():
+            self.done.zero_()
+            self.done[live:] = True
+            self.count.zero_()
+            self.lines.zero_()
+            self.stop_table.fill_(-1)
+            if stops:
+                self.stop_table[: len(stops)] = torch.tensor(stops, dtype=torch.long, device=self.device)
+            self.newline.zero_()
+            if newlines:
+                self.newline[torch.tensor(newlines, dtype=torch.long, device=self.device)] = True
+            self.max_lines.fill_(max(1, int(max_lines)))
+        # Counting lines costs a few kernels per step: only calls with a line limit do (it keys the graphs).
+        self.count_lines = bool(newlines)
+
+    def record(self, ids: torch.Tensor) -> None:
+        """Log the tokens just chosen for rows 0 .. len(ids) - 1 and update their done flags."""
+        rows = ids.shape[0]
+        done = self.done[:rows]
+        slot = torch.remainder(self.count, RING)
+        self.ring[:rows].index_copy_(1, slot, torch.where(done, -1, ids).unsqueeze(1))
+        hit = (ids.unsqueeze(1) == self.stop_table).any(dim=1)
+        if self.count_lines:
+            lines = self.lines[:rows]
+            lines += self.newline[ids]
+            hit |= lines >= self.max_lines
+        done |= hit
+        self.count += 1
+
+    def finish_rows(self, rows: Sequence[int]) -> None:
+        """End these rows now (the host saw a stop string in their text)."""
+        if rows:
+            with torch.inference_mode(False), torch.no_grad():
+                self.done[torch.tensor(list(rows), dtype=torch.long, device=self.device)] = True
+
+    def mutable(self) -> list[torch.Tensor]:
+        return [self.done, self.count, self.lines]
