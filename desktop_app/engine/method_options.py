@@ -30,6 +30,8 @@ DPO_LOSSES = ("sigmoid", "ipo")
 REFERENCE_MODES = ("auto", "precompute", "live")
 TASK_TYPES = ("deduction", "abduction", "induction")
 WORLDS = ("mini", "python")
+WORLD_CHOICES = ("auto", *WORLDS)  # auto: python for a chat model, mini for one trained on mini's corpus
+PROMPT_STYLES = ("auto", "plain", "chat")
 BUILTIN_REWARDS = ("answer", "format", "length", "repetition", "distinct", "likelihood")
 REWARD_NAMES = (*BUILTIN_REWARDS, "user")  # "user": the reward file's function
 
@@ -155,6 +157,11 @@ class GRPOOptions(SpecMixin):
                          label="Reward file (Python)")
     eval_prompts: int = f(16, "Prompts answered greedily at each evaluation to measure the mean reward.", minimum=1,
                           label="Prompts per evaluation", advanced=True)
+    prompt_style: str = f("auto", "How prompts are put to the model: plain (as text) or chat (one user turn through "
+                          "the model's chat template; the reply ends with its turn, and the answer reward reads the "
+                          "answer from <answer> tags, code blocks or the prose around it); auto: chat for a model that "
+                          "brings its own chat template (an instruct model), plain for the app's own models.",
+                          choices=PROMPT_STYLES, label="Prompts", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -179,6 +186,7 @@ class GRPOOptions(SpecMixin):
         if not isinstance(self.reward_file, str):
             p.append("reward_file must be a file path")
         check_positive(p, "eval_prompts", self.eval_prompts)
+        check_choice(p, "prompt_style", self.prompt_style, PROMPT_STYLES)
         return p
 
 
@@ -186,9 +194,15 @@ class GRPOOptions(SpecMixin):
 class SelfPlayOptions(SpecMixin):
     """Options of Absolute Zero self-play (objective "selfplay")."""
 
-    world: str = f("mini", "Task world the proposer writes tasks in: mini (a tiny built-in language; fast, the CPU "
-                   "default) or python (real Python programs, run in the sandboxed executor).", choices=WORLDS,
+    world: str = f("auto", "Task world the proposer writes tasks in: mini (a tiny built-in language; fast, for models "
+                   "trained on its corpus) or python (real Python programs, run in the sandboxed executor); auto: "
+                   "python for a chat model (one that brings its own chat template), else mini.", choices=WORLD_CHOICES,
                    label="Task world")
+    prompt_style: str = f("auto", "How tasks are put to the model: plain (the world's prompts as text, for a model "
+                          "trained on its corpus), chat (one user turn through the model's chat template; answers "
+                          "are read from <answer> tags, code blocks or the prose around them); auto: chat for a model "
+                          "that brings its own chat template (an instruct model), plain for the app's own models.",
+                          choices=PROMPT_STYLES, label="Prompts", advanced=True)
     task_types: list = f(list(TASK_TYPES), "Task types to play: deduction (program + input -> predict the output), "
                          "abduction (program + output -> find an input), induction (input/output pairs -> write the "
                          "program).", widget="checklist", choices=TASK_TYPES, label="Task types")
@@ -228,7 +242,8 @@ class SelfPlayOptions(SpecMixin):
 
     def validate(self) -> list[str]:
         p: list[str] = []
-        check_choice(p, "world", self.world, WORLDS)
+        check_choice(p, "world", self.world, WORLD_CHOICES)
+        check_choice(p, "prompt_style", self.prompt_style, PROMPT_STYLES)
         types = self.task_types
         if not isinstance(types, list) or not types or any(t not in TASK_TYPES for t in types):
             p.append(f"task_types must be some of {', '.join(TASK_TYPES)} (got {types!r})")

@@ -111,6 +111,7 @@ class TaskWorld:
 
     name: ClassVar[str] = ""
     types: ClassVar[tuple[str, ...]] = TASK_TYPES
+    heldout_size: ClassVar[int] = 100  # held-out tasks per type an evaluation takes unless told otherwise
     options: dict = field(default_factory=dict)
 
     def generate(self, task_type: str, count: int, seed: int) -> list[Task]:
@@ -136,6 +137,10 @@ class TaskWorld:
     def reference_answer(self, task: Task) -> str:
         """The answer text a perfect solver would write (seed corpora and tests)."""
         raise NotImplementedError
+
+    def answer_kind(self, task_type: str) -> str:
+        """What an answer of the type is (tasks/answers.py finds it in a chat reply): value | call | program."""
+        return "program" if task_type == "induction" else "value"
 
     def close(self) -> None:
         """Release workers (sandbox processes) the world holds."""

@@ -244,6 +244,9 @@ class PythonWorld(TaskWorld):
             return f"f({task.inputs[0]})"
         return f"```python\n{task.program.rstrip()}\n```"
 
+    def answer_kind(self, task_type: str) -> str:
+        return {"deduction": "value", "abduction": "call"}.get(task_type, "program")
+
     # -- checking ----------------------------------------------------------------------------------
     def check(self, tasks: list[Task], answers: list[str]) -> list[Check]:
         checks: list[Check | None] = [None] * len(tasks)
