@@ -6,6 +6,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
@@ -96,6 +97,8 @@ class LibraryTab(QWidget):
                                   "written to the run")
         self.generate_btn = QPushButton("Generate with it")
         self.use_btn = QPushButton("Train on it")
+        self.evaluate_btn = QPushButton("Evaluate…")  # held-out tasks, questions, perplexity (evaluate_view.py)
+        self.evaluate_btn.setObjectName("libraryEvaluate")
         self.format_box = QComboBox()
         self.format_box.addItem("Hugging Face folder", "hf")
         self.format_box.addItem("Zip archive", "zip")
@@ -112,7 +115,7 @@ class LibraryTab(QWidget):
         for b in (self.refresh_btn, self.open_btn, self.rename_btn, self.delete_btn):
             bar.addWidget(b)
         bar.addStretch(1)
-        for b in (self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.use_btn):
+        for b in (self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.evaluate_btn, self.use_btn):
             bar.addWidget(b)
         exp = QHBoxLayout()
         exp.addWidget(QLabel("Export as"))
@@ -142,6 +145,7 @@ class LibraryTab(QWidget):
         self.watch_btn.clicked.connect(lambda _=False: self._emit_selected(self.watch_requested, "runs"))
         self.generate_btn.clicked.connect(lambda _=False: self._emit_selected(self.generate_requested, None))
         self.use_btn.clicked.connect(lambda _=False: self._emit_selected(self.dataset_requested, "datasets"))
+        self.evaluate_btn.clicked.connect(lambda _=False: self.open_evaluate())
         self.export_btn.clicked.connect(lambda _=False: self.export_selected())
         self.cancel_export_btn.clicked.connect(lambda _=False: self.cancel_export())
         self.tree.currentItemChanged.connect(lambda cur, _prev: self._show_details(cur))
@@ -213,6 +217,7 @@ class LibraryTab(QWidget):
         self.watch_btn.setEnabled(kind == "runs")
         self.generate_btn.setEnabled(kind in ("runs", "models", "exports"))
         self.use_btn.setEnabled(kind == "datasets")
+        self.evaluate_btn.setEnabled(kind in ("runs", "models", "exports"))
         self.export_btn.setEnabled(kind in ("runs", "models"))
 
     def _show_details(self, item: QTreeWidgetItem | None) -> None:
@@ -257,6 +262,13 @@ class LibraryTab(QWidget):
             signal.emit(path)
 
     # --- actions ---
+    def open_evaluate(self) -> Any:
+        from desktop_app.ui.widgets.evaluate_view import EvaluateDialog
+
+        self.evaluate_dialog = EvaluateDialog(self.ctx, [self.selected_path()] if self.selected_path() else [], self)
+        self.evaluate_dialog.show()
+        return self.evaluate_dialog
+
     def open_selected(self) -> None:
         path = self.selected_path() or str(self.ctx.workspace.root)
         QDesktopServices.openUrl(QUrl.fromLocalFile(path))
