@@ -32,6 +32,7 @@ TASK_TYPES = ("deduction", "abduction", "induction")
 WORLDS = ("mini", "python")
 WORLD_CHOICES = ("auto", *WORLDS)  # auto: python for a chat model, mini for one trained on mini's corpus
 PROMPT_STYLES = ("auto", "plain", "chat")
+SOLVER_BASELINES = ("type", "task")
 BUILTIN_REWARDS = ("answer", "format", "length", "repetition", "distinct", "likelihood")
 REWARD_NAMES = (*BUILTIN_REWARDS, "user")  # "user": the reward file's function
 
@@ -234,6 +235,18 @@ class SelfPlayOptions(SpecMixin):
                                  "program).", minimum=0, label="Seed tasks per type", advanced=True)
     seeds: list = f([], "Your own seed tasks: task objects (type, program, inputs, outputs) as `tasks` writes them.",
                     widget="json", label="Your seed tasks", advanced=True)
+    exclude_heldout: list = f([], "Seeds of held-out sets whose programs the generated seed tasks leave out (this "
+                              "run's own held-out seed, and 9002, the `eval` verb's set): figures on them then "
+                              "measure tasks self-play never trained on.", label="Held-out sets kept out of the seeds",
+                              advanced=True)
+    seed_share: float = f(0.0, "Share of the solver's tasks drawn from the seed tasks (the world's own generator, the "
+                          "kind of the seed corpus) rather than from the whole buffer, which the proposer's tasks fill "
+                          "as play goes on (0 = the whole buffer, as Absolute Zero samples).", minimum=0.0,
+                          maximum=1.0, label="Solver tasks from the seeds", unit="share", advanced=True)
+    solver_baseline: str = f("type", "What a solver's reward is compared with: the other answers of its task type this "
+                             "step (type: Absolute Zero's TRR++), or the other answers to the same task (task: GRPO's "
+                             "group baseline; only tasks solved sometimes but not always teach).",
+                             choices=SOLVER_BASELINES, label="Solver baseline", advanced=True)
     strict_sandbox: bool = f(False, "Refuse to run when any isolation layer of the sandbox is missing (matters for "
                              "the python world, whose programs are model-written code).",
                              label="Refuse a partial sandbox", advanced=True)
@@ -261,6 +274,11 @@ class SelfPlayOptions(SpecMixin):
         if not isinstance(self.seeds, list) or not all(isinstance(s, dict) for s in self.seeds):
             p.append("seeds must be a list of task objects")
         check_bool(p, "strict_sandbox", self.strict_sandbox)
+        if not isinstance(self.exclude_heldout, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                 for x in self.exclude_heldout):
+            p.append("exclude_heldout must be a list of held-out seeds (whole numbers)")
+        check_range(p, "seed_share", self.seed_share, 0.0, 1.0)
+        check_choice(p, "solver_baseline", self.solver_baseline, SOLVER_BASELINES)
         if not isinstance(self.world_options, dict):
             p.append("world_options must be a JSON object")
         return p

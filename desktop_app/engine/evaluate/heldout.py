@@ -33,6 +33,13 @@ def heldout_tasks(world: TaskWorld, task_type: str, count: int, seed: int) -> li
     return maker(task_type, count, seed) if callable(maker) else world.generate(task_type, count, seed)
 
 
+def heldout_programs(world: TaskWorld, task_type: str, seeds: list[int], count: int) -> set[str]:
+    """The programs of the held-out sets of these seeds (their first max(count, the world's default) tasks): what
+    training tasks leave out so that those sets measure tasks a model never trained on."""
+    size = max(int(count), int(getattr(world, "heldout_size", 0)))
+    return {t.program for seed in seeds for t in heldout_tasks(world, task_type, size, int(seed))}
+
+
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval of a proportion (95% by default): honest at 0, 1 and small n."""
     if n <= 0:

@@ -8,6 +8,7 @@ end. Every model of one call meets the same held-out tasks, so their figures for
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -103,16 +104,40 @@ def evaluate_models(models: list[str], spec: EvalSpec, controls: Controls | None
                    result={"models": evaluated})
 
 
+def eval_threads(requested: int) -> tuple[int | None, str]:
+    """Torch threads for an evaluation on the CPU, and why: as asked, else one while the machine is busy (other
+    programs keep its cores: a second torch thread then waits on them and decoding slows down several times),
+    else all cores."""
+    from desktop_app.engine.devices import cpu_cores
+
+    if requested:
+        return requested, f"{requested} CPU thread(s) as asked"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > cpu_cores():
+        return 1, f"1 CPU thread: the machine is busy (load {load:.1f} on {cpu_cores()} cores)"
+    return None, f"{cpu_cores()} CPU threads"
+
+
 def _evaluate_one(path: str, spec: EvalSpec, sets: HeldoutSets, save: bool) -> Generator[Event, None, ModelEvaluated]:
-    from desktop_app.engine.generate.prompts import context_length
+    from desktop_app.engine.generate.threads import torch_threads
     from desktop_app.engine.model.loading import load_model
 
     start = time.perf_counter()
     loaded = load_model(path, device=spec.device)
+    threads, why = eval_threads(int(spec.threads)) if loaded.device.type == "cpu" else (None, "")
+    with torch_threads(threads):
+        return (yield from _measure(path, loaded, spec, sets, save, start, why))
+
+
+def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bool, start: float,
+             threads: str) -> Generator[Event, None, ModelEvaluated]:
+    from desktop_app.engine.generate.prompts import context_length
+
     model, tokenizer = loaded.model, loaded.tokenizer
     prompter = make_prompter(tokenizer, spec.prompt_style, model)
     max_len = context_length(model) or 512
-    yield Log("info", f"evaluating {loaded.name} ({loaded.kind}, {prompter.style} prompts) on {loaded.device}")
+    yield Log("info", f"evaluating {loaded.name} ({loaded.kind}, {prompter.style} prompts) on {loaded.device}"
+              + (f", {threads}" if threads else ""))
     metrics: dict[str, Any] = {}
     if spec.world != "none":
         name = default_world(tokenizer) if spec.world == "auto" else spec.world

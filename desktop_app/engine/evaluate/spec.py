@@ -60,6 +60,9 @@ class EvalSpec(SpecMixin):
     batch: int = f(64, "Prompts decoded together.", minimum=1, label="Batch", unit="prompts", advanced=True)
     device: str = f("auto", "Where to run: auto picks CUDA, then MPS, then the CPU.", choices=EVAL_DEVICES,
                     label="Device", advanced=True)
+    threads: int = f(0, "CPU threads (0 = automatic: one while the machine is busy, where a second one only waits for "
+                     "the other programs, else all cores).", minimum=0, label="CPU threads", zero="automatic",
+                     advanced=True)
     seed: int = f(0, "Seed of the sampled answers.", label="Seed", advanced=True)
 
     def validate(self) -> list[str]:
@@ -82,6 +85,7 @@ class EvalSpec(SpecMixin):
         check_positive(p, "max_text_tokens", self.max_text_tokens)
         check_positive(p, "batch", self.batch)
         check_choice(p, "device", self.device, EVAL_DEVICES)
+        check_count(p, "threads", self.threads)
         if not isinstance(self.world_options, dict):
             p.append("world_options must be a JSON object")
         if self.world == "none" and not self.qa and not self.text:

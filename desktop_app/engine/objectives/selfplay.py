@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.heldout import drain, heldout_tasks, mean_rate, solve_heldout
+from desktop_app.engine.evaluate.heldout import drain, heldout_programs, heldout_tasks, mean_rate, solve_heldout
 from desktop_app.engine.events import Log
 from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.method_options import SelfPlayOptions, typed_options
@@ -65,6 +65,7 @@ class SelfPlayObjective(Objective):
         self.world = world
         self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options.task_types}
         self.heldout: dict[str, list[Task]] = {}
+        self.seed_tasks: dict[str, list[Task]] = {}  # the buffers' first tasks (regenerated alike on resume)
         self.model: torch.nn.Module | None = None
         self.reference: Any = None
         self.prompter: TaskPrompter | None = None
@@ -89,9 +90,13 @@ class SelfPlayObjective(Objective):
             self.world = get_world(name, strict=bool(self.options.strict_sandbox), **dict(self.options.world_options))
             self.notes.append(Log("info", f"self-play on the {name} world with {self.prompter.style} prompts"))
         for task_type in self.options.task_types:
+            excluded = heldout_programs(self.world, task_type, list(self.options.exclude_heldout),
+                                        int(self.options.heldout_per_type))
             seeds = identity_tasks(self.world, task_type)
             seeds += [Task.from_json(s) for s in self.options.seeds if s.get("type") == task_type]
-            seeds += self.world.generate(task_type, int(self.options.seed_tasks_per_type), ctx.seed)
+            seeds += self.world.generate(task_type, int(self.options.seed_tasks_per_type), ctx.seed,
+                                         **({"exclude": excluded} if excluded else {}))
+            self.seed_tasks[task_type] = seeds
             for task in seeds:
                 self.buffers[task_type].add(task)
             self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options.heldout_per_type,
@@ -159,7 +164,7 @@ class SelfPlayObjective(Objective):
             new_tasks = [v.task for v in verdicts if v.valid and v.task is not None]
             valid_count += len(new_tasks)
             # solve: new valid proposals first (their learnability needs a solve rate), then buffer tasks
-            solver_tasks = (new_tasks + buffer.sample(o.solver_tasks_per_type, rng))[: max(
+            solver_tasks = (new_tasks + self._draw(task_type, o.solver_tasks_per_type, rng))[: max(
                 o.solver_tasks_per_type, len(new_tasks))]
             n = o.solver_samples
             t0 = time.perf_counter()
@@ -181,7 +186,7 @@ class SelfPlayObjective(Objective):
                     episodes.append(Episode(s_prompt_ids[j], s_completion_ids[idx], 0.0, "solver", task_type))
                     rewards.append(check.reward)
                     type_rewards.append(check.reward)
-                    groups.append(("solver", task_type))
+                    groups.append(("solver", task_type) if o.solver_baseline == "type" else ("solver", task_type, j))
                     format_errors += check.status in ("format", "unparseable")
                     answers += 1
                     lengths.append(len(s_completion_ids[idx]))
@@ -236,6 +241,19 @@ class SelfPlayObjective(Objective):
         self.last_rollouts = rollouts
         self._log(round_index, rollouts)
         return EpisodeBatch(kept, stats)
+
+    def _draw(self, task_type: str, count: int, rng: random.Random) -> list[Task]:
+        """Buffer tasks for the solver: from the whole buffer, or a `seed_share` of them from the seed tasks."""
+        share, buffer = float(self.options.seed_share), self.buffers[task_type]
+        if not share:
+            return buffer.sample(count, rng)
+        out = []
+        for _ in range(count):
+            pool = self.seed_tasks.get(task_type) if rng.random() < share else None
+            pool = pool or buffer.tasks
+            if pool:
+                out.append(pool[rng.randrange(len(pool))])
+        return out
 
     def _log(self, round_index: int, rollouts: list[dict[str, Any]]) -> None:
         """One JSON line per round for the window's task browser (a view; checkpoints hold the real state)."""

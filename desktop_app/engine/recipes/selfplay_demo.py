@@ -29,9 +29,10 @@ from desktop_app.engine.method_options import TASK_TYPES
 
 DEMO_WORLD = {"references": 2}  # mini's default depth (2): programs a tiny model learns within minutes
 SELECTION_SEED = 9001  # self-play's own held-out set: it keeps its best checkpoint by it
+HELDOUT_SEEDS = [SELECTION_SEED, 9002]  # programs of both sets stay out of the corpus and the seed tasks
 DEMO_SELFPLAY = {"world": "mini", "world_options": DEMO_WORLD, "proposals_per_type": 2, "solver_tasks_per_type": 6,
                  "solver_samples": 4, "max_new_tokens": 40, "heldout_per_type": 200, "heldout_seed": SELECTION_SEED,
-                 "seed_tasks_per_type": 64}
+                 "seed_tasks_per_type": 64, "exclude_heldout": HELDOUT_SEEDS}
 DEMO_EVAL = {"per_type": 400, "heldout_seed": 9002}  # the reported figures: the `eval` verb's default set
 PRETRAIN = {"batch_size": 32, "lr": 3e-3, "warmup_steps": 50, "schedule": "constant", "eval_every": 100,
             "save_every": 100, "keep_last": 2, "early_stopping_patience": 5, "sample_tokens": 0}
@@ -41,7 +42,7 @@ SELFPLAY_TRAIN = {"batch_size": 64, "micro_batch_size": 32, "lr": 2e-4, "warmup_
 # A base model (a real chat model; on a GPU): fewer, longer rollouts, a smaller selection set, both cores.
 BASE_SELFPLAY = {"world": "auto", "proposals_per_type": 2, "solver_tasks_per_type": 4, "solver_samples": 4,
                  "max_new_tokens": 128, "heldout_per_type": 50, "heldout_seed": SELECTION_SEED,
-                 "seed_tasks_per_type": 64}
+                 "seed_tasks_per_type": 64, "exclude_heldout": HELDOUT_SEEDS}
 BASE_TRAIN = {"batch_size": 32, "micro_batch_size": 8, "lr": 5e-6, "eval_every": 20, "save_every": 20, "threads": 0}
 BASE_EVAL = {"per_type": 0, "heldout_seed": 9002}  # the world's default count (python: 100 per type)
 CONTROL_LR = 1e-3  # continued pretraining anneals from here to 0 over the control's time (the strongest plain use)
@@ -163,14 +164,12 @@ class Demo:
 
     # -- phases ----------------------------------------------------------------------------------------
     def corpus(self, count: int) -> Iterator[Event]:
-        from desktop_app.engine.evaluate.heldout import heldout_tasks
+        from desktop_app.engine.evaluate.heldout import heldout_programs
         from desktop_app.engine.tasks import get_world
 
         world = get_world("mini", **DEMO_WORLD)
-        exclude = {t.program for kind in TASK_TYPES
-                   for seed, n in ((SELECTION_SEED, int(self.selfplay_options["heldout_per_type"])),
-                                   (int(self.eval_options["heldout_seed"]), int(self.eval_options["per_type"])))
-                   for t in heldout_tasks(world, kind, n, seed)}
+        count = max(int(self.selfplay_options["heldout_per_type"]), int(self.eval_options["per_type"]))
+        exclude = {p for kind in TASK_TYPES for p in heldout_programs(world, kind, HELDOUT_SEEDS, count)}
         folder = self.out / "corpus"
         folder.mkdir()
         shards = 8  # several files: the dataset's validation split takes whole documents from all of them

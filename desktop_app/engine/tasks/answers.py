@@ -27,7 +27,6 @@ MAX_REPLY_CHARS = 20_000  # a longer reply is cut: its answer is near the start 
 
 _TAG = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.S | re.I)
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
-_CALL = re.compile(r"f\((.*)\)")
 # Labels a reply puts before its answer on the same line: "Output: 4", "The answer is 4", "f(3) = 4", "**4**".
 _LABEL = re.compile(r"(?:\b(?:output|answer|result|input|returns?|is|gives|equals)\b\s*[:=]?|[:=])\s*", re.I)
 
@@ -83,15 +82,39 @@ def _value(candidate: str) -> str | None:
 
 
 def _call(candidate: str) -> str | None:
-    match = _CALL.search(candidate)
-    if match is None:
-        return None
-    inner = match.group(1)
-    try:
-        value = parse_literal(f"({inner},)" if inner.strip() else "()", LIMITS)
-    except LiteralError:
-        return None
-    return f"f({inner})" if isinstance(value, tuple) else None
+    """The first `f(...)` in the text whose arguments (up to the matching parenthesis) the literal parser reads."""
+    start = candidate.find("f(")
+    while start >= 0:
+        if start == 0 or not (candidate[start - 1].isalnum() or candidate[start - 1] == "_"):
+            inner = _balanced(candidate, start + 2)
+            if inner is not None:
+                try:
+                    value = parse_literal(f"({inner},)" if inner.strip() else "()", LIMITS)
+                except LiteralError:
+                    value = None
+                if isinstance(value, tuple):
+                    return f"f({inner})"
+        start = candidate.find("f(", start + 2)
+    return None
+
+
+def _balanced(text: str, start: int) -> str | None:
+    """The text from `start` to the parenthesis that closes the one just before it (quotes respected), or None."""
+    depth, quote = 1, ""
+    for i in range(start, min(len(text), start + LIMITS.max_chars)):
+        ch = text[i]
+        if quote:
+            if ch == quote and text[i - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i]
+    return None
 
 
 def _program(text: str) -> str | None:

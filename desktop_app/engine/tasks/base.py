@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
@@ -114,8 +115,9 @@ class TaskWorld:
     heldout_size: ClassVar[int] = 100  # held-out tasks per type an evaluation takes unless told otherwise
     options: dict = field(default_factory=dict)
 
-    def generate(self, task_type: str, count: int, seed: int) -> list[Task]:
-        """`count` valid random tasks of one type, the same for the same seed."""
+    def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
+        """`count` valid random tasks of one type, the same for the same seed, none with a program in `exclude`
+        (a held-out set's programs: the tasks a model trains on stay apart from those it is measured on)."""
         raise NotImplementedError
 
     def propose_prompt(self, task_type: str, references: list[Task], rng: random.Random) -> str:

@@ -73,9 +73,9 @@ class MiniWorld(TaskWorld):
         return int(self.options.get("depth", 2))
 
     # -- generation --------------------------------------------------------------------------------
-    def generate(self, task_type: str, count: int, seed: int) -> list[Task]:
+    def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
         check_type(self, task_type)
-        return self._generate(task_type, count, random.Random(f"mini-{task_type}-{seed}"), set())
+        return self._generate(task_type, count, random.Random(f"mini-{task_type}-{seed}"), set(exclude))
 
     def heldout_set(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
         """Fixed evaluation tasks: their own random stream (so never the corpus's for the same seed), and no
@@ -283,7 +283,7 @@ class MiniWorld(TaskWorld):
         examples: list[str] = []
         for n, kind in enumerate(kinds):
             share = count // len(kinds) + (1 if n < count % len(kinds) else 0)
-            made = self._generate(kind, share, random.Random(f"mini-{kind}-{seed}"), set(exclude))
+            made = self.generate(kind, share, seed, exclude)
             tasks += made
             examples += [self.example_text(t) for t in made]
             if proposals and len(made) > 1:

@@ -22,6 +22,8 @@ from desktop_app.engine.tasks.answers import answer_block, extract_answer
     ("Input: f([1, 2], 3)", "call", "f([1, 2], 3)"),
     ("The input is f(5).", "call", "f(5)"),
     ("<answer>f('x', 2)</answer>", "call", "f('x', 2)"),
+    ("```python\ndef f(x):\n    return x // 5\nprint(f(283))  # Output: 56\n```", "call", "f(283)"),
+    ("f('a)b', [1, (2, 3)]) is it", "call", "f('a)b', [1, (2, 3)])"),
     ("```python\ndef f(x):\n    return x + 1\n```\nThis adds one.", "program", "def f(x):\n    return x + 1"),
     ("Here: def f(x):\n    return x\nThat is it.", "program", "def f(x):\n    return x\n"),
     ("f = lambda x: x + 1\nexplanation", "program", "f = lambda x: x + 1"),
