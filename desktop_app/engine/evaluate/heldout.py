@@ -96,7 +96,8 @@ def _replies(model: Any, prompter: TaskPrompter, world: TaskWorld, tasks: list[T
     ids = sample_completions(model, prompts, samples=samples, max_new_tokens=max_new_tokens,
                              temperature=temperature, top_p=0.95 if temperature > 0 else 1.0, seed=seed,
                              stop_ids=prompter.stop_ids, max_len=max_len, newline_ids=prompter.codec.newline_ids()
-                             if lines else set(), max_lines=lines)
+                             if lines else set(), max_lines=lines,
+                             finished=prompter.finished(world.answer_kind(tasks[0].type)) if tasks else None)
     return [prompter.answer(world, tasks[i // samples], prompter.codec.decode(c)) for i, c in enumerate(ids)]
 
 

@@ -118,13 +118,35 @@ def eval_threads(requested: int) -> tuple[int | None, str]:
     return None, f"{cpu_cores()} CPU threads"
 
 
+BF16_MIN_PARAMETERS = 20_000_000  # smaller models decode no faster in bf16 (casts and Python dominate)
+
+
+def eval_precision(requested: str, model: Any) -> str:
+    """fp32 or bf16 for this model: as asked, else bf16 where the hardware runs it fast and the model is big."""
+    import torch
+
+    from desktop_app.engine.devices import choose_precision
+
+    if requested != "auto":
+        return requested
+    big = sum(p.numel() for p in model.parameters()) >= BF16_MIN_PARAMETERS
+    fast = choose_precision(next(model.parameters()).device, "auto").autocast_dtype == torch.bfloat16
+    return "bf16" if big and fast else "fp32"
+
+
 def _evaluate_one(path: str, spec: EvalSpec, sets: HeldoutSets, save: bool) -> Generator[Event, None, ModelEvaluated]:
     from desktop_app.engine.generate.threads import torch_threads
     from desktop_app.engine.model.loading import load_model
 
     start = time.perf_counter()
     loaded = load_model(path, device=spec.device)
+    precision = eval_precision(spec.precision, loaded.model)
+    if precision == "bf16":
+        import torch
+
+        loaded.model.to(torch.bfloat16)
     threads, why = eval_threads(int(spec.threads)) if loaded.device.type == "cpu" else (None, "")
+    why = ", ".join(x for x in (precision, why) if x)
     with torch_threads(threads):
         return (yield from _measure(path, loaded, spec, sets, save, start, why))
 

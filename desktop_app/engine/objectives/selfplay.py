@@ -119,7 +119,7 @@ class SelfPlayObjective(Objective):
 
     # -- rollouts ------------------------------------------------------------------------------------
     def _sample(self, encoded: list[list[int]], samples: int, seed: int, max_lines: int,
-                temperature: float | None = None) -> list[str]:
+                temperature: float | None = None, finished: Any = None) -> list[str]:
         assert self.model is not None and self.prompter is not None
         codec = self.prompter.codec
         ids = sample_completions(self.model, encoded, samples=samples,
@@ -127,7 +127,7 @@ class SelfPlayObjective(Objective):
                                  temperature=float(self.options.temperature if temperature is None else temperature),
                                  top_p=float(self.options.top_p), seed=seed, stop_ids=self.prompter.stop_ids,
                                  max_len=self.max_len, newline_ids=codec.newline_ids() if max_lines else set(),
-                                 max_lines=max_lines)
+                                 max_lines=max_lines, finished=finished)
         self._last_ids = (encoded, ids)
         return [codec.decode(c) for c in ids]
 
@@ -169,7 +169,8 @@ class SelfPlayObjective(Objective):
             n = o.solver_samples
             t0 = time.perf_counter()
             answers_text = self._sample([prompter.solve_ids(world, t) for t in solver_tasks], n,
-                                        seed + 104729 * (k + 1), max_lines=prompter.answer_lines(world, task_type))
+                                        seed + 104729 * (k + 1), max_lines=prompter.answer_lines(world, task_type),
+                                        finished=prompter.finished(world.answer_kind(task_type)))
             s_prompt_ids, s_completion_ids = self._last_ids
             t1 = time.perf_counter()
             checks = world.check([t for t in solver_tasks for _ in range(n)],

@@ -109,6 +109,21 @@ class TaskPrompter:
         found = extract_answer(reply, world.answer_kind(task.type))
         return found if found is not None else reply
 
+    def finished(self, kind: str) -> Any:
+        """For chat replies: a check that a reply's answer is complete (its </answer> tag, or for a program its
+        code block closed), so decoding stops there instead of running on in prose; None for plain prompts."""
+        if not self.chat:
+            return None
+        decode = self.codec.decode
+
+        def done(ids: list[int]) -> bool:
+            tail = decode(ids[-8:])
+            if "</answer>" in tail.lower():
+                return True
+            return kind == "program" and "```" in tail and decode(ids).count("```") >= 2
+
+        return done
+
     def proposal(self, reply: str) -> str:
         """What the world validates: a chat reply's <answer> block when it wrote one, else the reply (worlds skip
         code-fence lines and prose they do not need)."""

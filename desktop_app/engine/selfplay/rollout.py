@@ -47,9 +47,10 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                        max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                        stop_ids: set[int] | frozenset[int] = frozenset(), pad_id: int = 0,
                        max_len: int | None = None, newline_ids: set[int] | frozenset[int] = frozenset(),
-                       max_lines: int = 0) -> list[list[int]]:
+                       max_lines: int = 0, finished: Callable[[list[int]], bool] | None = None) -> list[list[int]]:
     """`samples` completions per prompt (prompt-major order), each cut after its first stop id (kept), or
-    after its `max_lines`-th token that holds a line break (when max_lines > 0).
+    after its `max_lines`-th token that holds a line break (when max_lines > 0), or once `finished(its ids)`
+    says its answer is complete (a chat reply's closing </answer> tag or code fence).
 
     Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample.
     """
@@ -89,7 +90,8 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                         out[b].append(token)
                         if token in newline_ids:
                             lines[b] += 1
-                        done[b] = token in stop_ids or (max_lines > 0 and lines[b] >= max_lines)
+                        done[b] = token in stop_ids or (max_lines > 0 and lines[b] >= max_lines) or (
+                            finished is not None and finished(out[b]))
                 if all(done) or step == budget - 1:
                     break
                 logits = runner.step(next_ids)

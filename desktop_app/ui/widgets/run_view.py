@@ -293,6 +293,7 @@ class RunView(QWidget):
             return  # text/bar repaint at most ~10x a second: the GUI thread shares the GIL with training
         self._progress_t = now
         frac = item.step / item.total_steps if item.total_steps else 0.0
+        frac = float(item.metrics.get("progress", frac))  # a run with a time limit: the clock's share
         loss = item.metrics.get("loss")
         reward = item.metrics.get("reward")
         self.set_progress(f"{self.stage_prefix}step {item.step:,}/{item.total_steps:,} · {frac:.0%} · ETA "

@@ -52,7 +52,7 @@ def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None
     """Replace sampling by fixed texts: proposals first, then solver answers, per task type in order."""
     queue = [*outputs["deduction"], *outputs["abduction"]]
 
-    def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None) -> list[str]:
+    def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None, finished=None) -> list[str]:
         texts = [queue.pop(0) for _ in range(len(prompts) * samples)]
         objective._last_ids = ([[1, 2]] * len(prompts), [[3]] * len(texts))
         return texts
