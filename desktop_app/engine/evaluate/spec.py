@@ -61,9 +61,9 @@ class EvalSpec(SpecMixin):
     batch: int = f(64, "Prompts decoded together.", minimum=1, label="Batch", unit="prompts", advanced=True)
     device: str = f("auto", "Where to run: auto picks CUDA, then MPS, then the CPU.", choices=EVAL_DEVICES,
                     label="Device", advanced=True)
-    precision: str = f("auto", "Numbers the model computes in: fp32, or bf16 (about half the memory traffic; on a GPU or "
-                        "a CPU with bf16 matrix instructions several times faster). auto: bf16 there for models of "
-                        "20M parameters or more, fp32 otherwise.", choices=EVAL_PRECISIONS, label="Precision",
+    precision: str = f("auto", "Numbers the model computes in: fp32, or bf16 (about half the memory traffic; on a "
+                        "GPU or a CPU with bf16 matrix instructions several times faster). auto: bf16 there for models "
+                        "of 20M parameters or more, fp32 otherwise.", choices=EVAL_PRECISIONS, label="Precision",
                         advanced=True)
     threads: int = f(0, "CPU threads (0 = automatic: one while the machine is busy, where a second one only waits for "
                      "the other programs, else all cores).", minimum=0, label="CPU threads", zero="automatic",
