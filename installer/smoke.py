@@ -3,8 +3,8 @@
 Runs the *installed* executable as a fresh user (temporary HOME, workspace and caches, no hub access,
 offscreen Qt). Each step is one function `step_<name>(ctx) -> figures` listed in STEPS; a failing step is
 recorded and the others still run (those that need its output fail fast, saying so). Every verb of
-`desktop_app.cli.VERBS` must have a step: tests/installer checks it. To cover a new verb (`eval` is coming),
-write its step and add it to STEPS and STEP_VERBS.
+`desktop_app.cli.VERBS` must have a step: tests/installer checks it. To cover a new verb, write its step and
+add it to STEPS and STEP_VERBS.
 
 Stdlib only: it runs with the build's Python, next to build.py.
 """
@@ -313,6 +313,19 @@ def step_selfplay_demo(ctx: Context) -> dict[str, object]:
     return {"seconds": round(ran.seconds, 1), "before": result.get("before"), "after": result.get("after")}
 
 
+def step_eval(ctx: Context) -> dict[str, object]:
+    """The run `train` made on held-out mini tasks and on its own dataset's text: one JSON object per model."""
+    ran = run_app([ctx.exe, "eval", ctx.needs("run"), "--world", "mini", "--per-type", "8", "--text",
+                   ctx.needs("dataset"), "--max-text-tokens", "2000", "--json"], ctx.env, cwd=ctx.work, timeout=600)
+    rows = [json.loads(line) for line in ran.out.splitlines() if line.startswith("{")]
+    keys = {"model", "solve_rate/deduction", "solve_rate/abduction", "solve_rate/induction", "bits_per_byte",
+            "perplexity"}
+    if len(rows) != 1 or not keys <= set(rows[0]):
+        raise SmokeFailure(f"eval printed {ran.out[-1500:]!r}")
+    return {"seconds": round(ran.seconds, 1), "bits_per_byte": rows[0]["bits_per_byte"],
+            "solve_rate": rows[0].get("solve_rate")}
+
+
 def step_serve(ctx: Context) -> dict[str, object]:
     run_dir = ctx.needs("run")
     start = time.perf_counter()
@@ -414,11 +427,11 @@ def step_window_selfplay(ctx: Context) -> dict[str, object]:
 STEPS: tuple[tuple[str, Callable[[Context], dict[str, object]]], ...] = (
     ("version", step_version), ("window", step_window), ("model", step_model), ("prepare", step_prepare),
     ("train", step_train), ("generate", step_generate), ("sandbox", step_sandbox), ("tasks", step_tasks),
-    ("selfplay-demo", step_selfplay_demo), ("serve", step_serve), ("export", step_export),
+    ("selfplay-demo", step_selfplay_demo), ("eval", step_eval), ("serve", step_serve), ("export", step_export),
     ("errors", step_errors), ("window-selfplay", step_window_selfplay),
 )
-# The CLI verbs the steps run (desktop_app.cli.VERBS must all be here; `eval` is not a verb yet).
-STEP_VERBS = ("model", "prepare", "train", "generate", "sandbox", "tasks", "selfplay-demo", "serve", "export")
+# The CLI verbs the steps run (desktop_app.cli.VERBS must all be here).
+STEP_VERBS = ("model", "prepare", "train", "generate", "sandbox", "tasks", "selfplay-demo", "eval", "serve", "export")
 
 
 def run_smoke(meta: cfg.AppMeta, *, exe: Path, install_root: Path, scratch: Path, repeats: int,

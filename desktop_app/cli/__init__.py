@@ -24,6 +24,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "tasks": ("desktop_app.cli.tasks", "generate verifiable tasks (seed corpora, held-out sets)"),
     "serve": ("desktop_app.cli.serve", "serve a model over an OpenAI-compatible local HTTP API"),
     "selfplay-demo": ("desktop_app.cli.selfplay_demo", "the CPU self-play demonstration: corpus, pretrain, self-play"),
+    "eval": ("desktop_app.cli.eval", "evaluate models side by side: held-out tasks, questions, perplexity"),
 }
 
 

@@ -123,6 +123,9 @@ def _show(event: Any, as_json: bool, bar: Any) -> None:
         line = f"saved {event.path}" + (" (best)" if event.best else "")
     elif event.type == "finished":
         line = f"{event.reason}: {event.message}"
+    elif event.type == "model_evaluated":
+        figures = {k: v for k, v in event.metrics.items() if isinstance(v, float) and "/ci95" not in k}
+        line = f"{event.name}: " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items())
     elif event.type == "progress":
         line = f"{event.stage}: {int(event.done)}/{int(event.total)} {event.unit} {event.message}".rstrip()
     else:

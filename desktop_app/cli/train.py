@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="method option, e.g. loss_on=all, packing=true, max_len=512, beta=0.1, loss=ipo, "
                         "val_fraction=0.1, val_data=a.jsonl,b.jsonl; repeat for several")
-    parser.add_argument("--world", choices=("mini", "python"), help="task world of --method selfplay (default mini)")
+    parser.add_argument("--world", choices=("auto", "mini", "python"),
+                        help="task world of --method selfplay (default auto: python for a chat model, else mini)")
     parser.add_argument("--reward-file", metavar="FILE.py", help="--method grpo: your reward(prompt, completion) -> "
                         "float (your own code, run in this process)")
     parser.add_argument("--allow-download", action="store_true", help="--base may be a Hugging Face Hub id "

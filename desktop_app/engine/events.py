@@ -223,6 +223,21 @@ class GenerationStats(Event):
     finish_reason: str = "length"
 
 
+@dataclass
+class ModelEvaluated(Event):
+    """One model measured by an evaluation: `metrics` as the `eval` verb prints them (solve_rate/TYPE, pass@k/TYPE,
+    qa_accuracy, bits_per_byte, perplexity...), `saved` the evaluations file that keeps them ('' when not saved)."""
+
+    type: ClassVar[str] = "model_evaluated"
+    model: str
+    name: str = ""
+    kind: str = ""
+    step: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    saved: str = ""
+
+
 _STEP_FIELDS = ("type", "step", "total_steps", "elapsed_s", "eta_s")
 
 
@@ -250,4 +265,4 @@ def event_from_dict(record: dict[str, Any]) -> Event | None:
 
 _BY_TYPE: dict[str, type[Event]] = {cls.type: cls for cls in (
     Log, FileVerdict, Started, Sample, CheckpointSaved, Finished, Progress, RunFolder, StageStarted, DatasetReady,
-    Reset, TextDelta, GenerationStats)}
+    Reset, TextDelta, GenerationStats, ModelEvaluated)}

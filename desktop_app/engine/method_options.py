@@ -30,6 +30,9 @@ DPO_LOSSES = ("sigmoid", "ipo")
 REFERENCE_MODES = ("auto", "precompute", "live")
 TASK_TYPES = ("deduction", "abduction", "induction")
 WORLDS = ("mini", "python")
+WORLD_CHOICES = ("auto", *WORLDS)  # auto: python for a chat model, mini for one trained on mini's corpus
+PROMPT_STYLES = ("auto", "plain", "chat")
+SOLVER_BASELINES = ("type", "task")
 BUILTIN_REWARDS = ("answer", "format", "length", "repetition", "distinct", "likelihood")
 REWARD_NAMES = (*BUILTIN_REWARDS, "user")  # "user": the reward file's function
 WORLD_OPTION_KEYS = ("depth", "pairs", "shown", "references")  # the task worlds' options (tasks/mini_world.py)
@@ -156,6 +159,11 @@ class GRPOOptions(SpecMixin):
                          label="Reward file (Python)")
     eval_prompts: int = f(16, "Prompts answered greedily at each evaluation to measure the mean reward.", minimum=1,
                           label="Prompts per evaluation", advanced=True)
+    prompt_style: str = f("auto", "How prompts are put to the model: plain (as text) or chat (one user turn through "
+                          "the model's chat template; the reply ends with its turn, and the answer reward reads the "
+                          "answer from <answer> tags, code blocks or the prose around it); auto: chat for a model that "
+                          "brings its own chat template (an instruct model), plain for the app's own models.",
+                          choices=PROMPT_STYLES, label="Prompts", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -180,6 +188,7 @@ class GRPOOptions(SpecMixin):
         if not isinstance(self.reward_file, str):
             p.append("reward_file must be a file path")
         check_positive(p, "eval_prompts", self.eval_prompts)
+        check_choice(p, "prompt_style", self.prompt_style, PROMPT_STYLES)
         return p
 
 
@@ -187,9 +196,15 @@ class GRPOOptions(SpecMixin):
 class SelfPlayOptions(SpecMixin):
     """Options of Absolute Zero self-play (objective "selfplay")."""
 
-    world: str = f("mini", "Task world the proposer writes tasks in: mini (a tiny built-in language; fast, the CPU "
-                   "default) or python (real Python programs, run in the sandboxed executor).", choices=WORLDS,
+    world: str = f("auto", "Task world the proposer writes tasks in: mini (a tiny built-in language; fast, for models "
+                   "trained on its corpus) or python (real Python programs, run in the sandboxed executor); auto: "
+                   "python for a chat model (one that brings its own chat template), else mini.", choices=WORLD_CHOICES,
                    label="Task world")
+    prompt_style: str = f("auto", "How tasks are put to the model: plain (the world's prompts as text, for a model "
+                          "trained on its corpus), chat (one user turn through the model's chat template; answers "
+                          "are read from <answer> tags, code blocks or the prose around them); auto: chat for a model "
+                          "that brings its own chat template (an instruct model), plain for the app's own models.",
+                          choices=PROMPT_STYLES, label="Prompts", advanced=True)
     task_types: list = f(list(TASK_TYPES), "Task types to play: deduction (program + input -> predict the output), "
                          "abduction (program + output -> find an input), induction (input/output pairs -> write the "
                          "program).", widget="checklist", choices=TASK_TYPES, label="Task types")
@@ -222,18 +237,31 @@ class SelfPlayOptions(SpecMixin):
     seeds: list = f([], "Your own seed tasks: task objects (type, program, inputs, outputs), loaded from a JSON Lines "
                     "file as the `tasks` command writes them.", widget="records", label="Your seed tasks",
                     advanced=True)
+    exclude_heldout: list = f([], "Seeds of held-out sets whose programs the generated seed tasks leave out (this "
+                              "run's own held-out seed, and 9002, the `eval` verb's set): figures on them then "
+                              "measure tasks self-play never trained on.", label="Held-out sets kept out of the seeds",
+                              widget="json", advanced=True)
+    seed_share: float = f(0.0, "Share of the solver's tasks drawn from the seed tasks (the world's own generator, the "
+                          "kind of the seed corpus) rather than from the whole buffer, which the proposer's tasks fill "
+                          "as play goes on (0 = the whole buffer, as Absolute Zero samples).", minimum=0.0,
+                          maximum=1.0, label="Solver tasks from the seeds", unit="share", advanced=True)
+    solver_baseline: str = f("type", "What a solver's reward is compared with: the other answers of its task type this "
+                             "step (type: Absolute Zero's TRR++), or the other answers to the same task (task: GRPO's "
+                             "group baseline; only tasks solved sometimes but not always teach).",
+                             choices=SOLVER_BASELINES, label="Solver baseline", advanced=True)
     strict_sandbox: bool = f(False, "Refuse to run when any isolation layer of the sandbox is missing (matters for "
                              "the python world, whose programs are model-written code).",
                              label="Refuse a partial sandbox", advanced=True)
     world_options: dict = f({}, "Extra options of the task world, each a whole number; unset = the world's default. "
-                            "mini: depth (nesting of the generated programs, 3), pairs (input/output pairs per "
+                            "mini: depth (nesting of the generated programs, 2), pairs (input/output pairs per "
                             "induction task, 6), shown (pairs shown to the solver, 3), references (example tasks in a "
                             "proposal prompt, 3); python: references.", widget="numbers", keys=WORLD_OPTION_KEYS,
                             label="Task world options", advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
-        check_choice(p, "world", self.world, WORLDS)
+        check_choice(p, "world", self.world, WORLD_CHOICES)
+        check_choice(p, "prompt_style", self.prompt_style, PROMPT_STYLES)
         types = self.task_types
         if not isinstance(types, list) or not types or any(t not in TASK_TYPES for t in types):
             p.append(f"task_types must be some of {', '.join(TASK_TYPES)} (got {types!r})")
@@ -251,6 +279,11 @@ class SelfPlayOptions(SpecMixin):
         if not isinstance(self.seeds, list) or not all(isinstance(s, dict) for s in self.seeds):
             p.append("seeds must be a list of task objects")
         check_bool(p, "strict_sandbox", self.strict_sandbox)
+        if not isinstance(self.exclude_heldout, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                 for x in self.exclude_heldout):
+            p.append("exclude_heldout must be a list of held-out seeds (whole numbers)")
+        check_range(p, "seed_share", self.seed_share, 0.0, 1.0)
+        check_choice(p, "solver_baseline", self.solver_baseline, SOLVER_BASELINES)
         if not isinstance(self.world_options, dict):
             p.append("world_options must be a JSON object")
         return p

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from desktop_app.engine.events import Controls, DatasetReady, Event, Finished, Log, Progress, RunFolder
+from desktop_app.engine.events import Controls, DatasetReady, Event, Finished, Log, Progress
 from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig
 
 
@@ -52,23 +52,12 @@ def train_job(config: RunConfig, run_dir: Path, controls: Controls, resume: bool
 
 def demo_job(out: Path, controls: Controls, minutes: float,
              train_overrides: dict[str, Any] | None = None) -> Iterator[Event]:
-    """The self-play CPU demo (seed corpus -> pretraining -> self-play); `train_overrides`: TrainSpec fields both of
-    its runs take (e.g. a time_budget_s), passed to the recipe as they are.
-
-    Its phases are told here, and only here, by the demo's phase lines: "3/4" starts the pretraining run folder,
-    "4/4" the self-play one. The engine's own RunFolder events of the demo are dropped: the self-play run names
-    method "pretraining" until the demo passes its method through the run config (then this can follow them)."""
+    """The self-play CPU demo (seed corpus -> pretraining -> self-play). Each phase is a run of its own whose
+    RunFolder event (with its method: pretraining, self-play) starts fresh curves; `train_overrides`: TrainSpec
+    fields both of its runs take (e.g. a time_budget_s), passed to the recipe as they are."""
     from desktop_app.engine.recipes.selfplay_demo import run_demo
 
-    options = {"train_overrides": dict(train_overrides)} if train_overrides else {}
-    for event in run_demo(out, minutes=minutes, controls=controls, **options):
-        if isinstance(event, RunFolder):
-            continue
-        if isinstance(event, Log) and event.message.startswith("3/4"):
-            yield RunFolder(str(out / "pretrain"), "pretraining")
-        elif isinstance(event, Log) and event.message.startswith("4/4"):
-            yield RunFolder(str(out / "selfplay"), "selfplay")  # fresh curves: self-play's steps start at 1
-        yield event
+    yield from run_demo(out, minutes=minutes, controls=controls, train_overrides=dict(train_overrides or {}))
 
 
 def fit_pretraining_stages(source: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

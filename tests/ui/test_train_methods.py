@@ -116,7 +116,7 @@ def test_cli_command_for_each_method(window, qtbot, tmp_path, base):
         if data:
             assert f"--data {shlex.quote(data)}" in first
         assert "train --config run.json" in tab.cli_command()
-    assert "--world mini" in first
+    assert "--world auto" in first  # auto: python for a chat model, mini for the app's own
     # options that differ from their defaults become --option / their own flags; adapter settings are named
     tab.setup.set_method("lora")
     tab.setup.method_panel.option_forms["sft"].set_value("loss_on", "last")
@@ -327,17 +327,19 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
     # The engine's demo itself is tested in tests/engine/selfplay/test_selfplay_demo.py; here a short stand-in
     # with the same phase messages checks the window's side: start, fresh curves per phase, live task browser.
     import desktop_app.engine.recipes.selfplay_demo as demo
-    from desktop_app.engine.events import Finished, Log, StepMetrics
+    from desktop_app.engine.events import Finished, Log, RunFolder, StepMetrics
 
     def short_demo(out, *, minutes, controls):
         (out / "selfplay").mkdir(parents=True)
         (out / "selfplay" / LOG_NAME).write_text(json.dumps({"round": 1, "rollouts": [
             {"role": "solver", "type": "abduction", "prompt": "f(?)=2", "answer": "1", "verdict": "correct",
              "reward": 1.0, "reason": ""}], "proposals": []}) + "\n")
-        yield Log("info", "1/4 seed corpus")
-        yield Log("info", "3/4 pretraining")
+        yield Log("info", "1/6 seed corpus")
+        yield Log("info", "3/6 pretraining")
+        yield RunFolder(str(out / "pretrain"), "pretraining")
         yield StepMetrics(step=1, total_steps=5, metrics={"loss": 2.0})
-        yield Log("info", "4/4 self-play")
+        yield Log("info", "5/6 self-play")
+        yield RunFolder(str(out / "selfplay"), "selfplay")
         yield StepMetrics(step=1, total_steps=5, metrics={"loss": 0.1, "reward": 0.5})
         while not controls.stop.is_set():
             controls.stop.wait(0.05)
@@ -350,7 +352,7 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
         tab.setup.method_panel.demo_btn.click()
     assert tab.running and "selfplay-demo-" in str(tab.run_dir)
     qtbot.waitUntil(lambda: tab.run_view.task_browser.rollouts.rowCount() == 1, timeout=10000)
-    assert str(tab.run_dir).endswith("selfplay") and "4/4 self-play" in tab.run_view.log_view.toPlainText()
+    assert str(tab.run_dir).endswith("selfplay") and "5/6 self-play" in tab.run_view.log_view.toPlainText()
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=10000)
     _wait_idle(qtbot, window)

@@ -20,8 +20,9 @@ from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.method_options import GRPOOptions, typed_options
 from desktop_app.engine.objectives.base import Objective, TrainContext, context_of
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
+from desktop_app.engine.selfplay.prompting import TaskPrompter, make_prompter
 from desktop_app.engine.selfplay.rewards import RewardMix, grouped_advantages, load_user_reward
-from desktop_app.engine.selfplay.rollout import RoundSource, TextCodec, sample_completions
+from desktop_app.engine.selfplay.rollout import RoundSource, sample_completions
 
 
 class GRPOObjective(Objective):
@@ -34,9 +35,8 @@ class GRPOObjective(Objective):
         self.records: list[dict[str, str]] = []
         self.model: torch.nn.Module | None = None
         self.reference: Any = None
-        self.text: TextCodec | None = None
+        self.prompter: TaskPrompter | None = None
         self.seed, self.max_len = 0, 512
-        self.eos: set[int] = set()
         self.last_rollouts: list[dict[str, Any]] = []
 
     def _configure(self, options: GRPOOptions | dict[str, Any]) -> None:
@@ -56,10 +56,9 @@ class GRPOObjective(Objective):
         if self._from_config:
             self._configure({**config.method_options, **({"prompts": list(config.data)} if config.data else {})})
         self.records = load_prompts(self.options.prompts)
-        self.model, self.seed, self.text = model, ctx.seed, TextCodec(ctx.tokenizer)
+        self.model, self.seed = model, ctx.seed
+        self.prompter = make_prompter(ctx.tokenizer, self.options.prompt_style, model)
         self.max_len = context_of(ctx, model)
-        eos = getattr(model.config, "eos_token_id", None)
-        self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
         if float(self.options.kl_coef) > 0 or "likelihood" in self.mix.weights:
             self.reference = make_reference(ctx.adapter, ctx.load_reference)
 
@@ -77,14 +76,17 @@ class GRPOObjective(Objective):
         return sum(len(e.prompt) + len(e.completion) for e in micro)
 
     def _generate(self, prompts: list[str], samples: int, seed: int, temperature: float) -> tuple[list, list, list]:
-        assert self.model is not None and self.text is not None
-        encoded = [self.text.encode(p) for p in prompts]
+        assert self.model is not None and self.prompter is not None
+        codec = self.prompter.codec
+        # chat: each prompt is one user turn through the chat template; plain: the prompt text as it is
+        encoded = [self.prompter.question_ids(p) if self.prompter.chat else codec.encode(p) for p in prompts]
         ids = sample_completions(self.model, encoded, samples=samples,
                                  max_new_tokens=int(self.options.max_new_tokens),
                                  temperature=temperature, top_p=float(self.options.top_p), seed=seed,
-                                 stop_ids=self.eos, max_len=self.max_len, newline_ids=self.text.newline_ids(),
+                                 stop_ids=self.prompter.stop_ids, max_len=self.max_len,
+                                 newline_ids=codec.newline_ids() if self.options.max_lines else set(),
                                  max_lines=int(self.options.max_lines))
-        return encoded, ids, [self.text.decode(c) for c in ids]
+        return encoded, ids, [codec.decode(c) for c in ids]
 
     def play_round(self, round_index: int) -> EpisodeBatch:
         rng = random.Random(f"{self.seed}-grpo-{round_index}")

@@ -24,13 +24,16 @@ from typing import Any
 import torch
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.heldout import drain, heldout_programs, heldout_tasks, mean_rate, solve_heldout
+from desktop_app.engine.events import Log
 from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.method_options import SelfPlayOptions, typed_options
 from desktop_app.engine.objectives.base import Objective, TrainContext, context_of
 from desktop_app.engine.selfplay.buffer import TaskBuffer
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
+from desktop_app.engine.selfplay.prompting import TaskPrompter, default_world, make_prompter
 from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
-from desktop_app.engine.selfplay.rollout import RoundSource, TextCodec, sample_completions
+from desktop_app.engine.selfplay.rollout import RoundSource, sample_completions
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
 
 LOG_NAME = "selfplay.jsonl"
@@ -62,12 +65,12 @@ class SelfPlayObjective(Objective):
         self.world = world
         self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options.task_types}
         self.heldout: dict[str, list[Task]] = {}
+        self.seed_tasks: dict[str, list[Task]] = {}  # the buffers' first tasks (regenerated alike on resume)
         self.model: torch.nn.Module | None = None
         self.reference: Any = None
-        self.text: TextCodec | None = None
+        self.prompter: TaskPrompter | None = None
         self.seed = 0
         self.max_len = 512
-        self.eos: set[int] = set()
         self.last_rollouts: list[dict[str, Any]] = []
         self.log_path: Path | None = None
 
@@ -79,18 +82,21 @@ class SelfPlayObjective(Objective):
             self.options = typed_options(SelfPlayOptions, ctx.config.method_options, "self-play")
             self.buffers = {t: TaskBuffer() for t in self.options.task_types}
         self.model, self.seed = model, ctx.seed
-        self.text = TextCodec(ctx.tokenizer)
+        self.prompter = make_prompter(ctx.tokenizer, self.options.prompt_style, model)
         self.log_path = Path(ctx.run_dir) / LOG_NAME
         self.max_len = context_of(ctx, model)
-        eos = getattr(model.config, "eos_token_id", None)
-        self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if isinstance(e, int)}
         if self.world is None:
-            self.world = get_world(self.options.world, strict=bool(self.options.strict_sandbox),
-                                   **dict(self.options.world_options))
+            name = default_world(ctx.tokenizer) if self.options.world == "auto" else self.options.world
+            self.world = get_world(name, strict=bool(self.options.strict_sandbox), **dict(self.options.world_options))
+            self.notes.append(Log("info", f"self-play on the {name} world with {self.prompter.style} prompts"))
         for task_type in self.options.task_types:
+            excluded = heldout_programs(self.world, task_type, list(self.options.exclude_heldout),
+                                        int(self.options.heldout_per_type))
             seeds = identity_tasks(self.world, task_type)
             seeds += [Task.from_json(s) for s in self.options.seeds if s.get("type") == task_type]
-            seeds += self.world.generate(task_type, int(self.options.seed_tasks_per_type), ctx.seed)
+            seeds += self.world.generate(task_type, int(self.options.seed_tasks_per_type), ctx.seed,
+                                         **({"exclude": excluded} if excluded else {}))
+            self.seed_tasks[task_type] = seeds
             for task in seeds:
                 self.buffers[task_type].add(task)
             self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options.heldout_per_type,
@@ -112,21 +118,23 @@ class SelfPlayObjective(Objective):
         return sum(len(e.prompt) + len(e.completion) for e in micro)
 
     # -- rollouts ------------------------------------------------------------------------------------
-    def _sample(self, prompts: list[str], samples: int, seed: int, max_lines: int,
-                temperature: float | None = None) -> list[str]:
-        assert self.model is not None and self.text is not None
-        encoded = [self.text.encode(p) for p in prompts]
+    def _sample(self, encoded: list[list[int]], samples: int, seed: int, max_lines: int,
+                temperature: float | None = None, finished: Any = None) -> list[str]:
+        assert self.model is not None and self.prompter is not None
+        codec = self.prompter.codec
         ids = sample_completions(self.model, encoded, samples=samples,
                                  max_new_tokens=int(self.options.max_new_tokens),
                                  temperature=float(self.options.temperature if temperature is None else temperature),
-                                 top_p=float(self.options.top_p), seed=seed, stop_ids=self.eos,
-                                 max_len=self.max_len, newline_ids=self.text.newline_ids(), max_lines=max_lines)
+                                 top_p=float(self.options.top_p), seed=seed, stop_ids=self.prompter.stop_ids,
+                                 max_len=self.max_len, newline_ids=codec.newline_ids() if max_lines else set(),
+                                 max_lines=max_lines, finished=finished)
         self._last_ids = (encoded, ids)
-        return [self.text.decode(c) for c in ids]
+        return [codec.decode(c) for c in ids]
 
     def play_round(self, round_index: int) -> EpisodeBatch:
-        assert self.world is not None and self.text is not None
+        assert self.world is not None and self.prompter is not None
         o, rng = self.options, random.Random(f"{self.seed}-selfplay-{round_index}")
+        world, prompter = self.world, self.prompter
         forget_prepared_weights(self.model)  # the optimizer changed the weights in place since the last round
         seed = rng.randrange(2**31)
         t_gen = t_check = 0.0
@@ -142,28 +150,31 @@ class SelfPlayObjective(Objective):
         for k, task_type in enumerate(o.task_types):
             buffer = self.buffers[task_type]
             # propose
-            prompts = [self.world.propose_prompt(task_type, buffer.sample(int(o.references), rng), rng)
+            prompts = [world.propose_prompt(task_type, buffer.sample(int(o.references), rng), rng)
                        for _ in range(o.proposals_per_type)]
             t0 = time.perf_counter()
-            texts = self._sample(prompts, 1, seed + 7919 * k, max_lines=self._proposal_lines(task_type))
+            texts = self._sample([prompter.propose_ids(p) for p in prompts], 1, seed + 7919 * k,
+                                 max_lines=prompter.proposal_lines(world, task_type))
             prompt_ids, completion_ids = self._last_ids
             t1 = time.perf_counter()
-            verdicts = self.world.validate(task_type, texts)
+            verdicts = world.validate(task_type, [prompter.proposal(t) for t in texts])
             t_check += time.perf_counter() - t1
             t_gen += t1 - t0
             proposals += len(verdicts)
             new_tasks = [v.task for v in verdicts if v.valid and v.task is not None]
             valid_count += len(new_tasks)
             # solve: new valid proposals first (their learnability needs a solve rate), then buffer tasks
-            solver_tasks = (new_tasks + buffer.sample(o.solver_tasks_per_type, rng))[: max(
+            solver_tasks = (new_tasks + self._draw(task_type, o.solver_tasks_per_type, rng))[: max(
                 o.solver_tasks_per_type, len(new_tasks))]
             n = o.solver_samples
             t0 = time.perf_counter()
-            answers_text = self._sample([self.world.solve_prompt(t) for t in solver_tasks], n,
-                                        seed + 104729 * (k + 1), max_lines=self._answer_lines(task_type))
+            answers_text = self._sample([prompter.solve_ids(world, t) for t in solver_tasks], n,
+                                        seed + 104729 * (k + 1), max_lines=prompter.answer_lines(world, task_type),
+                                        finished=prompter.finished(world.answer_kind(task_type)))
             s_prompt_ids, s_completion_ids = self._last_ids
             t1 = time.perf_counter()
-            checks = self.world.check([t for t in solver_tasks for _ in range(n)], answers_text)
+            checks = world.check([t for t in solver_tasks for _ in range(n)],
+                                 [prompter.answer(world, solver_tasks[i // n], a) for i, a in enumerate(answers_text)])
             t_check += time.perf_counter() - t1
             t_gen += t1 - t0
             rates = []
@@ -176,13 +187,13 @@ class SelfPlayObjective(Objective):
                     episodes.append(Episode(s_prompt_ids[j], s_completion_ids[idx], 0.0, "solver", task_type))
                     rewards.append(check.reward)
                     type_rewards.append(check.reward)
-                    groups.append(("solver", task_type))
+                    groups.append(("solver", task_type) if o.solver_baseline == "type" else ("solver", task_type, j))
                     format_errors += check.status in ("format", "unparseable")
                     answers += 1
                     lengths.append(len(s_completion_ids[idx]))
                     gen_tokens += len(s_completion_ids[idx])
                     if m == 0:
-                        rollouts.append({"role": "solver", "type": task_type, "prompt": self.world.solve_prompt(task),
+                        rollouts.append({"role": "solver", "type": task_type, "prompt": world.solve_prompt(task),
                                          "answer": answers_text[idx], "verdict": check.status,
                                          "reward": check.reward, "reason": check.reason})
             rate_of = {id(t): r for t, r in zip(solver_tasks, rates, strict=True)}
@@ -232,6 +243,19 @@ class SelfPlayObjective(Objective):
         self._log(round_index, rollouts)
         return EpisodeBatch(kept, stats)
 
+    def _draw(self, task_type: str, count: int, rng: random.Random) -> list[Task]:
+        """Buffer tasks for the solver: from the whole buffer, or a `seed_share` of them from the seed tasks."""
+        share, buffer = float(self.options.seed_share), self.buffers[task_type]
+        if not share:
+            return buffer.sample(count, rng)
+        out = []
+        for _ in range(count):
+            pool = self.seed_tasks.get(task_type) if rng.random() < share else None
+            pool = pool or buffer.tasks
+            if pool:
+                out.append(pool[rng.randrange(len(pool))])
+        return out
+
     def _log(self, round_index: int, rollouts: list[dict[str, Any]]) -> None:
         """One JSON line per round for the window's task browser (a view; checkpoints hold the real state)."""
         if self.log_path is None:
@@ -254,12 +278,6 @@ class SelfPlayObjective(Objective):
                 continue
         self.log_path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
 
-    def _proposal_lines(self, task_type: str) -> int:
-        return int(getattr(self.world, "proposal_lines", lambda t: 2)(task_type))
-
-    def _answer_lines(self, task_type: str) -> int:
-        return int(getattr(self.world, "answer_lines", lambda t: 1)(task_type))
-
     def _reference_logps(self, episodes: list[Episode]) -> None:
         assert self.reference is not None
         reference_logps(self.reference, episodes, model=self.model)
@@ -271,9 +289,14 @@ class SelfPlayObjective(Objective):
     # -- evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
-        assert self.world is not None and self.text is not None
-        return heldout_solve_rates(model, self.text, self.world, self.heldout, max_len=self.max_len, eos=self.eos,
-                                   max_new_tokens=int(self.options.max_new_tokens))
+        """Greedy solve rate per type on the fixed held-out tasks; val_loss = 1 - their mean (best / early stop)."""
+        assert self.world is not None and self.prompter is not None
+        results = drain(solve_heldout(model, self.prompter, self.world, self.heldout, max_len=self.max_len,
+                                      max_new_tokens=int(self.options.max_new_tokens)))
+        out = {f"heldout_solve_rate/{t}": r.rate for t, r in results.items()}
+        out["heldout_solve_rate"] = mean_rate(results)
+        out["val_loss"] = 1.0 - out["heldout_solve_rate"]
+        return out
 
     def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
         return [(r["prompt"][-200:], f"{r['answer'].strip()}  [{r['verdict']}, reward {r['reward']:+.2f}]")
@@ -282,32 +305,6 @@ class SelfPlayObjective(Objective):
     def close(self) -> None:
         if self.world is not None:
             self.world.close()
-
-
-@torch.no_grad()
-def heldout_solve_rates(model: torch.nn.Module, text: TextCodec, world: TaskWorld, heldout: dict[str, list[Task]], *,
-                        max_len: int, eos: set[int], max_new_tokens: int = 48) -> dict[str, float]:
-    """Greedy solve rate per task type on fixed held-out tasks; val_loss = 1 - their mean (best/early stop)."""
-    out: dict[str, float] = {}
-    for task_type, tasks in heldout.items():
-        if not tasks:
-            continue
-        prompts = [text.encode(world.solve_prompt(t)) for t in tasks]
-        lines = int(getattr(world, "answer_lines", lambda t: 1)(task_type))
-        ids = sample_completions(model, prompts, max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=eos,
-                                 max_len=max_len, newline_ids=text.newline_ids(), max_lines=lines)
-        checks = world.check(tasks, [text.decode(c) for c in ids])
-        out[f"heldout_solve_rate/{task_type}"] = sum(c.correct for c in checks) / len(checks)
-    rates = [v for k, v in out.items() if k.startswith("heldout_solve_rate/")]
-    out["heldout_solve_rate"] = sum(rates) / max(1, len(rates))
-    out["val_loss"] = 1.0 - out["heldout_solve_rate"]
-    return out
-
-
-def heldout_tasks(world: TaskWorld, task_type: str, count: int, seed: int) -> list[Task]:
-    """The fixed evaluation set of a type: the world's own held-out stream when it has one."""
-    maker = getattr(world, "heldout_set", None)
-    return maker(task_type, count, seed) if callable(maker) else world.generate(task_type, count, seed)
 
 
 IDENTITY_PROPOSALS = {

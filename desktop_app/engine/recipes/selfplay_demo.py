@@ -1,9 +1,19 @@
-"""The complete CPU demonstration of self-play: seed corpus -> tokenizer + dataset -> pretrain a tiny model
--> Absolute Zero self-play on the mini world, with every curve live, within a time budget.
+"""The complete demonstration of self-play, within a time budget, every curve live.
 
-`run_demo` is a generator of the same events as training (the CLI prints them, the window plots them),
-plus Log lines per phase, and ends with Finished(result={"before": rates, "after": rates, ...}) where the
-rates are the held-out solve rates per task type of the pretrained model and of the self-played one.
+From scratch (the CPU demo): seed corpus of the mini world -> tokenizer + dataset -> pretrain the tiny preset
+(stops on validation loss or its share of the time, and hands on its best checkpoint) -> Absolute Zero self-play
+from that checkpoint for the rest of the time -> optionally the *control*: the same wall time of continued
+pretraining on the seed corpus from the same checkpoint, so self-play can be compared with simply training longer.
+From a base model (`base=`: any chat model, e.g. on a GPU): self-play from it directly (the python world by
+default), the control being supervised fine-tuning on the world's seed tasks for the same wall time.
+
+Every model is measured by the evaluation module (evaluate/) on one held-out set per type (DEMO_EVAL: a set
+other than the one self-play picks its best checkpoint on, so no figure is chosen by the figures it reports):
+the base, the final checkpoint of each run and self-play's best checkpoint by its own held-out set (as early
+stopping keeps one). Results go to each run folder's evaluations file, and the demo ends with
+Finished(step=the self-play run's last step, result={"before", "final", "best", "control", ... per task type}).
+The phases are real runs (run.json: pretraining, objective "selfplay" with its method options, the control's),
+so the window and the Library show each with its method.
 """
 
 from __future__ import annotations
@@ -14,18 +24,273 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
-from desktop_app.engine.tasks.base import TASK_TYPES
+from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
+from desktop_app.engine.method_options import TASK_TYPES
 
-DEMO_WORLD = {"depth": 2, "references": 2}
+DEMO_WORLD = {"references": 2}  # mini's default depth (2): programs a tiny model learns within minutes
+SELECTION_SEED = 9001  # self-play's own held-out set: it keeps its best checkpoint by it
+HELDOUT_SEEDS = [SELECTION_SEED, 9002]  # programs of both sets stay out of the corpus and the seed tasks
 DEMO_SELFPLAY = {"world": "mini", "world_options": DEMO_WORLD, "proposals_per_type": 2, "solver_tasks_per_type": 6,
-                 "solver_samples": 4, "max_new_tokens": 40, "heldout_per_type": 48, "seed_tasks_per_type": 64}
+                 "solver_samples": 4, "max_new_tokens": 40, "heldout_per_type": 200, "heldout_seed": SELECTION_SEED,
+                 "seed_tasks_per_type": 64, "exclude_heldout": HELDOUT_SEEDS}
+DEMO_EVAL = {"per_type": 400, "heldout_seed": 9002}  # the reported figures: the `eval` verb's default set
+PRETRAIN = {"batch_size": 32, "lr": 3e-3, "warmup_steps": 50, "schedule": "constant", "eval_every": 100,
+            "save_every": 100, "keep_last": 2, "early_stopping_patience": 5, "sample_tokens": 0}
+SELFPLAY_TRAIN = {"batch_size": 64, "micro_batch_size": 32, "lr": 2e-4, "warmup_steps": 5, "schedule": "constant",
+                  "eval_every": 50, "save_every": 50, "keep_last": 2, "sample_tokens": 0, "log_every": 1,
+                  "grad_clip": 1.0, "threads": 1}
+# A base model (a real chat model; on a GPU): fewer, longer rollouts, a smaller selection set, both cores.
+BASE_SELFPLAY = {"world": "auto", "proposals_per_type": 2, "solver_tasks_per_type": 4, "solver_samples": 4,
+                 "max_new_tokens": 128, "heldout_per_type": 50, "heldout_seed": SELECTION_SEED,
+                 "seed_tasks_per_type": 64, "exclude_heldout": HELDOUT_SEEDS}
+BASE_TRAIN = {"batch_size": 32, "micro_batch_size": 8, "lr": 5e-6, "eval_every": 20, "save_every": 20, "threads": 0}
+BASE_EVAL = {"per_type": 0, "heldout_seed": 9002}  # the world's default count (python: 100 per type)
+CONTROL_LR = 1e-3  # continued pretraining anneals from here to 0 over the control's time (the strongest plain use)
 
 
-def _timed(events: Iterator[Event], controls: Controls, deadline: float, outer: Controls) -> Iterator[Event]:
-    """Pass events on; ask the run to stop (it saves first) once the deadline passes or the user stops."""
+def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpus_tasks: int = 12000,
+             pretrain_share: float = 0.5, controls: Controls | None = None,
+             selfplay_options: dict[str, Any] | None = None, pretrain_steps: int = 100_000,
+             selfplay_steps: int = 100_000, eval_every: int = 0, train_overrides: dict[str, Any] | None = None,
+             control: bool = False, base: str = "", world: str = "", device: str = "auto",
+             eval_options: dict[str, Any] | None = None) -> Iterator[Event]:
+    """The demo within `minutes` (from scratch, pretraining gets up to `pretrain_share` of it; the control, when
+    asked, the self-play phase's wall time on top). `pretrain_steps` / `selfplay_steps` cap the phases by steps
+    as well (tests use them for a seeded run that does not depend on the machine's speed)."""
+    from desktop_app.engine.method_options import SelfPlayOptions
+
+    controls = controls or Controls()
+    out = Path(out_dir).expanduser()
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} is not empty: choose a new folder for the demo")
+    if minutes <= 0.5:
+        raise UserError("give the demo at least a minute (--minutes)")
+    if base and not Path(base).expanduser().exists():
+        raise UserError(f"base model {base} does not exist (give a run, checkpoint, export or Hugging Face folder)")
+    # a base model: the world's own tasks (python by default for a chat model), asked through its chat template
+    sp_defaults = BASE_SELFPLAY if base else DEMO_SELFPLAY
+    options = SelfPlayOptions.from_dict({**sp_defaults, **({"world": world} if world else {}),
+                                         **(selfplay_options or {})}).check()
+    train_spec = {**SELFPLAY_TRAIN, **(BASE_TRAIN if base else {}), "steps": selfplay_steps, "device": device,
+                  **({"eval_every": eval_every, "save_every": eval_every} if eval_every else {}),
+                  **(train_overrides or {})}
+    demo = Demo(out, controls, time.monotonic() + minutes * 60.0, seed, options.to_dict(), train_spec,
+                {**(BASE_EVAL if base else DEMO_EVAL), "device": device, **(eval_options or {})})
+    out.mkdir(parents=True, exist_ok=True)
+    yield from demo.run(base, minutes, corpus_tasks, pretrain_share, pretrain_steps, control, train_overrides or {})
+
+
+class Demo:
+    """One demo's folder, clock and settings; each phase is a method that yields its events."""
+
+    def __init__(self, out: Path, controls: Controls, deadline: float, seed: int, selfplay_options: dict[str, Any],
+                 selfplay_train: dict[str, Any], eval_options: dict[str, Any]):
+        self.out, self.controls, self.deadline, self.seed = out, controls, deadline, seed
+        self.selfplay_options, self.selfplay_train, self.eval_options = selfplay_options, selfplay_train, eval_options
+        self.dataset: Path | None = None
+        self.world = ""  # the world the evaluations use (resolved from the base's tokenizer for "auto")
+        self.results: dict[str, dict[str, float]] = {}
+        self.steps: dict[str, int] = {}
+
+    # -- the whole demo --------------------------------------------------------------------------------
+    def run(self, base: str, minutes: float, corpus_tasks: int, pretrain_share: float, pretrain_steps: int,
+            control: bool, train_overrides: dict[str, Any]) -> Iterator[Event]:
+        start = time.monotonic()
+        phases = 3 + (0 if base else 3) + int(control)
+        phase = 0
+        if not base:
+            yield Log("info", f"1/{phases} seed corpus: {corpus_tasks} mini tasks with answers, and propose examples "
+                      "(the held-out tasks' programs left out)")
+            if not (yield from self.corpus(corpus_tasks)):
+                return
+            yield Log("info", f"2/{phases} tokenizer and dataset (a small character-level BPE: digits stay digits)")
+            if not (yield from self.prepare()):
+                return
+            budget = minutes * 60.0 * pretrain_share - (time.monotonic() - start)
+            yield Log("info", f"3/{phases} pretraining the tiny preset for up to {max(budget, 0) / 60:.1f} minutes "
+                      "(it stops early when validation loss stops improving)")
+            base = yield from self.pretrain(budget, pretrain_steps, train_overrides)
+            if not base:
+                return
+            phase = 3
+        phase += 1
+        yield Log("info", f"{phase}/{phases} the base model on the held-out tasks")
+        before = yield from self.evaluate("before", [base])
+        if before is None:
+            return
+        phase += 1
+        left = self.deadline - time.monotonic()
+        yield Log("info", f"{phase}/{phases} self-play (Absolute Zero) for the remaining {max(left, 0) / 60:.1f} "
+                  "minutes")
+        run = yield from self.selfplay(base, left)
+        if run is None:
+            return
+        selfplay_seconds, result = run
+        phase += 1
+        yield Log("info", f"{phase}/{phases} the self-play run's final and best checkpoints on the held-out tasks")
+        final, best = result.get("checkpoint", ""), result.get("best_checkpoint", "")
+        if (yield from self.evaluate("final", [final])) is None:
+            return
+        if best and best != final and (yield from self.evaluate("best", [best])) is None:
+            return
+        self.results.setdefault("best", self.results["final"])
+        if control:
+            phase += 1
+            what = "fine-tuning on seed tasks" if self.dataset is None else "continued pretraining on the seed corpus"
+            yield Log("info", f"{phase}/{phases} control: {what} from the same start for the same "
+                      f"{selfplay_seconds / 60:.1f} minutes")
+            done = yield from self.control(base, selfplay_seconds, train_overrides)
+            if not done or (yield from self.evaluate("control", [done])) is None:
+                return
+        yield from self.finish(start, base)
+
+    def finish(self, start: float, base: str) -> Iterator[Event]:
+        summary: dict[str, Any] = {name: {t: rates.get(f"solve_rate/{t}", float("nan")) for t in TASK_TYPES}
+                                   for name, rates in self.results.items()}
+        summary["intervals"] = {name: {t: rates.get(f"solve_rate/{t}/ci95") for t in TASK_TYPES}
+                                for name, rates in self.results.items()}
+        summary.update({"minutes": (time.monotonic() - start) / 60.0, "base": base, "world": self.world,
+                        "steps": dict(self.steps), "after": summary["best"],
+                        "selfplay_run": str(self.out / "selfplay"), "heldout": dict(self.eval_options)})
+        if self.dataset is not None:
+            summary["pretrain_run"] = str(self.out / "pretrain")
+        for name in ("final", "best", "control"):
+            if name in summary and name in self.results:
+                yield Log("info", f"held-out solve rate, {name}: " + ", ".join(
+                    f"{t} {summary['before'][t]:.2f} -> {summary[name][t]:.2f}" for t in TASK_TYPES))
+        step = self.steps.get("selfplay", 0)
+        yield Finished("completed", step=step, message=f"self-play demo finished (self-play step {step})",
+                       result=summary)
+
+    # -- phases ----------------------------------------------------------------------------------------
+    def corpus(self, count: int) -> Iterator[Event]:
+        from desktop_app.engine.evaluate.heldout import heldout_programs
+        from desktop_app.engine.tasks import get_world
+
+        world = get_world("mini", **DEMO_WORLD)
+        count = max(int(self.selfplay_options["heldout_per_type"]), int(self.eval_options["per_type"]))
+        exclude = {p for kind in TASK_TYPES for p in heldout_programs(world, kind, HELDOUT_SEEDS, count)}
+        folder = self.out / "corpus"
+        folder.mkdir()
+        shards = 8  # several files: the dataset's validation split takes whole documents from all of them
+        for i in range(shards):
+            if self.controls.stop.is_set():
+                yield Finished("stopped", message="stopped while writing the seed corpus")
+                return False
+            yield Progress("seed corpus", i, shards, "files")
+            world.write_seed_corpus(folder / f"mini-{i}.txt", count // shards, self.seed * 100 + i, TASK_TYPES,
+                                    proposals=True, exclude=exclude)
+        return True
+
+    def prepare(self) -> Iterator[Event]:
+        from desktop_app.engine.data.prepare import prepare_dataset
+        from desktop_app.engine.specs import DataSpec
+
+        spec = DataSpec(tokenizer="bpe", vocab_size=160, context_length=256, val_fraction=0.02, seed=self.seed)
+        for event in prepare_dataset([self.out / "corpus"], self.out / "dataset", spec, self.controls):
+            yield event
+            if isinstance(event, Finished) and event.reason != "completed":
+                return False
+        self.dataset = self.out / "dataset"
+        return True
+
+    def _train(self, config: Any, name: str) -> Iterator[Event]:
+        """One phase's run (stopped with the demo); returns its Finished, or None when the user stopped it."""
+        from desktop_app.engine.train.loop import train
+
+        inner = Controls()
+        finished: Finished | None = None
+        for event in _passing_controls(train(config, self.out / name, inner), inner, self.controls):
+            if isinstance(event, Finished):
+                finished = event
+                self.steps[name] = event.step
+            yield event
+        if self.controls.stop.is_set() or finished is None or finished.reason == "failed":
+            yield Finished("stopped" if self.controls.stop.is_set() else "failed", step=self.steps.get(name, 0),
+                           message=f"the demo ended during its {name} phase")
+            return None
+        return finished
+
+    def pretrain(self, budget_s: float, steps: int, overrides: dict[str, Any]) -> Iterator[Event]:
+        from desktop_app.engine.train.setup import config_from_preset
+
+        assert self.dataset is not None
+        config, notes = config_from_preset(self.dataset, "tiny", seed=self.seed, steps=steps,
+                                           time_budget_s=max(1.0, budget_s), **{**PRETRAIN, **overrides})
+        for note in notes:
+            yield Log("info", note)
+        finished = yield from self._train(config, "pretrain")
+        if finished is None:
+            return ""
+        best = finished.result.get("best_checkpoint") or finished.result.get("checkpoint", "")
+        yield Log("info", f"pretraining handed on {Path(best).name} (best validation loss "
+                  f"{finished.result.get('best_val_loss') or float('nan'):.4f})")
+        return best
+
+    def selfplay(self, base: str, budget_s: float) -> Iterator[Event]:
+        from desktop_app.engine.specs import RunConfig, TrainSpec
+
+        spec = TrainSpec.from_dict({**self.selfplay_train, "time_budget_s": max(1.0, budget_s)})
+        config = RunConfig(base_model=base, dataset=str(self.dataset or ""), objective="selfplay",
+                           method_options=dict(self.selfplay_options), train=spec.to_dict(), seed=self.seed)
+        start = time.monotonic()
+        finished = yield from self._train(config, "selfplay")
+        if finished is None:
+            return None
+        return time.monotonic() - start, finished.result
+
+    def control(self, base: str, budget_s: float, overrides: dict[str, Any]) -> Iterator[Event]:
+        """The same wall time spent on plain training from the same start; returns its final checkpoint."""
+        from desktop_app.engine.specs import RunConfig, TrainSpec
+
+        steps = self.selfplay_train["steps"]
+        if self.dataset is not None:  # continued pretraining on the seed corpus, annealed over the time it gets
+            pace = _steps_per_second(self.out / "pretrain")
+            planned = max(10, int(pace * budget_s)) if pace else 100_000
+            spec = TrainSpec.from_dict({**PRETRAIN, "lr": CONTROL_LR, "schedule": "cosine", "min_lr_ratio": 0.0,
+                                        "warmup_steps": 0, "early_stopping_patience": 0, "steps": min(steps, planned),
+                                        "time_budget_s": max(1.0, budget_s), **overrides})
+            config = RunConfig(base_model=base, dataset=str(self.dataset), objective="causal_lm",
+                               train=spec.to_dict(), seed=self.seed)
+        else:
+            from desktop_app.engine.recipes.seed_chats import write_seed_chats
+
+            data = write_seed_chats(self.out / "control-data.jsonl", base, self.selfplay_options, self.seed)
+            spec = TrainSpec.from_dict({**self.selfplay_train, "lr": 1e-5, "batch_size": 16, "micro_batch_size": 8,
+                                        "eval_every": 0, "time_budget_s": max(1.0, budget_s)})
+            config = RunConfig(base_model=base, objective="sft", data=[str(data)], train=spec.to_dict(),
+                               seed=self.seed)
+        finished = yield from self._train(config, "control")
+        return finished.result.get("checkpoint", "") if finished is not None else ""
+
+    def evaluate(self, label: str, models: list[str]) -> Iterator[Event]:
+        """The held-out figures of one model (kept in self.results[label] and its run folder's evaluations)."""
+        from desktop_app.engine.evaluate.runner import evaluate_models
+        from desktop_app.engine.evaluate.spec import EvalSpec
+
+        world = self.world or ("mini" if self.dataset is not None else self.selfplay_options.get("world", "auto"))
+        spec = EvalSpec.from_dict({"world": world, "world_options": self.selfplay_options.get("world_options", {}),
+                                   "task_types": list(self.selfplay_options.get("task_types", TASK_TYPES)),
+                                   "prompt_style": self.selfplay_options.get("prompt_style", "auto"),
+                                   "max_new_tokens": self.selfplay_options["max_new_tokens"], **self.eval_options})
+        for event in evaluate_models(models, spec, self.controls):
+            if isinstance(event, Finished):
+                if event.reason != "completed":
+                    yield Finished(event.reason, step=self.steps.get("selfplay", 0),
+                                   message=f"the demo ended while evaluating the {label} model")
+                    return None
+                continue
+            if isinstance(event, ModelEvaluated):
+                self.results[label] = dict(event.metrics)
+                self.world = str(event.metrics.get("world", world))
+            yield event
+        return self.results.get(label)
+
+
+def _passing_controls(events: Iterator[Event], controls: Controls, outer: Controls) -> Iterator[Event]:
+    """Pass a phase's events on, and the user's stop and pause to the phase's own controls."""
     for event in events:
-        if time.monotonic() > deadline or outer.stop.is_set():
+        if outer.stop.is_set():
             controls.stop.set()
         if outer.pause.is_set():
             controls.pause.set()
@@ -34,106 +299,9 @@ def _timed(events: Iterator[Event], controls: Controls, deadline: float, outer: 
         yield event
 
 
-def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpus_tasks: int = 12000,
-             pretrain_share: float = 0.5, controls: Controls | None = None,
-             selfplay_options: dict[str, Any] | None = None, pretrain_steps: int = 100_000,
-             selfplay_steps: int = 100_000, eval_every: int = 10,
-             train_overrides: dict[str, Any] | None = None) -> Iterator[Event]:
-    """The demo within `minutes` (pretraining gets `pretrain_share` of it); `pretrain_steps` and
-    `selfplay_steps` cap the phases by steps instead (tests use them for a seeded, time-independent run)."""
-    from desktop_app.engine.data.prepare import prepare_dataset
-    from desktop_app.engine.method_options import SelfPlayOptions
-    from desktop_app.engine.model.loading import load_model
-    from desktop_app.engine.objectives.selfplay import SelfPlayObjective, heldout_solve_rates, heldout_tasks
-    from desktop_app.engine.selfplay.rollout import TextCodec
-    from desktop_app.engine.specs import DataSpec, RunConfig, TrainSpec
-    from desktop_app.engine.tasks import get_world
-    from desktop_app.engine.train.loop import train
-    from desktop_app.engine.train.setup import config_from_preset
+def _steps_per_second(run_dir: Path) -> float:
+    """The pace of a finished run's training steps (its last step record), for planning a schedule by time."""
+    from desktop_app.engine.run_folder import tail_records
 
-    controls = controls or Controls()
-    out = Path(out_dir).expanduser()
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} is not empty: choose a new folder for the demo")
-    if minutes <= 0.5:
-        raise UserError("give the demo at least a minute (--minutes)")
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    options = SelfPlayOptions.from_dict({**DEMO_SELFPLAY, **(selfplay_options or {})}).check()
-    world = get_world("mini", **options.world_options)
-
-    yield Log("info", f"1/4 seed corpus: {corpus_tasks} mini tasks with answers, and propose examples")
-    corpus = out / "corpus"
-    corpus.mkdir()
-    shards = 8  # several files: the dataset's validation split takes whole documents from all of them
-    for i in range(shards):
-        if controls.stop.is_set():
-            yield Finished("stopped", message="stopped while writing the seed corpus")
-            return
-        yield Progress("seed corpus", i, shards, "files")
-        world.write_seed_corpus(corpus / f"mini-{i}.txt", corpus_tasks // shards, seed * 100 + i, TASK_TYPES,
-                                proposals=True)
-
-    yield Log("info", "2/4 tokenizer and dataset (a small character-level BPE: digits stay digits)")
-    spec = DataSpec(tokenizer="bpe", vocab_size=160, context_length=256, val_fraction=0.02, seed=seed)
-    for event in prepare_dataset([corpus], out / "dataset", spec, controls):
-        yield event
-        if isinstance(event, Finished) and event.reason != "completed":
-            return
-
-    budget = minutes * 60.0
-    pretrain_deadline = start + budget * pretrain_share
-    yield Log("info", f"3/4 pretraining the tiny preset for about {budget * pretrain_share / 60:.1f} minutes")
-    config, notes = config_from_preset(out / "dataset", "tiny", seed=seed, steps=pretrain_steps, batch_size=32,
-                                       lr=3e-3, warmup_steps=50, eval_every=200, save_every=200, sample_tokens=0,
-                                       early_stopping_patience=0, **(train_overrides or {}))
-    for note in notes:
-        yield Log("info", note)
-    inner = Controls()
-    for event in _timed(train(config, out / "pretrain", inner), inner, pretrain_deadline, controls):
-        yield event
-    if controls.stop.is_set():
-        yield Finished("stopped", message="stopped during pretraining")
-        return
-
-    loaded = load_model(out / "pretrain", device="cpu")
-    text = TextCodec(loaded.tokenizer)
-    heldout = {t: heldout_tasks(world, t, options.heldout_per_type, 9001) for t in TASK_TYPES}
-    eos = {loaded.tokenizer.eos_token_id} if loaded.tokenizer.eos_token_id is not None else set()
-    before = heldout_solve_rates(loaded.model, text, world, heldout, max_len=256, eos=eos,
-                                 max_new_tokens=options.max_new_tokens)
-    yield Log("info", "held-out solve rate before self-play: " + ", ".join(
-        f"{t} {before[f'heldout_solve_rate/{t}']:.2f}" for t in TASK_TYPES))
-    del loaded
-
-    yield Log("info", f"4/4 self-play (Absolute Zero on the mini world) for the remaining "
-              f"{max(0.0, start + budget - time.monotonic()) / 60:.1f} minutes")
-    train_spec = TrainSpec(steps=selfplay_steps, batch_size=64, micro_batch_size=32, lr=2e-4, warmup_steps=5,
-                           schedule="constant", eval_every=eval_every, save_every=eval_every, sample_tokens=0,
-                           log_every=1, early_stopping_patience=0, grad_clip=1.0,
-                           **{"threads": 1, **(train_overrides or {})})
-    sp_config = RunConfig(base_model=str(out / "pretrain"), dataset=str(out / "dataset"), train=train_spec.to_dict(),
-                          seed=seed)
-    objective = SelfPlayObjective(options.replace(heldout_seed=9001))
-    inner = Controls()
-    last_eval: dict[str, float] = {}
-    best_eval: dict[str, float] = {}
-    try:
-        for event in _timed(train(sp_config, out / "selfplay", inner, objective=objective), inner,
-                            start + budget, controls):
-            if getattr(event, "type", "") == "eval":
-                last_eval = dict(event.metrics)
-                if last_eval.get("val_loss", 1.0) < best_eval.get("val_loss", 1.0):
-                    best_eval = dict(last_eval)  # the best checkpoint is kept: report its rates
-            yield event
-    finally:
-        objective.close()
-    after = {k: v for k, v in (best_eval or last_eval).items() if k.startswith("heldout_solve_rate")}
-    summary = {"before": {t: before[f"heldout_solve_rate/{t}"] for t in TASK_TYPES},
-               "after": {t: after.get(f"heldout_solve_rate/{t}", float("nan")) for t in TASK_TYPES},
-               "last": {t: last_eval.get(f"heldout_solve_rate/{t}", float("nan")) for t in TASK_TYPES},
-               "minutes": (time.monotonic() - start) / 60.0, "pretrain_run": str(out / "pretrain"),
-               "selfplay_run": str(out / "selfplay")}
-    yield Log("info", "held-out solve rate after self-play (best checkpoint): " + ", ".join(
-        f"{t} {summary['after'][t]:.2f}" for t in TASK_TYPES))
-    yield Finished("completed", message="self-play demo finished", result=summary)
+    steps = [r for r in tail_records(run_dir) if r.get("type") == "step" and r.get("elapsed_s")]
+    return float(steps[-1]["step"]) / float(steps[-1]["elapsed_s"]) if steps else 0.0

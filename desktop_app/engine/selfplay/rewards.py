@@ -17,6 +17,7 @@ from pathlib import Path
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.method_options import BUILTIN_REWARDS
+from desktop_app.engine.tasks.answers import answer_block
 
 
 def learnability(solve_rate: float) -> float:
@@ -81,10 +82,14 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def answer_match(completion: str, answer: str) -> float:
-    """1 when the completion's first line equals the answer (whitespace/case-insensitive), or when both hold
-    the same final number; else 0."""
+    """1 when the completion's answer equals the answer (whitespace/case-insensitive), or when both hold the same
+    final number; else 0. The completion's answer is its last <answer> block (what chat prompts ask for) or,
+    without one, its first line."""
     if not answer:
         return 0.0
+    block = answer_block(completion)
+    if block is not None:
+        completion = block
     first = completion.strip().splitlines()[0].strip() if completion.strip() else ""
     if first.lower() == answer.strip().lower():
         return 1.0

@@ -50,9 +50,11 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                        max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                        stop_ids: set[int] | frozenset[int] = frozenset(), pad_id: int = 0,
                        max_len: int | None = None, newline_ids: set[int] | frozenset[int] = frozenset(),
-                       max_lines: int = 0, backend: str = "auto") -> list[list[int]]:
+                       max_lines: int = 0, finished: Callable[[list[int]], bool] | None = None,
+                       backend: str = "auto") -> list[list[int]]:
     """`samples` completions per prompt (prompt-major order), each cut after its first stop id (kept), or
-    after its `max_lines`-th token that holds a line break (when max_lines > 0).
+    after its `max_lines`-th token that holds a line break (when max_lines > 0), or once `finished(its ids)`
+    says its answer is complete (a chat reply's closing </answer> tag or code fence).
 
     Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample.
     backend: auto (the static path on CUDA, the lean runners elsewhere), static, lean or hf.
@@ -71,9 +73,11 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     try:
         if static:  # on CUDA: static cache, CUDA graphs, sampling and stop checks on the GPU
             log_choice(model, reason)
-            return static_completions(model, prompts, samples=samples, budget=budget,
-                                      settings=SamplingSettings(temperature=temperature, top_p=top_p), seed=seed,
-                                      stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids, max_lines=max_lines)
+            completions = static_completions(model, prompts, samples=samples, budget=budget,
+                                             settings=SamplingSettings(temperature=temperature, top_p=top_p),
+                                             seed=seed, stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids,
+                                             max_lines=max_lines)
+            return [cut_when_finished(c, finished) for c in completions] if finished else completions
         with torch.inference_mode():
             ids = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompts], dtype=torch.long,
                                device=device)
@@ -99,7 +103,8 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                         out[b].append(token)
                         if token in newline_ids:
                             lines[b] += 1
-                        done[b] = token in stop_ids or (max_lines > 0 and lines[b] >= max_lines)
+                        done[b] = token in stop_ids or (max_lines > 0 and lines[b] >= max_lines) or (
+                            finished is not None and finished(out[b]))
                 if all(done) or step == budget - 1:
                     break
                 logits = runner.step(next_ids)
@@ -107,6 +112,15 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     finally:
         model.train(was_training)
     return out
+
+
+def cut_when_finished(ids: list[int], finished: Callable[[list[int]], bool]) -> list[int]:
+    """A completion cut where `finished` first holds (the static path checks stop ids on the device; a check in
+    Python on the host runs on its tokens afterwards, with the same result as checking every step)."""
+    for end in range(1, len(ids) + 1):
+        if finished(ids[:end]):
+            return ids[:end]
+    return ids
 
 
 class RoundSource(BatchSource):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
@@ -111,10 +112,12 @@ class TaskWorld:
 
     name: ClassVar[str] = ""
     types: ClassVar[tuple[str, ...]] = TASK_TYPES
+    heldout_size: ClassVar[int] = 100  # held-out tasks per type an evaluation takes unless told otherwise
     options: dict = field(default_factory=dict)
 
-    def generate(self, task_type: str, count: int, seed: int) -> list[Task]:
-        """`count` valid random tasks of one type, the same for the same seed."""
+    def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
+        """`count` valid random tasks of one type, the same for the same seed, none with a program in `exclude`
+        (a held-out set's programs: the tasks a model trains on stay apart from those it is measured on)."""
         raise NotImplementedError
 
     def propose_prompt(self, task_type: str, references: list[Task], rng: random.Random) -> str:
@@ -136,6 +139,10 @@ class TaskWorld:
     def reference_answer(self, task: Task) -> str:
         """The answer text a perfect solver would write (seed corpora and tests)."""
         raise NotImplementedError
+
+    def answer_kind(self, task_type: str) -> str:
+        """What an answer of the type is (tasks/answers.py finds it in a chat reply): value | call | program."""
+        return "program" if task_type == "induction" else "value"
 
     def close(self) -> None:
         """Release workers (sandbox processes) the world holds."""

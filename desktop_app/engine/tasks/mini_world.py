@@ -60,20 +60,22 @@ def _task_value(text: str) -> Any:
 
 @dataclass
 class MiniWorld(TaskWorld):
-    """Options: depth (max expression depth of generated programs, default 3), references (tasks shown in
-    a propose prompt, default 3), pairs (induction pairs, default 6), shown (of them shown, default 3)."""
+    """Options: depth (max expression depth of generated programs, default 2: a tiny model learns them within
+    minutes), references (tasks shown in a propose prompt, default 3), pairs (induction pairs, default 6), shown
+    (of them shown, default 3)."""
 
     name: ClassVar[str] = "mini"
+    heldout_size: ClassVar[int] = 400  # checks cost microseconds: enough tasks that 0.05 is outside the noise
     options: dict = field(default_factory=dict)
 
     @property
     def depth(self) -> int:
-        return int(self.options.get("depth", 3))
+        return int(self.options.get("depth", 2))
 
     # -- generation --------------------------------------------------------------------------------
-    def generate(self, task_type: str, count: int, seed: int) -> list[Task]:
+    def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
         check_type(self, task_type)
-        return self._generate(task_type, count, random.Random(f"mini-{task_type}-{seed}"), set())
+        return self._generate(task_type, count, random.Random(f"mini-{task_type}-{seed}"), set(exclude))
 
     def heldout_set(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
         """Fixed evaluation tasks: their own random stream (so never the corpus's for the same seed), and no
@@ -167,8 +169,8 @@ class MiniWorld(TaskWorld):
     def _validate_one(self, task_type: str, text: str) -> Validation:
         if not isinstance(text, str):
             return Validation(None, "no proposal text", format_error=True)
-        # comment lines (an echoed header) are skipped; anything after the task is ignored
-        lines = [s for s in (line.strip() for line in text.splitlines()) if s and not s.startswith("#")]
+        # comment lines (an echoed header) and code-fence lines are skipped; anything after the task is ignored
+        lines = [s for s in (line.strip() for line in text.splitlines()) if s and not s.startswith(("#", "```"))]
         key = "inputs:" if task_type == "induction" else "input:"
         if len(lines) < 2 or not lines[1].lower().startswith(key):
             return Validation(None, f"a proposal is a program line, then a line starting with {key!r}",
@@ -268,11 +270,11 @@ class MiniWorld(TaskWorld):
         return f"{self.solve_prompt(task)} {self.reference_answer(task)}\n"
 
     def write_seed_corpus(self, path: str | Path, count: int, seed: int, types: Iterable[str] = TASK_TYPES,
-                          proposals: bool = False) -> list[Task]:
+                          proposals: bool = False, exclude: Iterable[str] = ()) -> list[Task]:
         """Write `count` solved tasks (split evenly over `types`, shuffled), one per paragraph, for pretraining.
         With `proposals`, also a quarter as many propose examples (a propose prompt and a new task), so a
-        model learns to write tasks too. The tasks per type are `generate(type, n, seed)`; they are returned
-        (pass their programs to `heldout_set(..., exclude=...)`)."""
+        model learns to write tasks too. The tasks per type are `generate(type, n, seed)` less any program in
+        `exclude` (pass a held-out set's programs to keep them out of the corpus); they are returned."""
         from desktop_app.engine.fileio import atomic_write_text
 
         kinds = [check_type(self, t) for t in types]
@@ -281,7 +283,7 @@ class MiniWorld(TaskWorld):
         examples: list[str] = []
         for n, kind in enumerate(kinds):
             share = count // len(kinds) + (1 if n < count % len(kinds) else 0)
-            made = self.generate(kind, share, seed)
+            made = self.generate(kind, share, seed, exclude)
             tasks += made
             examples += [self.example_text(t) for t in made]
             if proposals and len(made) > 1:

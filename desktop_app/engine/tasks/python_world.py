@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -116,8 +117,9 @@ class PythonWorld(TaskWorld):
         self._executor = None
 
     # -- generation --------------------------------------------------------------------------------
-    def generate(self, task_type: str, count: int, seed: int) -> list[Task]:
+    def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
         check_type(self, task_type)
+        excluded = set(exclude)
         rng = random.Random(f"python-{task_type}-{seed}")
         tasks: list[Task] = []
         seen: set[tuple[str, tuple[str, ...]]] = set()
@@ -141,7 +143,7 @@ class PythonWorld(TaskWorld):
                     fresh.append(draft)
             drafts = fresh
             for validation in self._validate_drafts(task_type, drafts):
-                if validation.valid and len(tasks) < count:
+                if validation.valid and len(tasks) < count and validation.task.program not in excluded:
                     tasks.append(validation.task)
         return tasks
 
@@ -243,6 +245,9 @@ class PythonWorld(TaskWorld):
         if task.type == "abduction":
             return f"f({task.inputs[0]})"
         return f"```python\n{task.program.rstrip()}\n```"
+
+    def answer_kind(self, task_type: str) -> str:
+        return {"deduction": "value", "abduction": "call"}.get(task_type, "program")
 
     # -- checking ----------------------------------------------------------------------------------
     def check(self, tasks: list[Task], answers: list[str]) -> list[Check]:

@@ -11,6 +11,7 @@ import html
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
@@ -115,6 +116,8 @@ class LibraryTab(QWidget):
                                   "written to the run")
         self.generate_btn = QPushButton("Generate with it")
         self.use_btn = QPushButton("Train on it")
+        self.evaluate_btn = QPushButton("Evaluate…")  # held-out tasks, questions, perplexity (evaluate_view.py)
+        self.evaluate_btn.setObjectName("libraryEvaluate")
         self.format_box = QComboBox()
         self.format_box.addItem("Hugging Face folder", "hf")
         self.format_box.addItem("Zip archive", "zip")
@@ -138,7 +141,8 @@ class LibraryTab(QWidget):
             files_bar.addWidget(b)
         files_bar.addStretch(1)
         actions = QGridLayout()  # three by two: the column stays narrow on a small screen
-        for i, b in enumerate((self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.use_btn)):
+        for i, b in enumerate((self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.evaluate_btn,
+                                   self.use_btn)):
             actions.addWidget(b, i // 3, i % 3)
         exp = QHBoxLayout()
         exp.addWidget(QLabel("Export as"))
@@ -176,6 +180,7 @@ class LibraryTab(QWidget):
         self.watch_btn.clicked.connect(lambda _=False: self._emit_run(self.watch_requested, "metrics"))
         self.generate_btn.clicked.connect(lambda _=False: self._emit_model(self.generate_requested))
         self.use_btn.clicked.connect(lambda _=False: self._emit_selected(self.dataset_requested, "datasets"))
+        self.evaluate_btn.clicked.connect(lambda _=False: self.open_evaluate())
         self.export_btn.clicked.connect(lambda _=False: self.export_selected())
         self.cancel_export_btn.clicked.connect(lambda _=False: self.cancel_export())
         self.tree.currentItemChanged.connect(lambda cur, _prev: self._show_details(cur))
@@ -312,6 +317,7 @@ class LibraryTab(QWidget):
         self.use_btn.setEnabled(kind == "datasets")
         self.export_btn.setEnabled(kind in ("models", STORE_KIND) or (run and bool(model)))
         self.merge_check.setVisible(run and bool(model) and is_adapter_run(Path(model)))
+        self.evaluate_btn.setEnabled(kind in ("models", "exports", STORE_KIND) or (run and bool(model)))
 
     def _show_details(self, item: QTreeWidgetItem | None) -> None:
         self._update_buttons()
@@ -375,6 +381,15 @@ class LibraryTab(QWidget):
             signal.emit(target)
 
     # --- actions ---
+    def open_evaluate(self) -> Any:
+        from desktop_app.ui.widgets.evaluate_view import EvaluateDialog
+
+        path = self.selected_path()
+        target = self.run_inside(path, "checkpoint") if path and self.selected_kind() == "runs" else path
+        self.evaluate_dialog = EvaluateDialog(self.ctx, [target] if target else [], self)
+        self.evaluate_dialog.show()
+        return self.evaluate_dialog
+
     def open_selected(self) -> None:
         path = self.selected_path() or str(self.ctx.workspace.root)
         QDesktopServices.openUrl(QUrl.fromLocalFile(path))

@@ -4,6 +4,7 @@ to end, training through the one loop with exact resume (buffers, round, weights
 from __future__ import annotations
 
 import contextlib
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,7 +34,7 @@ def tokenizer():
     return train_tokenizer(texts, "bpe", 96, min_frequency=2)
 
 
-def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
+def _set_up(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
     objective = SelfPlayObjective({"task_types": ["deduction", "abduction"], "proposals_per_type": 2,
                                    "solver_tasks_per_type": 1, "solver_samples": 4, "seed_tasks_per_type": 0,
                                    "heldout_per_type": 2, "world_options": {"depth": 2}, **options})
@@ -42,6 +43,11 @@ def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
                        autocast=contextlib.nullcontext, seed=0, store=SimpleNamespace(context_length=128),
                        tokenizer=tokenizer)
     objective.setup(ctx, build_model(spec, seed=0))
+    return objective
+
+
+def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
+    objective = _set_up(tmp_path, tokenizer, **options)
     for task_type, buffer in objective.buffers.items():  # every buffer starts with the identity program
         assert [t.program for t in buffer.tasks] == ["f = lambda x: x"], task_type
         buffer.__init__()  # the hand-worked rounds below use their own buffer tasks only
@@ -52,7 +58,7 @@ def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None
     """Replace sampling by fixed texts: proposals first, then solver answers, per task type in order."""
     queue = [*outputs["deduction"], *outputs["abduction"]]
 
-    def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None) -> list[str]:
+    def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None, finished=None) -> list[str]:
         texts = [queue.pop(0) for _ in range(len(prompts) * samples)]
         objective._last_ids = ([[1, 2]] * len(prompts), [[3]] * len(texts))
         return texts
@@ -148,3 +154,22 @@ def test_kl_without_a_base_model_is_refused(tmp_path: Path, tokenizer) -> None:
 def test_bad_options_are_clear_errors(options: dict, needle: str) -> None:
     with pytest.raises(UserError, match=needle):
         SelfPlayObjective(options)
+
+
+def test_recipe_options_seed_share_task_baseline_and_held_out_programs(tmp_path: Path, tokenizer) -> None:
+    from desktop_app.engine.evaluate.heldout import heldout_programs
+
+    objective = _set_up(tmp_path, tokenizer, task_types=["deduction"], seed_tasks_per_type=30,
+                           exclude_heldout=[9001, 9002], seed_share=1.0, solver_baseline="task",
+                           proposals_per_type=1, solver_tasks_per_type=2, solver_samples=2)
+    world, seeds = objective.world, objective.seed_tasks["deduction"]
+    kept_out = heldout_programs(world, "deduction", [9001, 9002], 2)
+    identity = "f = lambda x: x"  # the one seed every buffer starts with, wherever else it appears
+    assert len(seeds) == 31 and not {t.program for t in seeds if t.program != identity} & kept_out
+    objective.buffers["deduction"].add(DED)  # a task that is not a seed: seed_share 1 never draws it
+    assert all(t in seeds for t in objective._draw("deduction", 50, random.Random(0)))
+    # the task baseline: each task's answers are compared among themselves (GRPO), so they sum to zero per task
+    _script(objective, {"deduction": [" not a task", " 1", " 2", " 3", " 4"], "abduction": []})
+    batch = objective.play_round(1)
+    solver = [e.advantage for e in batch if e.role == "solver"]
+    assert solver and sum(solver) == pytest.approx(0.0, abs=1e-6)

@@ -1,0 +1,136 @@
+"""`eval`: measure one or more models (runs, checkpoints, exports, Hugging Face folders) side by side.
+
+    eval MODEL [MODEL ...] [--world auto|mini|python] [--qa FILE.jsonl] [--text FILES_OR_DATASET ...]
+         [--samples K] [--json]
+
+Held-out tasks of a task world (greedy pass@1 per type with a 95% interval; pass@K sampled with --samples K),
+questions and answers through the chat template (--qa), perplexity and bits per byte on text (--text). With no
+evaluation named, the held-out tasks of the model's world (mini, or python for a chat model). Every model meets
+the same tasks; the results are kept in each run's (or export's) evaluations.json. --json prints one JSON object
+per model: {"model", "name", "kind", "step", "solve_rate/TYPE", "solve_rate/TYPE/ci95", "pass@K/TYPE",
+"qa_accuracy", "bits_per_byte", "perplexity", ...}, only for what was asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+TYPES = ("deduction", "abduction", "induction")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("models", nargs="+", metavar="MODEL",
+                        help="runs, checkpoints, exports or Hugging Face folders (all meet the same tasks)")
+    parser.add_argument("--world", choices=("auto", "mini", "python", "none"), default=None,
+                        help="held-out tasks of this task world (default: auto when nothing else is asked; auto = "
+                             "python for a chat model, mini otherwise; none = skip)")
+    parser.add_argument("--types", default="", metavar="T1,T2",
+                        help="task types (default: deduction,abduction,induction)")
+    parser.add_argument("--per-type", type=int, default=0, metavar="N",
+                        help="held-out tasks per type (default: the world's, 400 mini / 100 python)")
+    parser.add_argument("--heldout-seed", type=int, default=None, metavar="S",
+                        help="seed of the held-out set (default 9002: not the set self-play picks its best "
+                             "checkpoint on)")
+    parser.add_argument("--world-options", default="", metavar="JSON", help="task world options, e.g. '{\"depth\": 2}'")
+    parser.add_argument("--samples", type=int, default=0, metavar="K",
+                        help="also sample K answers per task and report pass@K (default: greedy pass@1 only)")
+    parser.add_argument("--temperature", type=float, default=None, help="temperature of the pass@K samples (0.8)")
+    parser.add_argument("--qa", default="", metavar="FILE.jsonl",
+                        help="questions and answers ({\"question\", \"answer\"} per line), asked through the chat "
+                             "template")
+    parser.add_argument("--qa-match", choices=("exact", "contains"), default="exact",
+                        help="qa_accuracy counts exact answers (default) or replies that contain the answer")
+    parser.add_argument("--text", nargs="+", default=[], metavar="FILES_OR_DATASET",
+                        help="text files, folders or a prepared dataset: perplexity and bits per byte")
+    parser.add_argument("--max-text-tokens", type=int, default=None, metavar="N",
+                        help="score at most N tokens of the text (default 100,000)")
+    parser.add_argument("--prompt-style", choices=("auto", "plain", "chat"), default="auto",
+                        help="how tasks are asked: plain text or the chat template (default auto)")
+    parser.add_argument("--max-new-tokens", type=int, default=0, metavar="N",
+                        help="longest answer (default 40 plain, 160 chat)")
+    parser.add_argument("--batch", type=int, default=None, metavar="N", help="prompts decoded together (64)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
+    parser.add_argument("--no-save", action="store_true", help="do not add the results to the models' folders")
+    parser.add_argument("--json", action="store_true", help="one JSON object per model on stdout")
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.evaluate.spec import EvalSpec
+
+    data: dict[str, Any] = {"prompt_style": args.prompt_style, "device": args.device, "qa": args.qa,
+                            "qa_match": args.qa_match, "text": list(args.text), "samples": args.samples,
+                            "per_type": args.per_type, "max_new_tokens": args.max_new_tokens}
+    data["world"] = args.world or ("none" if args.qa or args.text else "auto")
+    if args.types:
+        data["task_types"] = [t.strip() for t in args.types.split(",") if t.strip()]
+    if args.world_options:
+        try:
+            data["world_options"] = json.loads(args.world_options)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--world-options must be JSON ({exc.msg}), got {args.world_options!r}") from None
+    for key, value in (("heldout_seed", args.heldout_seed), ("temperature", args.temperature),
+                       ("max_text_tokens", args.max_text_tokens), ("batch", args.batch)):
+        if value is not None:
+            data[key] = value
+    return EvalSpec.from_dict(data).check()
+
+
+def run(args: argparse.Namespace) -> int:
+    from desktop_app.cli.reporting import StopSignals
+    from desktop_app.engine.evaluate.runner import evaluate_models
+    from desktop_app.engine.events import Controls
+
+    spec = spec_from_args(args)
+    controls = Controls()
+    rows: list[dict[str, Any]] = []
+    reason = "failed"
+    with StopSignals(controls):
+        for event in evaluate_models(args.models, spec, controls, save=not args.no_save):
+            if event.type == "model_evaluated":
+                row = {"model": event.model, "name": event.name, "kind": event.kind, "step": event.step,
+                       **event.metrics, "seconds": round(event.seconds, 2)}
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row, allow_nan=True), flush=True)
+                else:
+                    print(f"{event.name}: evaluated in {event.seconds:.1f} s"
+                          + (f" (kept in {event.saved})" if event.saved else ""), file=sys.stderr, flush=True)
+            elif event.type == "progress" and not args.json:
+                print(f"\r{event.stage}: {int(event.done)}/{int(event.total)} {event.unit} {event.message}"[:150]
+                      .ljust(150), end="", file=sys.stderr, flush=True)
+            elif event.type == "log" and event.level != "info":
+                print(f"\n[{event.level}] {event.message}", file=sys.stderr, flush=True)
+            elif event.type == "finished":
+                reason = event.reason
+                if not args.json:
+                    print(f"\r{event.message}".ljust(150), file=sys.stderr, flush=True)
+    if not args.json and rows:
+        print(table(rows))
+    return 0 if reason == "completed" else 1
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The models side by side: one row each, a column per figure that any of them has."""
+    columns: list[str] = []
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, float) and key not in columns and key not in ("seconds",) \
+                    and not key.startswith("tasks/"):
+                columns.append(key)
+    cells = [["model", *columns]]
+    for row in rows:
+        line = [str(row["name"])]
+        for key in columns:
+            value = row.get(key)
+            interval = row.get(f"{key}/ci95")
+            text = "" if value is None else f"{value:.4g}" if key in ("perplexity", "bits_per_byte") else f"{value:.3f}"
+            if isinstance(interval, list) and len(interval) == 2:
+                text += f" ({interval[0]:.2f}-{interval[1]:.2f})"
+            line.append(text)
+        cells.append(line)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells)

@@ -1,0 +1,149 @@
+"""Held-out tasks of a task world, solved by a model: greedy pass@1 and sampled pass@k per type, with 95% intervals.
+
+The held-out set of a type is fixed by (world, its options, count, seed): the world's own held-out stream when it
+has one (mini: never the corpus's programs for the same seed), else its generator. Self-play measures itself with
+this module at each evaluation (objectives/selfplay.py), and the `eval` verb measures any model with it, so the
+figures of a run and of `eval` on its checkpoint agree.
+
+`solve_heldout` is a generator of Progress events that returns its results (`results = yield from ...`); `drain`
+runs it without reporting (inside a training step's evaluation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+from desktop_app.engine.events import Progress
+from desktop_app.engine.selfplay.prompting import TaskPrompter
+from desktop_app.engine.selfplay.rollout import sample_completions
+from desktop_app.engine.tasks.base import Task, TaskWorld
+
+T = TypeVar("T")
+Z95 = 1.959964
+
+
+def heldout_tasks(world: TaskWorld, task_type: str, count: int, seed: int) -> list[Task]:
+    """The fixed evaluation set of a type: the world's own held-out stream when it has one."""
+    maker = getattr(world, "heldout_set", None)
+    return maker(task_type, count, seed) if callable(maker) else world.generate(task_type, count, seed)
+
+
+def heldout_programs(world: TaskWorld, task_type: str, seeds: list[int], count: int) -> set[str]:
+    """The programs of the held-out sets of these seeds (their first max(count, the world's default) tasks): what
+    training tasks leave out so that those sets measure tasks a model never trained on."""
+    size = max(int(count), int(getattr(world, "heldout_size", 0)))
+    return {t.program for seed in seeds for t in heldout_tasks(world, task_type, size, int(seed))}
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (95% by default): honest at 0, 1 and small n."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class TypeResult:
+    """One task type: greedy solves of n tasks, and (samples > 1) tasks solved by at least one of k samples."""
+
+    task_type: str
+    n: int
+    solved: int
+    k: int = 0
+    solved_at_k: int = 0
+    format_errors: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.solved / self.n if self.n else 0.0
+
+    def metrics(self, prefix: str = "solve_rate") -> dict[str, Any]:
+        """{prefix}/TYPE, its 95% interval, the task count and pass@k/TYPE (when sampled)."""
+        low, high = wilson(self.solved, self.n)
+        out: dict[str, Any] = {f"{prefix}/{self.task_type}": self.rate, f"{prefix}/{self.task_type}/ci95": [low, high],
+                               f"tasks/{self.task_type}": self.n}
+        if self.k > 1:
+            out[f"pass@{self.k}/{self.task_type}"] = self.solved_at_k / self.n if self.n else 0.0
+            low_k, high_k = wilson(self.solved_at_k, self.n)
+            out[f"pass@{self.k}/{self.task_type}/ci95"] = [low_k, high_k]
+        return out
+
+
+def drain(work: Generator[Any, None, T]) -> T:
+    """Run a generator of progress events to its end and return its value."""
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            return done.value
+
+
+@torch.no_grad()
+def _replies(model: Any, prompter: TaskPrompter, world: TaskWorld, tasks: list[Task], *, samples: int,
+             temperature: float, seed: int, max_len: int, max_new_tokens: int) -> list[str]:
+    """`samples` answers per task (task-major), as the world checks them."""
+    prompts = [prompter.solve_ids(world, t) for t in tasks]
+    lines = prompter.answer_lines(world, tasks[0].type) if tasks else 0
+    ids = sample_completions(model, prompts, samples=samples, max_new_tokens=max_new_tokens,
+                             temperature=temperature, top_p=0.95 if temperature > 0 else 1.0, seed=seed,
+                             stop_ids=prompter.stop_ids, max_len=max_len, newline_ids=prompter.codec.newline_ids()
+                             if lines else set(), max_lines=lines,
+                             finished=prompter.finished(world.answer_kind(tasks[0].type)) if tasks else None)
+    return [prompter.answer(world, tasks[i // samples], prompter.codec.decode(c)) for i, c in enumerate(ids)]
+
+
+def solve_heldout(model: Any, prompter: TaskPrompter, world: TaskWorld, heldout: dict[str, list[Task]], *,
+                  max_len: int, max_new_tokens: int, samples: int = 0, temperature: float = 0.8, seed: int = 0,
+                  batch: int = 64) -> Iterator[Progress]:
+    """Solve every held-out task greedily (and `samples` times sampled when above 1), type by type, in batches of
+    `batch` prompts (similar lengths together); yields Progress per batch, returns {type: TypeResult}."""
+    total = sum(len(t) for t in heldout.values()) * (1 + (samples if samples > 1 else 0))
+    done = 0
+    results: dict[str, TypeResult] = {}
+    for task_type, tasks in heldout.items():
+        if not tasks:
+            continue
+        order = list(range(len(tasks)))
+        if len(tasks) > batch:  # several batches: similar prompt lengths together (less padding)
+            order.sort(key=lambda i: len(world.solve_prompt(tasks[i])))
+        correct = [False] * len(tasks)
+        format_errors = 0
+        for start in range(0, len(order), batch):
+            part = [tasks[i] for i in order[start:start + batch]]
+            answers = _replies(model, prompter, world, part, samples=1, temperature=0.0, seed=seed,
+                               max_len=max_len, max_new_tokens=max_new_tokens)
+            for i, check in zip(order[start:start + batch], world.check(part, answers), strict=True):
+                correct[i] = check.correct
+                format_errors += check.status in ("format", "unparseable")
+            done += len(part)
+            yield Progress("held-out tasks", done, total, "answers", f"{task_type}: greedy")
+        result = TypeResult(task_type, len(tasks), sum(correct), format_errors=format_errors)
+        if samples > 1:
+            result.k = samples
+            per_batch = max(1, batch // samples)
+            for start in range(0, len(order), per_batch):
+                part = [tasks[i] for i in order[start:start + per_batch]]
+                answers = _replies(model, prompter, world, part, samples=samples, temperature=temperature,
+                                   seed=seed + start, max_len=max_len, max_new_tokens=max_new_tokens)
+                checks = world.check([t for t in part for _ in range(samples)], answers)
+                result.solved_at_k += sum(any(c.correct for c in checks[j * samples:(j + 1) * samples])
+                                          for j in range(len(part)))
+                done += len(part) * samples
+                yield Progress("held-out tasks", done, total, "answers", f"{task_type}: {samples} samples each")
+        results[task_type] = result
+    return results
+
+
+def mean_rate(results: dict[str, TypeResult]) -> float:
+    """The solve rate averaged over types (each type counts the same, whatever its task count)."""
+    rates = [r.rate for r in results.values()]
+    return sum(rates) / len(rates) if rates else 0.0

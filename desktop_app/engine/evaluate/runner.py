@@ -1,0 +1,195 @@
+"""Evaluate models one after another: the generator the `eval` verb prints and the window's Evaluate view shows.
+
+`evaluate_models(models, spec, controls)` loads each model the app opens (run, checkpoint, export, Hugging Face
+folder), runs the evaluations the spec asks for (held-out tasks, questions, text) and yields Progress while it
+works, then one ModelEvaluated per model (kept in the model's evaluations file, results.py), and a Finished at the
+end. Every model of one call meets the same held-out tasks, so their figures form one table.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from desktop_app.engine import run_folder
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.heldout import heldout_tasks, mean_rate, solve_heldout
+from desktop_app.engine.evaluate.perplexity import score_text
+from desktop_app.engine.evaluate.qa import ask_questions, read_questions
+from desktop_app.engine.evaluate.results import append_result, results_folder
+from desktop_app.engine.evaluate.spec import EvalSpec
+from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
+from desktop_app.engine.selfplay.prompting import default_world, make_prompter
+from desktop_app.engine.tasks.base import Task, TaskWorld, get_world
+
+T = TypeVar("T")
+PLAIN_ANSWER_TOKENS = 40
+CHAT_ANSWER_TOKENS = 160
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _relay(work: Generator[Event, None, T], controls: Controls) -> Generator[Event, None, T]:
+    """Pass a measurement's progress on; end it between batches when the user stops."""
+    while True:
+        if controls.stop.is_set():
+            work.close()
+            raise _Stopped
+        try:
+            event = next(work)
+        except StopIteration as done:
+            return done.value
+        yield event
+
+
+class HeldoutSets:
+    """Worlds and their held-out sets, made once per call: every model meets the very same tasks."""
+
+    def __init__(self, spec: EvalSpec):
+        self.spec = spec
+        self.worlds: dict[str, TaskWorld] = {}
+        self.sets: dict[str, dict[str, list[Task]]] = {}
+
+    def get(self, name: str) -> tuple[TaskWorld, dict[str, list[Task]]]:
+        if name not in self.worlds:
+            world = get_world(name, **dict(self.spec.world_options))
+            count = int(self.spec.per_type) or int(world.heldout_size)
+            self.worlds[name] = world
+            self.sets[name] = {t: heldout_tasks(world, t, count, int(self.spec.heldout_seed))
+                               for t in self.spec.task_types if t in world.types}
+        return self.worlds[name], self.sets[name]
+
+    def close(self) -> None:
+        for world in self.worlds.values():
+            world.close()
+
+
+def _check_inputs(spec: EvalSpec) -> None:
+    """Fail before loading any model: the question file reads, the text sources exist."""
+    if spec.qa:
+        read_questions(spec.qa)
+    for source in spec.text:
+        if not Path(source).expanduser().exists():
+            raise UserError(f"{source} does not exist (give text files, folders or a prepared dataset)")
+
+
+def evaluate_models(models: list[str], spec: EvalSpec, controls: Controls | None = None, *,
+                    save: bool = True) -> Iterator[Event]:
+    """Each model evaluated by `spec`; ModelEvaluated per model, then Finished (result: {"models": [metrics...]})."""
+    spec.check()
+    if not models:
+        raise UserError("name at least one model to evaluate (a run, checkpoint, export or Hugging Face folder)")
+    _check_inputs(spec)
+    controls = controls or Controls()
+    sets = HeldoutSets(spec)
+    evaluated: list[dict[str, Any]] = []
+    try:
+        for index, path in enumerate(models):
+            yield Progress("models", index, len(models), "models", f"loading {Path(path).name}")
+            event = yield from _relay(_evaluate_one(str(path), spec, sets, save), controls)
+            evaluated.append({"model": event.model, **event.metrics})
+            yield event
+    except _Stopped:
+        yield Finished("stopped", message=f"stopped after {len(evaluated)} of {len(models)} models",
+                       result={"models": evaluated})
+        return
+    finally:
+        sets.close()
+    yield Finished("completed", message=f"evaluated {len(models)} model{'s' if len(models) != 1 else ''}",
+                   result={"models": evaluated})
+
+
+def eval_threads(requested: int) -> tuple[int | None, str]:
+    """Torch threads for an evaluation on the CPU, and why: as asked, else one while the machine is busy (other
+    programs keep its cores: a second torch thread then waits on them and decoding slows down several times),
+    else all cores."""
+    from desktop_app.engine.devices import cpu_cores
+
+    if requested:
+        return requested, f"{requested} CPU thread(s) as asked"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > cpu_cores():
+        return 1, f"1 CPU thread: the machine is busy (load {load:.1f} on {cpu_cores()} cores)"
+    return None, f"{cpu_cores()} CPU threads"
+
+
+BF16_MIN_PARAMETERS = 20_000_000  # smaller models decode no faster in bf16 (casts and Python dominate)
+
+
+def eval_precision(requested: str, model: Any) -> str:
+    """fp32 or bf16 for this model: as asked, else bf16 where the hardware runs it fast and the model is big."""
+    import torch
+
+    from desktop_app.engine.devices import choose_precision
+
+    if requested != "auto":
+        return requested
+    big = sum(p.numel() for p in model.parameters()) >= BF16_MIN_PARAMETERS
+    fast = choose_precision(next(model.parameters()).device, "auto").autocast_dtype == torch.bfloat16
+    return "bf16" if big and fast else "fp32"
+
+
+def _evaluate_one(path: str, spec: EvalSpec, sets: HeldoutSets, save: bool) -> Generator[Event, None, ModelEvaluated]:
+    from desktop_app.engine.generate.threads import torch_threads
+    from desktop_app.engine.model.loading import load_model
+
+    start = time.perf_counter()
+    loaded = load_model(path, device=spec.device)
+    precision = eval_precision(spec.precision, loaded.model)
+    if precision == "bf16":
+        import torch
+
+        loaded.model.to(torch.bfloat16)
+    threads, why = eval_threads(int(spec.threads)) if loaded.device.type == "cpu" else (None, "")
+    why = ", ".join(x for x in (precision, why) if x)
+    with torch_threads(threads):
+        return (yield from _measure(path, loaded, spec, sets, save, start, why))
+
+
+def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bool, start: float,
+             threads: str) -> Generator[Event, None, ModelEvaluated]:
+    from desktop_app.engine.generate.prompts import context_length
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    prompter = make_prompter(tokenizer, spec.prompt_style, model)
+    max_len = context_length(model) or 512
+    yield Log("info", f"evaluating {loaded.name} ({loaded.kind}, {prompter.style} prompts) on {loaded.device}"
+              + (f", {threads}" if threads else ""))
+    metrics: dict[str, Any] = {}
+    if spec.world != "none":
+        name = default_world(tokenizer) if spec.world == "auto" else spec.world
+        world, heldout = sets.get(name)
+        max_new = int(spec.max_new_tokens) or (CHAT_ANSWER_TOKENS if prompter.chat else PLAIN_ANSWER_TOKENS)
+        results = yield from solve_heldout(model, prompter, world, heldout, max_len=max_len, max_new_tokens=max_new,
+                                           samples=int(spec.samples), temperature=float(spec.temperature),
+                                           seed=int(spec.seed), batch=int(spec.batch))
+        metrics["world"] = name
+        for result in results.values():
+            metrics.update(result.metrics())
+        metrics["solve_rate"] = mean_rate(results)
+    if spec.qa:
+        max_new = int(spec.max_new_tokens) or CHAT_ANSWER_TOKENS
+        metrics.update((yield from ask_questions(model, prompter, spec.qa, max_len=max_len, max_new_tokens=max_new,
+                                                 batch=min(int(spec.batch), 16), how=spec.qa_match)))
+    if spec.text:
+        metrics.update((yield from score_text(model, tokenizer, list(spec.text), max_tokens=int(spec.max_text_tokens),
+                                              context=max_len)))
+    metrics["prompt_style"] = prompter.style
+    step = run_folder.step_of(loaded.path) if loaded.kind in ("run", "checkpoint") else None
+    seconds = time.perf_counter() - start
+    folder = results_folder(loaded.path, loaded.kind)
+    saved = ""
+    if folder is not None and save:
+        try:
+            saved = str(append_result(folder, {"model": path, "name": loaded.name, "kind": loaded.kind,
+                                               "checkpoint": str(loaded.path), "step": step, "seconds": seconds,
+                                               "spec": spec.to_dict(), "metrics": metrics}))
+        except OSError as exc:
+            yield Log("warning", f"the results of {loaded.name} could not be saved in {folder}: {exc}")
+    return ModelEvaluated(model=path, name=loaded.name, kind=loaded.kind, step=step, metrics=metrics,
+                          seconds=seconds, saved=saved)

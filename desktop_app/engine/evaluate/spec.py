@@ -1,0 +1,99 @@
+"""What an evaluation measures (torch-free): one spec for the `eval` verb, the window's Evaluate view and the
+results file (each result records the spec it was measured with)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from desktop_app.engine.method_options import PROMPT_STYLES, TASK_TYPES, WORLD_CHOICES
+from desktop_app.engine.spec_base import (
+    SpecMixin,
+    check_choice,
+    check_count,
+    check_files,
+    check_positive,
+    check_range,
+    spec_field,
+)
+
+f = spec_field
+EVAL_WORLDS = ("none", *WORLD_CHOICES)
+QA_MATCHES = ("exact", "contains")
+EVAL_DEVICES = ("auto", "cpu", "cuda", "mps")
+EVAL_PRECISIONS = ("auto", "fp32", "bf16")
+
+
+@dataclass
+class EvalSpec(SpecMixin):
+    """The evaluations to run on each model; those left empty are skipped."""
+
+    world: str = f("none", "Held-out tasks of a task world, solved per type (none: skip). auto: python for a chat "
+                   "model, mini otherwise.", choices=EVAL_WORLDS, label="Task world")
+    task_types: list = f(list(TASK_TYPES), "Task types of the held-out set.", widget="checklist", choices=TASK_TYPES,
+                         label="Task types")
+    per_type: int = f(0, "Held-out tasks per type (0 = the world's default: 400 mini, 100 python; 400 tasks make "
+                      "a change of 0.05 stand out of the noise).", minimum=0, label="Tasks per type",
+                      zero="the world's default")
+    heldout_seed: int = f(9002, "Seed of the held-out set (the same seed, the same tasks). Not 9001, the set "
+                          "self-play picks its best checkpoint on by default: figures on a set a run chose by would "
+                          "flatter it.", label="Held-out seed", advanced=True)
+    world_options: dict = f({}, "Options of the task world (mini: depth); they change the tasks.", widget="json",
+                            label="Task world options", advanced=True)
+    samples: int = f(0, "Sampled answers per task for pass@k (0 or 1 = greedy pass@1 only).", minimum=0,
+                     label="Samples for pass@k", zero="greedy only")
+    temperature: float = f(0.8, "Sampling temperature of the pass@k answers.", minimum=0.01, maximum=5.0,
+                           label="Temperature", advanced=True)
+    max_new_tokens: int = f(0, "Longest answer (0 = 40 tokens for plain prompts, 160 for chat replies).", minimum=0,
+                            label="Longest answer", unit="tokens", zero="automatic", advanced=True)
+    prompt_style: str = f("auto", "How tasks and questions are put to the model: plain text, or chat (the model's "
+                          "chat template; answers read from <answer> tags, code blocks or prose); auto: chat when "
+                          "the model brings its own chat template.", choices=PROMPT_STYLES, label="Prompts",
+                          advanced=True)
+    qa: str = f("", "A JSONL file of questions and answers ({\"question\": ..., \"answer\": ...} per line), asked "
+                "through the chat template (empty: skip).", widget="file", label="Questions and answers")
+    qa_match: str = f("exact", "exact: the answer (from <answer> tags or the reply's first line) equals the expected "
+                      "one, ignoring case, spaces and end punctuation; contains: the reply contains it.",
+                      choices=QA_MATCHES, label="Answer match")
+    text: list = f([], "Text files, folders or a prepared dataset (its validation split) to measure perplexity and "
+                   "bits per byte on (empty: skip).", widget="files", label="Text for perplexity")
+    max_text_tokens: int = f(100_000, "Most tokens of text scored (the start of the text).", minimum=1,
+                             label="Text scored", unit="tokens", advanced=True)
+    batch: int = f(64, "Prompts decoded together.", minimum=1, label="Batch", unit="prompts", advanced=True)
+    device: str = f("auto", "Where to run: auto picks CUDA, then MPS, then the CPU.", choices=EVAL_DEVICES,
+                    label="Device", advanced=True)
+    precision: str = f("auto", "Numbers the model computes in: fp32, or bf16 (about half the memory traffic; on a "
+                        "GPU or a CPU with bf16 matrix instructions several times faster). auto: bf16 there for models "
+                        "of 20M parameters or more, fp32 otherwise.", choices=EVAL_PRECISIONS, label="Precision",
+                        advanced=True)
+    threads: int = f(0, "CPU threads (0 = automatic: one while the machine is busy, where a second one only waits for "
+                     "the other programs, else all cores).", minimum=0, label="CPU threads", zero="automatic",
+                     advanced=True)
+    seed: int = f(0, "Seed of the sampled answers.", label="Seed", advanced=True)
+
+    def validate(self) -> list[str]:
+        p: list[str] = []
+        check_choice(p, "world", self.world, EVAL_WORLDS)
+        if not isinstance(self.task_types, list) or not self.task_types or any(t not in TASK_TYPES
+                                                                               for t in self.task_types):
+            p.append(f"task_types must be some of {', '.join(TASK_TYPES)} (got {self.task_types!r})")
+        check_count(p, "per_type", self.per_type)
+        check_count(p, "samples", self.samples)
+        if isinstance(self.samples, int) and self.samples > 64:
+            p.append(f"samples {self.samples} is too many: at most 64 per task")
+        check_range(p, "temperature", self.temperature, 0.01, 5.0)
+        check_count(p, "max_new_tokens", self.max_new_tokens)
+        check_choice(p, "prompt_style", self.prompt_style, PROMPT_STYLES)
+        if not isinstance(self.qa, str):
+            p.append("qa must be a file path")
+        check_choice(p, "qa_match", self.qa_match, QA_MATCHES)
+        check_files(p, "text", self.text)
+        check_positive(p, "max_text_tokens", self.max_text_tokens)
+        check_positive(p, "batch", self.batch)
+        check_choice(p, "device", self.device, EVAL_DEVICES)
+        check_count(p, "threads", self.threads)
+        check_choice(p, "precision", self.precision, EVAL_PRECISIONS)
+        if not isinstance(self.world_options, dict):
+            p.append("world_options must be a JSON object")
+        if self.world == "none" and not self.qa and not self.text:
+            p.append("nothing to evaluate: choose a task world, a question file or text")
+        return p

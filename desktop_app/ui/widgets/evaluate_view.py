@@ -1,0 +1,285 @@
+"""Evaluate models side by side: pick models and evaluations, run them in the background, read one table and a bar
+plot. The work is the engine's `evaluate_models` (the `eval` verb's); each result is kept in the model's folder
+(evaluations.json) and shown again the next time the model is picked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app.engine.evaluate.results import latest_result
+from desktop_app.engine.evaluate.spec import EvalSpec
+from desktop_app.engine.events import Controls, Finished, Log, ModelEvaluated, Progress
+from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.base_picker import library_bases
+from desktop_app.ui.widgets.live_plot import pg
+from desktop_app.ui.widgets.spec_form import SpecForm
+
+PATH_ROLE = Qt.ItemDataRole.UserRole
+COLORS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563")
+# Figures a person reads, in this order; anything else numeric follows.
+COLUMN_ORDER = ("solve_rate", "solve_rate/deduction", "solve_rate/abduction", "solve_rate/induction", "qa_accuracy",
+                "qa_exact", "qa_contains", "bits_per_byte", "perplexity")
+
+
+def _evaluate_job(models: list[str], spec: EvalSpec, controls: Controls) -> Any:
+    from desktop_app.engine.evaluate.runner import evaluate_models
+
+    yield from evaluate_models(models, spec, controls)
+
+
+def columns_of(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The numeric figures any row has, the familiar ones first (intervals and counts go into their cells)."""
+    found = {k for metrics in rows.values() for k, v in metrics.items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("tasks/")
+             and k not in ("questions", "text_tokens", "text_bytes")}
+    return [c for c in COLUMN_ORDER if c in found] + sorted(found - set(COLUMN_ORDER))
+
+
+def cell_text(metrics: dict[str, Any], column: str) -> str:
+    value = metrics.get(column)
+    if not isinstance(value, (int, float)):
+        return ""
+    text = f"{value:.4g}" if column in ("perplexity", "bits_per_byte") else f"{value:.3f}"
+    interval = metrics.get(f"{column}/ci95")
+    if isinstance(interval, list) and len(interval) == 2:
+        text += f"  ({interval[0]:.2f}–{interval[1]:.2f})"
+    return text
+
+
+class EvaluateView(QWidget):
+    """Models (the Library's, or any folder) × evaluations (EvalSpec's form) -> a table and a grouped bar plot."""
+
+    def __init__(self, ctx: AppContext, models: list[str] | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.ctx = ctx
+        self.task: Any = None
+        self.rows: dict[str, dict[str, Any]] = {}  # model path -> its newest figures
+        self.names: dict[str, str] = {}
+        self.model_list = QListWidget()
+        self.model_list.setObjectName("evaluateModels")
+        self.add_btn = QPushButton("Add folder…")
+        self.form = SpecForm(EvalSpec)
+        self.form.set_values({"world": "auto"})
+        self.run_btn = QPushButton("Evaluate")
+        self.run_btn.setObjectName("evaluateRun")
+        self.run_btn.setProperty("primary", True)
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setFormat("results are kept in each model's folder (evaluations.json)")
+        self.progress.setValue(0)
+        self.table = QTableWidget(0, 0)
+        self.table.setObjectName("evaluateTable")
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.plot = pg().PlotWidget()
+        self.plot.setMinimumHeight(180)
+        self.plot.addLegend(offset=(-10, 10))
+
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(QLabel("Models"))
+        ll.addWidget(self.model_list, 1)
+        ll.addWidget(self.add_btn)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.form)
+        ll.addWidget(QLabel("Evaluations"))
+        ll.addWidget(scroll, 2)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_btn)
+        buttons.addWidget(self.stop_btn)
+        ll.addLayout(buttons)
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.table)
+        right.addWidget(self.plot)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(left)
+        split.addWidget(right)
+        split.setSizes([380, 640])
+        root = QVBoxLayout(self)
+        root.addWidget(split, 1)
+        root.addWidget(self.progress)
+
+        self.add_btn.clicked.connect(lambda _=False: self._choose_folder())
+        self.run_btn.clicked.connect(lambda _=False: self.start())
+        self.stop_btn.clicked.connect(lambda _=False: self.stop())
+        self.model_list.itemChanged.connect(lambda _item: self.show_saved())
+        self.refresh_models(models or [])
+
+    # --- models ---
+    def refresh_models(self, checked: list[str]) -> None:
+        """The Library's runs, models and exports (and the given paths), the given ones checked."""
+        self.model_list.blockSignals(True)
+        self.model_list.clear()
+        entries = library_bases(self.ctx.workspace)
+        known = {path for _, path in entries}
+        entries += [(Path(p).name, p) for p in checked if p not in known]
+        for label, path in entries:
+            self.add_model(path, label, checked=path in checked)
+        self.model_list.blockSignals(False)
+        self.show_saved()
+
+    def add_model(self, path: str, label: str = "", *, checked: bool = True) -> None:
+        item = QListWidgetItem(label or Path(path).name)
+        item.setData(PATH_ROLE, str(path))
+        item.setToolTip(str(path))
+        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+        self.model_list.addItem(item)
+        self.names[str(path)] = item.text()
+
+    def checked_models(self) -> list[str]:
+        return [self.model_list.item(i).data(PATH_ROLE) for i in range(self.model_list.count())
+                if self.model_list.item(i).checkState() == Qt.CheckState.Checked]
+
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "A model folder (run, checkpoint, export or Hugging Face)")
+        if folder:
+            self.add_model(folder)
+            self.show_saved()
+
+    # --- results ---
+    def show_saved(self) -> None:
+        """The newest saved figures of each checked model (what an earlier evaluation measured)."""
+        if self.running():
+            return
+        self.rows = {}
+        for path in self.checked_models():
+            record = latest_result(path)
+            if record is not None:
+                self.rows[path] = dict(record.get("metrics", {}))
+        self.render()
+
+    def render(self) -> None:
+        columns = columns_of(self.rows)
+        self.table.clear()
+        self.table.setColumnCount(1 + len(columns))
+        self.table.setHorizontalHeaderLabels(["model", *columns])
+        self.table.setRowCount(len(self.rows))
+        for r, (path, metrics) in enumerate(self.rows.items()):
+            self.table.setItem(r, 0, QTableWidgetItem(self.names.get(path, Path(path).name)))
+            for c, column in enumerate(columns, 1):
+                self.table.setItem(r, c, QTableWidgetItem(cell_text(metrics, column)))
+        self.table.resizeColumnsToContents()
+        self._plot(columns)
+
+    def plotted(self, columns: list[str]) -> list[str]:
+        """The figures the bar plot groups: solve rates per type, else pass@k, else QA, else bits per byte."""
+        for prefix in ("solve_rate/", "pass@", "qa_", "bits_per_byte"):
+            chosen = [c for c in columns if c.startswith(prefix)]
+            if chosen:
+                return chosen
+        return []
+
+    def _plot(self, columns: list[str]) -> None:
+        self.plot.clear()
+        groups = self.plotted(columns)
+        if not groups or not self.rows:
+            return
+        n = len(self.rows)
+        width = 0.8 / n
+        for m, (path, metrics) in enumerate(self.rows.items()):
+            xs = [g + (m - (n - 1) / 2) * width for g in range(len(groups))]
+            ys = [float(metrics.get(c, 0.0) or 0.0) for c in groups]
+            color = COLORS[m % len(COLORS)]
+            bars = pg().BarGraphItem(x=xs, height=ys, width=width * 0.9, brush=color,
+                                     name=self.names.get(path, Path(path).name))
+            self.plot.addItem(bars)
+            lows, highs = [], []
+            for c, y in zip(groups, ys, strict=True):
+                interval = metrics.get(f"{c}/ci95")
+                ok = isinstance(interval, list) and len(interval) == 2
+                lows.append(y - interval[0] if ok else 0.0)
+                highs.append(interval[1] - y if ok else 0.0)
+            if any(lows) or any(highs):
+                import numpy as np
+
+                self.plot.addItem(pg().ErrorBarItem(x=np.array(xs), y=np.array(ys), top=np.array(highs),
+                                                    bottom=np.array(lows), beam=width * 0.3))
+        ticks = [(g, c.split("/", 1)[-1] if c.startswith("solve_rate/") else c) for g, c in enumerate(groups)]
+        self.plot.getAxis("bottom").setTicks([ticks])
+
+    # --- running ---
+    def running(self) -> bool:
+        return self.task is not None and self.task.running
+
+    def start(self) -> bool:
+        models = self.checked_models()
+        if not models:
+            self.ctx.report_error("Tick at least one model to evaluate.", title="Evaluate")
+            return False
+        problems = self.form.validate()
+        if problems:
+            return False
+        controls = Controls()
+        spec = self.form.spec()
+        self.rows = {}
+        self.render()
+        self.task = self.ctx.runner.start("evaluate", lambda: _evaluate_job(models, spec, controls), controls)
+        self.task.produced.connect(self._on_item)
+        self.task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Evaluation failed"))
+        self.task.finished.connect(self._on_finished)
+        self.run_btn.setEnabled(False)
+        self.stop_btn.setEnabled(True)
+        self.progress.setValue(0)
+        self.progress.setFormat("loading the first model…")
+        return True
+
+    def stop(self) -> None:
+        if self.running():
+            self.task.stop()
+
+    def _on_item(self, item: object) -> None:
+        if isinstance(item, Progress) and item.total:
+            self.progress.setValue(int(1000 * min(1.0, item.done / item.total)))
+            self.progress.setFormat(f"{item.stage} {int(item.done)}/{int(item.total)} {item.unit} {item.message}")
+        elif isinstance(item, ModelEvaluated):
+            self.rows[item.model] = dict(item.metrics)
+            self.names.setdefault(item.model, item.name)
+            self.render()
+        elif isinstance(item, Log) and item.level != "info":
+            self.ctx.info(item.message)
+        elif isinstance(item, Finished):
+            self.progress.setValue(1000 if item.reason == "completed" else self.progress.value())
+            self.progress.setFormat(item.message or item.reason)
+
+    def _on_finished(self) -> None:
+        self.run_btn.setEnabled(True)
+        self.stop_btn.setEnabled(False)
+
+
+class EvaluateDialog(QDialog):
+    """The Evaluate view in a window of its own (the Library's Evaluate… button)."""
+
+    def __init__(self, ctx: AppContext, models: list[str], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Evaluate models")
+        self.resize(1100, 720)
+        self.view = EvaluateView(ctx, models, self)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.view)
+
+    def closeEvent(self, event: Any) -> None:
+        self.view.stop()
+        super().closeEvent(event)

@@ -1,0 +1,104 @@
+"""The measurements one by one: bits per byte against a hand computation, question files and answer matching,
+pass@k and intervals from scripted answers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate import heldout
+from desktop_app.engine.evaluate.heldout import TypeResult, drain, solve_heldout, wilson
+from desktop_app.engine.evaluate.perplexity import score_text
+from desktop_app.engine.evaluate.qa import matches, read_questions
+from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.selfplay.prompting import make_prompter
+from desktop_app.engine.specs import ModelSpec
+from desktop_app.engine.tasks.mini_world import MiniWorld
+
+TEXT = "the cat sat on the mat. a dog ran in the park. " * 6
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    tokenizer = hf_tokenizer(train_tokenizer([TEXT] * 4, "byte-bpe", 300, min_frequency=1))
+    model = build_model(ModelSpec("llama", len(tokenizer), 32, 1, 2, 2, 64, 512), seed=0).eval()
+    return model, tokenizer
+
+
+def test_bits_per_byte_is_the_summed_loss_in_bits_over_the_bytes(model_and_tokenizer, tmp_path: Path) -> None:
+    model, tokenizer = model_and_tokenizer
+    (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
+    result = drain(score_text(model, tokenizer, [str(tmp_path / "a.txt")], max_tokens=10_000, context=512))
+    ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids[:-1]])).logits[0].float()
+    nats = float(F.cross_entropy(logits, torch.tensor(ids[1:]), reduction="sum"))
+    assert result["text_tokens"] == len(ids) - 1
+    assert result["bits_per_byte"] == pytest.approx(nats / math.log(2) / len(TEXT.encode()), rel=1e-4)
+    assert result["perplexity"] == pytest.approx(math.exp(nats / (len(ids) - 1)), rel=1e-4)
+    # several windows (a short context) score every token after the first once, with the same total
+    windows = drain(score_text(model, tokenizer, [str(tmp_path)], max_tokens=10_000, context=16, batch=3))
+    assert windows["text_tokens"] == len(ids) - 1 and windows["bits_per_byte"] > 0
+    with pytest.raises(UserError, match="does not exist"):
+        drain(score_text(model, tokenizer, [str(tmp_path / "nope.txt")]))
+
+
+def test_question_files_are_read_or_refused_by_line(tmp_path: Path) -> None:
+    good = tmp_path / "qa.jsonl"
+    good.write_text('{"question": "2+2?", "answer": 4}\n\n{"prompt": "Capital of France?", "answers": ["Paris"]}\n')
+    assert read_questions(good) == [{"question": "2+2?", "answers": ["4"]},
+                                    {"question": "Capital of France?", "answers": ["Paris"]}]
+    for text, needle in (('{"question": "q"}\n', "line 1"), ("not json\n", "not JSON"), ("", "no questions"),
+                         ('{"question": "", "answer": "a"}\n', "non-empty"), ('[1]\n', "an object")):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text)
+        with pytest.raises(UserError, match=needle):
+            read_questions(bad)
+
+
+@pytest.mark.parametrize(("reply", "answers", "exact", "contains"), [
+    ("Paris", ["Paris"], True, True),
+    ("  paris.  \nIt is in France.", ["Paris"], True, True),
+    ("The capital is Paris.", ["Paris"], False, True),
+    ("I think <answer>**Paris**</answer>", ["paris"], True, True),
+    ("Rome", ["Paris", "Rome"], True, True),
+    ("Lyon", ["Paris"], False, False),
+])
+def test_answer_matching(reply: str, answers: list[str], exact: bool, contains: bool) -> None:
+    assert matches(reply, answers) == (exact, contains)
+
+
+def test_pass_at_k_and_intervals_from_scripted_answers(monkeypatch, model_and_tokenizer) -> None:
+    _, tokenizer = model_and_tokenizer
+    world = MiniWorld()
+    tasks = world.generate("deduction", 10, 3)
+    right = {t.program: world.reference_answer(t) for t in tasks}
+
+    def scripted(model, prompter, world, part, *, samples, temperature, **_):
+        # greedy: the first 4 tasks right; sampled: the first 7 tasks right in one sample of each
+        out = []
+        for task in part:
+            index = tasks.index(task)
+            for s in range(samples):
+                good = index < 4 if samples == 1 else (index < 7 and s == samples - 1)
+                out.append(right[task.program] if good else "0)")
+        return out
+
+    monkeypatch.setattr(heldout, "_replies", scripted)
+    results = drain(solve_heldout(None, make_prompter(tokenizer, "plain"), world, {"deduction": tasks}, max_len=64,
+                                  max_new_tokens=8, samples=3, batch=4))
+    r = results["deduction"]
+    assert (r.n, r.solved, r.k, r.solved_at_k) == (10, 4, 3, 7)
+    metrics = r.metrics()
+    assert metrics["solve_rate/deduction"] == 0.4 and metrics["pass@3/deduction"] == 0.7
+    low, high = metrics["solve_rate/deduction/ci95"]
+    assert (round(low, 3), round(high, 3)) == (round(wilson(4, 10)[0], 3), round(wilson(4, 10)[1], 3))
+    assert 0.15 < low < 0.4 < high < 0.7  # Wilson at 4/10: about 0.17-0.69
+    assert wilson(0, 400)[0] == 0.0 and wilson(400, 400)[1] == 1.0
+    assert TypeResult("x", 400, 120).metrics()["solve_rate/x/ci95"][1] - 0.3 < 0.05  # 400 tasks: within 0.05
