@@ -335,7 +335,7 @@ class Batcher:
         return BeamSearch(self.model, request.prompts, num_beams=p.num_beams, budget=budget,
                           length_penalty=p.length_penalty, early_stopping=p.early_stopping, eos=self.eos[request.chat],
                           pad=self.pad_id, decode=self._decode, stop=p.stop, num_return=p.n,
-                          repetition_penalty=p.repetition_penalty)
+                          repetition_penalty=p.repetition_penalty, tokens=len(self.tokenizer))
 
     def _beam_steps(self, new: list[GenerationRequest]) -> None:
         """One step of every running beam search; a search that ended hands its request the choices."""
@@ -411,7 +411,7 @@ class Batcher:
                     index = i * p.n + k
                     # A seed gives each choice its own reproducible stream; no seed = fresh randomness.
                     seed = p.seed + index if p.seed is not None else secrets.randbits(63)
-                    sampler = RowSampler(p, seed, self.vocab_size, self.device, ids)
+                    sampler = RowSampler(p, seed, self.vocab_size, self.device, ids, len(self.tokenizer))
                     stream = TextStream(self._decode, p.stop, context_ids=ids)
                     new_rows.append(_Row(request, index, budget, sampler, stream, self.eos[request.chat]))
                     prompt_of_row.append(len(prompts) - 1)

@@ -49,12 +49,12 @@ class RowSampler:
     """Picks the next token of one row from its logits [1, vocab]."""
 
     def __init__(self, params: SamplingParams, seed: int, vocab_size: int, device: torch.device,
-                 prompt_ids: list[int]):
+                 prompt_ids: list[int], tokens: int = 0):
         self.plain_greedy = params.plain_greedy
         self.presence, self.frequency = float(params.presence_penalty), float(params.frequency_penalty)
         self.sampler = Sampler(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
                                min_p=params.min_p, repetition_penalty=params.repetition_penalty, seed=seed, batch=1,
-                               vocab_size=vocab_size, device=device)
+                               vocab_size=vocab_size, device=device, tokens=tokens)
         self.sampler.observe_prompt([prompt_ids])
         self.counts = (torch.zeros(1, vocab_size, device=device)
                        if (self.presence or self.frequency) and vocab_size > 0 else None)
@@ -71,13 +71,16 @@ class RowSampler:
 
 def sample_rows(logits: torch.Tensor, samplers: list[RowSampler]) -> list[int]:
     """Next token of every row ([n, vocab] logits, one sampler per row), moved to Python in one go."""
+    tokens = samplers[0].sampler.tokens if samplers else 0  # one model: one tokenizer size for every row
+    # a padded vocabulary's extra ids are never chosen (the samplers mask them themselves)
+    greedy_logits = logits[..., :tokens] if tokens and logits.shape[-1] > tokens else logits
     if all(s.plain_greedy for s in samplers):
-        return logits.argmax(dim=-1).tolist()
+        return greedy_logits.argmax(dim=-1).tolist()
     out = torch.empty(len(samplers), dtype=torch.long, device=logits.device)
     greedy = [i for i, s in enumerate(samplers) if s.plain_greedy]
     if greedy:
         index = torch.tensor(greedy, device=logits.device)
-        out[index] = logits[index].argmax(dim=-1)
+        out[index] = greedy_logits[index].argmax(dim=-1)
     for i, s in enumerate(samplers):
         if not s.plain_greedy:
             out[i : i + 1] = s(logits[i : i + 1])

@@ -74,3 +74,38 @@ def test_hf_and_gguf_exports_of_a_padded_model_generate_the_same_tokens(padded_r
     from_gguf = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf_file.name)
     assert from_gguf.config.vocab_size == 320
     assert _transformers_greedy(from_gguf, tokenizer)[:len(ours)] == ours
+
+
+def test_padded_ids_are_never_generated_even_when_their_logits_lead(padded_run):
+    """A padded row no tokenizer token has is never chosen: greedy, sampled, beams, rollouts and the static path's
+    device sampler all stop at the tokenizer's size, even when those rows' logits are the largest."""
+    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.generate.device_sampling import DeviceSampling, SamplingSettings
+    from desktop_app.engine.generate.sampling import Sampler
+    from desktop_app.engine.model.loading import load_model
+    from desktop_app.engine.selfplay.rollout import sample_completions
+    from desktop_app.engine.specs import GenerateSpec
+
+    loaded = load_model(padded_run, device="cpu")
+    head = loaded.model.get_output_embeddings().weight
+    with torch.no_grad():  # make the padded rows win every step: only the tokenizer's limit keeps them out
+        head[300:] = head[:300].abs().max() * 50
+    specs = [GenerateSpec(max_new_tokens=8, temperature=0.0), GenerateSpec(max_new_tokens=8, temperature=1.0, seed=3),
+             GenerateSpec(max_new_tokens=8, temperature=0.0, num_beams=3)]
+    for spec in specs:
+        stats = [e for e in stream_text(loaded, PROMPT, spec) if e.type == "generation"]
+        assert stats and all(0 <= t < 300 for s in stats for t in s.token_ids), spec
+    prompt = loaded.tokenizer(PROMPT)["input_ids"]
+    rolled = sample_completions(loaded.model, [prompt], samples=3, max_new_tokens=6, seed=1, tokens=300)
+    assert all(t < 300 for ids in rolled for t in ids)
+    unlimited = sample_completions(loaded.model, [prompt], samples=1, max_new_tokens=2, temperature=0.0)
+    assert unlimited[0][0] >= 300  # the check above means something: without the limit a padded id wins
+
+    logits = torch.zeros(2, 320)
+    logits[:, 310] = 100.0
+    assert (Sampler(temperature=0.0, tokens=300, vocab_size=320)(logits) < 300).all()
+    device_sampling = DeviceSampling(2, 320, torch.device("cpu"))
+    for settings in (SamplingSettings(tokens=300), SamplingSettings(temperature=1.0, tokens=300)):
+        device_sampling.start(settings, seed=0, prompts=[[1], [2]])
+        device_sampling.draw(2)
+        assert (device_sampling.pick(logits.clone()) < 300).all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import httpx
 import openai
@@ -136,6 +137,9 @@ def test_the_request_log_says_why_a_request_failed(model_dir, tmp_path):
         state.monitor.add_listener(records.append)
         client.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
         client.get("/health")
+        deadline = time.monotonic() + 10  # a request's end record follows its response (the body is sent first)
+        while len([r for r in records if r["event"] == "end"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         ends = [r for r in records if r["event"] == "end"]
     assert ends[0]["status"] == 404 and "'gpt-4o' does not exist" in ends[0]["error"]
     assert model_dir.name in ends[0]["error"]  # and which id this server serves

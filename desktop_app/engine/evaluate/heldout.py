@@ -97,7 +97,8 @@ def _replies(model: Any, prompter: TaskPrompter, world: TaskWorld, tasks: list[T
                              temperature=temperature, top_p=0.95 if temperature > 0 else 1.0, seed=seed,
                              stop_ids=prompter.stop_ids, max_len=max_len, newline_ids=prompter.codec.newline_ids()
                              if lines else set(), max_lines=lines,
-                             finished=prompter.finished(world.answer_kind(tasks[0].type)) if tasks else None)
+                             finished=prompter.finished(world.answer_kind(tasks[0].type)) if tasks else None,
+                             tokens=prompter.codec.vocab_size())
     return [prompter.answer(world, tasks[i // samples], prompter.codec.decode(c)) for i, c in enumerate(ids)]
 
 

@@ -89,7 +89,7 @@ def ask_questions(model: Any, prompter: TaskPrompter, path: str | Path, *, max_l
         part = records[start:start + batch]
         prompts = [prompter.question_ids(r["question"]) for r in part]
         ids = sample_completions(model, prompts, max_new_tokens=max_new_tokens, temperature=0.0,
-                                 stop_ids=prompter.stop_ids, max_len=max_len)
+                                 stop_ids=prompter.stop_ids, max_len=max_len, tokens=prompter.codec.vocab_size())
         for record, completion in zip(part, ids, strict=True):
             e, c = matches(prompter.codec.decode(completion), record["answers"])
             exact += e

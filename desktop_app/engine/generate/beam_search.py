@@ -99,7 +99,7 @@ class BeamSearch:
                  length_penalty: float = 1.0, early_stopping: Any = False, eos: set[int] | Sequence[int] = (),
                  pad: int | None = None, decode: Callable[[Sequence[int]], str] | None = None,
                  stop: Sequence[str] = (), num_return: int = 1, repetition_penalty: float = 1.0,
-                 backend: str = "auto"):
+                 backend: str = "auto", tokens: int = 0):
         check_beam_settings(num_beams, length_penalty, num_return)
         if not prompts or any(len(p) == 0 for p in prompts):
             raise UserError("beam search needs at least one non-empty prompt")
@@ -108,6 +108,7 @@ class BeamSearch:
         if stop and decode is None:
             raise ValueError("stop strings need a decode function")
         self.model = model
+        self.tokens = int(tokens)  # the tokenizer's size: a padded vocabulary's extra ids never join a beam
         self.prompts = [list(map(int, p)) for p in prompts]
         self.num_beams, self.budget, self.num_return = num_beams, int(budget), num_return
         self.length_penalty = float(length_penalty)
@@ -183,7 +184,10 @@ class BeamSearch:
     def _advance(self) -> bool:
         b, n, k, cur = len(self.prompts), self.num_beams, self.k, self.cur
         assert self._logits is not None
-        log_probs = torch.log_softmax(self._logits.float(), dim=-1)
+        logits = self._logits.float()
+        if 0 < self.tokens < logits.shape[-1]:
+            logits[..., self.tokens:] = float("-inf")
+        log_probs = torch.log_softmax(logits, dim=-1)
         vocab = log_probs.shape[-1]
         if self.seen is not None:
             penalized = torch.where(log_probs < 0, log_probs * self.repetition_penalty,
@@ -352,7 +356,8 @@ def stream_beams(model: Any, tokenizer: Any, prompts: list[list[int]], budget: i
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(sorted(eos)), 0)
     search = BeamSearch(model, prompts, num_beams=spec.num_beams, budget=budget, length_penalty=spec.length_penalty,
                         early_stopping=spec.early_stopping, eos=eos, pad=pad, decode=decode, stop=spec.stop,
-                        num_return=spec.samples, repetition_penalty=spec.repetition_penalty, backend=backend)
+                        num_return=spec.samples, repetition_penalty=spec.repetition_penalty, backend=backend,
+                        tokens=len(tokenizer))
     cancelled = False
     try:
         while True:

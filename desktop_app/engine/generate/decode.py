@@ -163,7 +163,7 @@ def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, s
         vocab = int(getattr(model.config, "vocab_size", 0) or 0)
         sampler = Sampler(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p, min_p=spec.min_p,
                           repetition_penalty=spec.repetition_penalty, seed=spec.seed, batch=n, vocab_size=vocab,
-                          device=device)
+                          device=device, tokens=len(tokenizer))
         sampler.observe_prompt(rows)
         runner = make_runner(model, len(prompts), longest + budget, backend)
         logits = runner.prefill(ids, mask)
@@ -234,7 +234,8 @@ def _decode_static(model: Any, tokenizer: Any, prompts: list[list[int]], budget:
     first_t: list[float] = [0.0] * n
     last_t: list[float] = [0.0] * n
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
-    settings = SamplingSettings(spec.temperature, spec.top_k, spec.top_p, spec.min_p, spec.repetition_penalty)
+    settings = SamplingSettings(spec.temperature, spec.top_k, spec.top_p, spec.min_p, spec.repetition_penalty,
+                                len(tokenizer))
     run = StaticGeneration(model, prompts, budget=budget, samples=spec.samples, settings=settings, seed=spec.seed,
                            stop_ids=eos, pad_id=pad)
 

@@ -40,6 +40,7 @@ class SamplingSettings:
     top_p: float = 1.0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    tokens: int = 0  # the tokenizer's size when the model's vocabulary is padded beyond it (0 = every logit)
 
     @property
     def greedy(self) -> bool:
@@ -52,10 +53,11 @@ class SamplingSettings:
     def normalized(self, vocab: int) -> SamplingSettings:
         """top_k >= vocab is no filter; greedy ignores the filters (only the penalty applies)."""
         top_k = self.top_k if 0 < self.top_k < vocab else 0
+        tokens = self.tokens if 0 < self.tokens < vocab else 0
         if self.temperature <= 0.0:
-            return SamplingSettings(0.0, 0, 1.0, 0.0, self.repetition_penalty)
+            return SamplingSettings(0.0, 0, 1.0, 0.0, self.repetition_penalty, tokens)
         return SamplingSettings(float(self.temperature), top_k, float(self.top_p), float(self.min_p),
-                                float(self.repetition_penalty))
+                                float(self.repetition_penalty), tokens)
 
 
 class DeviceSampling:
@@ -67,11 +69,14 @@ class DeviceSampling:
         self.noise: torch.Tensor | None = None  # [rows, vocab] Exp(1) draws, refilled before each step
         self.seen: torch.Tensor | None = None  # [rows, vocab] tokens in each row's text (repetition penalty)
         self.settings = SamplingSettings()
+        self.padding: torch.Tensor | None = None  # [vocab] True for the padded ids no tokenizer token has
 
     def start(self, settings: SamplingSettings, seed: int, prompts: Sequence[Sequence[int]]) -> None:
         """Begin a call: its settings and seed; `prompts[b]` are row b's prompt ids (the penalty covers them)."""
         self.settings = settings.normalized(self.vocab)
         with torch.inference_mode(False), torch.no_grad():
+            self.padding = (torch.arange(self.vocab, device=self.device) >= self.settings.tokens
+                            if self.settings.tokens else None)
             if not self.settings.greedy:
                 self.generator.manual_seed(int(seed))
                 if self.noise is None:
@@ -97,6 +102,8 @@ class DeviceSampling:
         seen = self.seen[:rows] if self.seen is not None and s.repetition_penalty != 1.0 else None
         processed = process_logits(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                                    repetition_penalty=s.repetition_penalty, seen=seen)
+        if self.padding is not None:  # a padded vocabulary's extra ids are never chosen
+            processed = processed.masked_fill(self.padding, float("-inf"))
         if s.greedy:
             ids = processed.argmax(dim=-1)
         else:

@@ -92,8 +92,11 @@ class Sampler:
 
     def __init__(self, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
                  repetition_penalty: float = 1.0, seed: int = 0, batch: int = 1, vocab_size: int = 0,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", tokens: int = 0):
         self.greedy = temperature <= 0.0
+        # tokens: the tokenizer's size when the model's vocabulary is padded beyond it; the ids above are never
+        # chosen (0 = every logit)
+        self.tokens = int(tokens) if tokens and (not vocab_size or tokens < vocab_size) else 0
         self.temperature = float(temperature)
         self.top_k = int(top_k) if top_k and (not vocab_size or top_k < vocab_size) else 0
         self.top_p = float(top_p)
@@ -125,6 +128,9 @@ class Sampler:
 
     def process(self, logits: torch.Tensor) -> torch.Tensor:
         """The processed logits (what the next token is drawn from); -inf marks removed tokens."""
+        if self.tokens and logits.shape[-1] > self.tokens:
+            logits = logits.clone()
+            logits[..., self.tokens:] = float("-inf")
         return process_logits(logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                               min_p=self.min_p, repetition_penalty=self.repetition_penalty,
                               seen=self.seen[: logits.shape[0]] if self.use_penalty else None)  # type: ignore[index]

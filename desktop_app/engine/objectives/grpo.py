@@ -85,7 +85,7 @@ class GRPOObjective(Objective):
                                  temperature=temperature, top_p=float(self.options.top_p), seed=seed,
                                  stop_ids=self.prompter.stop_ids, max_len=self.max_len,
                                  newline_ids=codec.newline_ids() if self.options.max_lines else set(),
-                                 max_lines=int(self.options.max_lines))
+                                 max_lines=int(self.options.max_lines), tokens=codec.vocab_size())
         return encoded, ids, [codec.decode(c) for c in ids]
 
     def play_round(self, round_index: int) -> EpisodeBatch:

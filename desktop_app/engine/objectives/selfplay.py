@@ -127,7 +127,7 @@ class SelfPlayObjective(Objective):
                                  temperature=float(self.options.temperature if temperature is None else temperature),
                                  top_p=float(self.options.top_p), seed=seed, stop_ids=self.prompter.stop_ids,
                                  max_len=self.max_len, newline_ids=codec.newline_ids() if max_lines else set(),
-                                 max_lines=max_lines, finished=finished)
+                                 max_lines=max_lines, finished=finished, tokens=codec.vocab_size())
         self._last_ids = (encoded, ids)
         return [codec.decode(c) for c in ids]
 

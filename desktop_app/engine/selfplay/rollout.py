@@ -51,13 +51,14 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                        stop_ids: set[int] | frozenset[int] = frozenset(), pad_id: int = 0,
                        max_len: int | None = None, newline_ids: set[int] | frozenset[int] = frozenset(),
                        max_lines: int = 0, finished: Callable[[list[int]], bool] | None = None,
-                       backend: str = "auto") -> list[list[int]]:
+                       backend: str = "auto", tokens: int = 0) -> list[list[int]]:
     """`samples` completions per prompt (prompt-major order), each cut after its first stop id (kept), or
     after its `max_lines`-th token that holds a line break (when max_lines > 0), or once `finished(its ids)`
     says its answer is complete (a chat reply's closing </answer> tag or code fence).
 
     Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample.
-    backend: auto (the static path on CUDA, the lean runners elsewhere), static, lean or hf.
+    backend: auto (the static path on CUDA, the lean runners elsewhere), static, lean or hf. tokens: the
+    tokenizer's size, when the model's vocabulary is padded beyond it (those ids are never sampled).
     """
     if not prompts:
         return []
@@ -74,7 +75,8 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
         if static:  # on CUDA: static cache, CUDA graphs, sampling and stop checks on the GPU
             log_choice(model, reason)
             completions = static_completions(model, prompts, samples=samples, budget=budget,
-                                             settings=SamplingSettings(temperature=temperature, top_p=top_p),
+                                             settings=SamplingSettings(temperature=temperature, top_p=top_p,
+                                                                       tokens=tokens),
                                              seed=seed, stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids,
                                              max_lines=max_lines)
             return [cut_when_finished(c, finished) for c in completions] if finished else completions
@@ -86,7 +88,7 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                 mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long,
                                     device=device)
             n = len(prompts) * samples
-            sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, batch=n,
+            sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, batch=n, tokens=tokens,
                               vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
             runner = make_runner(model, len(prompts), longest + budget, backend)
             logits = runner.prefill(ids, mask)
