@@ -202,6 +202,14 @@ class GraphSlotCache(SlotCache):
     def supports(model: Any) -> bool:
         return static_supported(model) and context_length(model) is not None
 
+    def remove(self, leaving: list[int]) -> list[tuple[int, int]]:
+        """SlotCache.remove, then the freed rows idle harmlessly (a step runs a whole batch bucket: rows past the
+        live ones compute too, and a stale row with no valid column would fill its cache with NaN)."""
+        before = self.n
+        moves = super().remove(leaving)
+        self.runner.idle_rows(self.n, before)
+        return moves
+
     def admit(self, prompts: list[list[int]], rows: list[int], budget: int) -> torch.Tensor:
         assert self.n + len(rows) <= self.capacity
         width = max(len(p) for p in prompts)

@@ -57,7 +57,8 @@ def demo_job(out: Path, controls: Controls, minutes: float,
     fields both of its runs take (e.g. a time_budget_s), passed to the recipe as they are."""
     from desktop_app.engine.recipes.selfplay_demo import run_demo
 
-    yield from run_demo(out, minutes=minutes, controls=controls, train_overrides=dict(train_overrides or {}))
+    options = {"train_overrides": dict(train_overrides)} if train_overrides else {}
+    yield from run_demo(out, minutes=minutes, controls=controls, **options)
 
 
 def fit_pretraining_stages(source: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

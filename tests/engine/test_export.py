@@ -475,7 +475,8 @@ def test_cli_export(runs, tmp_path, run_cli):
 
 @pytest.mark.parametrize("argv, needle", [
     (("{missing}", "--format", "hf", "--out", "{tmp}/o"), "does not exist"),
-    (("{tmp}", "--format", "gguf", "--out", "{tmp}/o.gguf"), "no config.json"),
+    (("{tmp}", "--format", "gguf", "--out", "{tmp}/../no-model.gguf"), "no config.json"),
+    (("{tmp}", "--format", "gguf", "--out", "{tmp}/o.gguf"), "must not be the model folder itself or inside it"),
     (("{llama}", "--format", "hf", "--out", "{tmp}/o", "--gguf-type", "f16"), "only applies to --format gguf"),
 ])
 def test_cli_errors(runs, tmp_path, run_cli, argv, needle):

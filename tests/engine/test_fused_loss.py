@@ -36,18 +36,19 @@ def test_cross_entropy_and_its_gradients_equal_the_full_logits_ones(chunk, reduc
     torch.testing.assert_close(w2.grad, w1.grad)
 
 
-def test_the_compiled_chunk_kernel_computes_the_same(monkeypatch):
+def test_the_compiled_chunk_kernel_computes_the_same():
     # With Dynamo switched off, torch.compile returns the function itself: this checks the maths of the kernel the
-    # GPU compiles (one logsumexp reduction and one pointwise gradient pass) against the eager chunk.
+    # GPU compiles (one logsumexp reduction and one pointwise gradient pass) against the eager chunk. The config's
+    # own patch restores it afterwards (monkeypatching the alias left Dynamo broken for later tests).
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)
-    hidden, weight, targets = _inputs(rows=37, vocab=50)
-    h1, w1, h2, w2 = _leaf(hidden), _leaf(weight), _leaf(hidden), _leaf(weight)
-    eager = linear_cross_entropy(h1, w1, targets, chunk=8)
-    eager.backward()
-    fused = linear_cross_entropy(h2, w2, targets, chunk=8, chunk_kernel="compiled")
-    fused.backward()
+    with torch._dynamo.config.patch(disable=True):
+        hidden, weight, targets = _inputs(rows=37, vocab=50)
+        h1, w1, h2, w2 = _leaf(hidden), _leaf(weight), _leaf(hidden), _leaf(weight)
+        eager = linear_cross_entropy(h1, w1, targets, chunk=8)
+        eager.backward()
+        fused = linear_cross_entropy(h2, w2, targets, chunk=8, chunk_kernel="compiled")
+        fused.backward()
     torch.testing.assert_close(fused, eager)
     torch.testing.assert_close(h2.grad, h1.grad)
     torch.testing.assert_close(w2.grad, w1.grad)

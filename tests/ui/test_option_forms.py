@@ -33,6 +33,8 @@ def _changed(f: dataclasses.Field) -> object:
         return {"depth": 3, "pairs": 4}
     if widget == "records":
         return [{"type": "deduction", "program": "x", "inputs": []}]
+    if widget == "json" and f.name == "exclude_heldout":  # a list of held-out seeds
+        return [9001, 9002]
     if widget == "json":
         return {"depth": 3} if isinstance(default, dict) else [{"type": "deduction", "program": "x", "inputs": []}]
     if "choices" in meta:

@@ -108,7 +108,11 @@ def _source_model_type(folder: Path) -> str:
             base = base.adapter_base
         if base is not None:
             return base.model_type
-    return str(_source_config(folder).get("model_type"))
+    config = _source_config(folder)
+    if not config:
+        raise UserError(f"{folder} has no config.json: not a model folder (expected a run, checkpoint, export, "
+                        "Hugging Face folder or GGUF file)")
+    return str(config.get("model_type"))
 
 
 def _source_config(folder: Path) -> dict[str, Any]:

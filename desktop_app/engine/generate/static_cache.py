@@ -190,6 +190,10 @@ class StaticDecoder:
                 pos = torch.arange(longest, device=d).expand(len(prompts), longest)
             index = torch.tensor(rows, dtype=torch.long, device=d)
             n = len(rows)
+            # A reused row may hold what an idle row computed (NaN where none of its columns was valid): masked
+            # columns still meet the attention's matmul (0 x NaN = NaN), so the rows start clean.
+            self.k_cache[:, dest:dest + n].zero_()
+            self.v_cache[:, dest:dest + n].zero_()
 
             def sink(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
                 self.k_cache[layer, dest:dest + n, :, start_column:end] = keys.index_select(0, index)
