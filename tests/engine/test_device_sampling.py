@@ -73,7 +73,7 @@ def test_greedy_is_argmax_and_seeds_reproduce():
         sampling.draw(64)
         picks.append(sampling.pick(logits).tolist())
     assert picks[0] == picks[1] != picks[2]
-    assert SamplingSettings(temperature=0.0, top_k=5, top_p=0.5).normalized(50).key == (0.0, 0, 1.0, 0.0, 1.0)
+    assert SamplingSettings(temperature=0.0, top_k=5, top_p=0.5).normalized(50).key == (0.0, 0, 1.0, 0.0, 1.0, 0)
     assert SamplingSettings(temperature=1.0, top_k=50).normalized(50).top_k == 0
 
 
