@@ -80,6 +80,12 @@ def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpu
     yield from demo.run(base, minutes, corpus_tasks, pretrain_share, pretrain_steps, control, train_overrides or {})
 
 
+
+def phase_budget(budget_s: float, overrides: dict[str, Any]) -> float:
+    """A phase's time limit: what the demo's minutes leave it, or less when the caller's settings ask for less."""
+    asked = float(overrides.get("time_budget_s") or 0.0)
+    return max(1.0, min(budget_s, asked) if asked > 0 else budget_s)
+
 class Demo:
     """One demo's folder, clock and settings; each phase is a method that yields its events."""
 
@@ -168,8 +174,8 @@ class Demo:
         from desktop_app.engine.tasks import get_world
 
         world = get_world("mini", **DEMO_WORLD)
-        count = max(int(self.selfplay_options["heldout_per_type"]), int(self.eval_options["per_type"]))
-        exclude = {p for kind in TASK_TYPES for p in heldout_programs(world, kind, HELDOUT_SEEDS, count)}
+        heldout = max(int(self.selfplay_options["heldout_per_type"]), int(self.eval_options["per_type"]))
+        exclude = {p for kind in TASK_TYPES for p in heldout_programs(world, kind, HELDOUT_SEEDS, heldout)}
         folder = self.out / "corpus"
         folder.mkdir()
         shards = 8  # several files: the dataset's validation split takes whole documents from all of them
@@ -216,7 +222,8 @@ class Demo:
 
         assert self.dataset is not None
         config, notes = config_from_preset(self.dataset, "tiny", seed=self.seed, steps=steps,
-                                           time_budget_s=max(1.0, budget_s), **{**PRETRAIN, **overrides})
+                                           **{**PRETRAIN, **overrides, "time_budget_s": phase_budget(budget_s,
+                                                                                                    overrides)})
         for note in notes:
             yield Log("info", note)
         finished = yield from self._train(config, "pretrain")
@@ -230,7 +237,8 @@ class Demo:
     def selfplay(self, base: str, budget_s: float) -> Iterator[Event]:
         from desktop_app.engine.specs import RunConfig, TrainSpec
 
-        spec = TrainSpec.from_dict({**self.selfplay_train, "time_budget_s": max(1.0, budget_s)})
+        spec = TrainSpec.from_dict({**self.selfplay_train,
+                                    "time_budget_s": phase_budget(budget_s, self.selfplay_train)})
         config = RunConfig(base_model=base, dataset=str(self.dataset or ""), objective="selfplay",
                            method_options=dict(self.selfplay_options), train=spec.to_dict(), seed=self.seed)
         start = time.monotonic()
@@ -249,7 +257,7 @@ class Demo:
             planned = max(10, int(pace * budget_s)) if pace else 100_000
             spec = TrainSpec.from_dict({**PRETRAIN, "lr": CONTROL_LR, "schedule": "cosine", "min_lr_ratio": 0.0,
                                         "warmup_steps": 0, "early_stopping_patience": 0, "steps": min(steps, planned),
-                                        "time_budget_s": max(1.0, budget_s), **overrides})
+                                        **overrides, "time_budget_s": phase_budget(budget_s, overrides)})
             config = RunConfig(base_model=base, dataset=str(self.dataset), objective="causal_lm",
                                train=spec.to_dict(), seed=self.seed)
         else:
