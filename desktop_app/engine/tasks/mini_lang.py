@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import functools
 import random
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -575,7 +576,9 @@ def parse_program(src: str) -> Program:
     if len(text) > MAX_SOURCE_CHARS:
         raise MiniError(f"program too long ({len(text)} > {MAX_SOURCE_CHARS} characters)")
     try:
-        tree = ast.parse(text, mode="exec")
+        with warnings.catch_warnings():  # model-written text: Python's warnings on it ("1if") are noise here
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text, mode="exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         detail = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
         raise MiniError(f"not a valid program: {detail}") from None

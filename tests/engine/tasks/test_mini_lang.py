@@ -245,3 +245,11 @@ def test_nothing_is_compiled_to_code_or_evaluated(monkeypatch: pytest.MonkeyPatc
         source = random_program(rng, kind, depth=3, wide=True) + " " * rng.randint(1, 9)  # fresh cache keys
         with contextlib.suppress(MiniError):
             parse_program(source).run(random_input(rng, kind))
+
+
+def test_model_written_text_parses_without_python_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "1if" makes Python warn (invalid decimal literal): not the user's concern
+        assert run_source("f = lambda x: 1if x else 2", [1]) == 1
