@@ -25,8 +25,9 @@ KEEP = 200
 
 def results_folder(folder: Path, kind: str) -> Path | None:
     """Where the evaluations of a model live: its run folder (runs and their checkpoints), the folder itself
-    (exports and lone checkpoints), or None (a Hugging Face folder that is not ours)."""
-    if kind == "hf":
+    (exports and lone checkpoints), or None (a Hugging Face folder or a GGUF file that is not ours: nothing is
+    written beside someone else's model)."""
+    if kind in ("hf", "gguf") or not folder.is_dir():
         return None
     if kind in ("run", "checkpoint") and folder.parent.name == run_folder.CHECKPOINTS_DIR \
             and run_folder.is_run_folder(folder.parent.parent):

@@ -47,3 +47,12 @@ def test_a_damaged_file_reads_as_empty_and_is_replaced(tmp_path: Path, monkeypat
         append_result(run, {"model": "m", "metrics": {"i": i}})
     data = json.loads((run / RESULTS_FILE).read_text(encoding="utf-8"))
     assert data["format_version"] == 1 and [r["metrics"]["i"] for r in data["results"]] == [2, 3, 4]
+
+
+def test_nothing_is_written_beside_a_model_that_is_not_ours(tmp_path: Path) -> None:
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    assert results.results_folder(gguf, "gguf") is None and results.results_folder(hf, "hf") is None
+    assert results.results_folder(hf, "export") == hf
