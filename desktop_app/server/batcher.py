@@ -37,7 +37,7 @@ from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.generate.beam_search import BeamSearch
 from desktop_app.engine.generate.buckets import bucket_at_most
 from desktop_app.engine.generate.prompts import context_length
-from desktop_app.engine.generate.static_cache import check_fits, rows_that_fit
+from desktop_app.engine.generate.static_cache import check_fits, kv_bytes_per_row, rows_that_fit
 from desktop_app.engine.generate.text_stream import TextStream
 from desktop_app.engine.generate.threads import short_gil_switch
 from desktop_app.server.errors import ApiError
@@ -145,14 +145,7 @@ def _dispatch(group: list[tuple[GenerationRequest, list[Any]]]) -> None:
 
 def _cache_rows_for(model: Any, columns: int, budget_mb: int) -> int:
     """How many rows of `columns` cached tokens fit in `budget_mb` of KV cache (at least 1)."""
-    cfg = model.config
-    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 1)
-    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", 1)
-    kv = getattr(cfg, "num_key_value_heads", None) or heads
-    hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 64)
-    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
-    element = next(model.parameters()).element_size()
-    per_row = 2 * layers * kv * columns * head_dim * element
+    per_row = kv_bytes_per_row(model, columns)
     return max(1, int(budget_mb * (1 << 20) // max(1, per_row)))
 
 
