@@ -216,8 +216,8 @@ class TrainSpec(SpecMixin):
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass: less memory, "
                                       "about 30% slower.",
                                       label="Gradient checkpointing (less memory)", advanced=True)
-    early_stopping_patience: int = _f(0, "Stop when validation loss has not improved for this many "
-                                      "evaluations (0 disables).", minimum=0,
+    early_stopping_patience: int = _f(0, "Stop when validation loss (self-play: the held-out solve "
+                                      "rate) has not improved for this many evaluations (0 disables).", minimum=0,
                                       label="Early stopping after", unit="evaluations", zero="off", advanced=True)
     nonfinite_policy: str = _f("skip", "On a NaN/Inf loss or gradient: skip the step, or roll back to the "
                                "last good checkpoint with a lower learning rate.", choices=NONFINITE_POLICIES,

@@ -79,6 +79,9 @@ def main() -> None:
             if control and f"solve_rate/{t}" in control["metrics"]:
                 plot.plot([last], [control["metrics"][f"solve_rate/{t}"]], pen=None, symbol="x", symbolSize=11,
                           symbolBrush=color, symbolPen=color)
+    for symbol, name in (("o", "base (reported set)"), ("t", "self-play final (reported set)"),
+                         ("x", "control final (reported set)")):  # the markers' key, in grey
+        plot.plot([], [], pen=None, symbol=symbol, symbolSize=9, symbolBrush="#777", symbolPen="#777", name=name)
     plot.resize(960, 460)
     plot.show()
     app.processEvents()

@@ -43,6 +43,19 @@ def test_linear_and_constant_schedules():
     assert lr_at(10, const, scale=0.5) == pytest.approx(1e-3)  # rollback scale
 
 
+def test_a_time_limit_that_comes_first_sets_the_decay():
+    """A time-limited run decays over its time (the share spent) when that is further on than its steps: a run
+    of 100,000 steps stopped by a 15-minute limit still anneals to its floor by the end."""
+    spec = TrainSpec(steps=100_000, lr=1e-3, warmup_steps=10, schedule="cosine", min_lr_ratio=0.0)
+    assert lr_at(50, spec, time_share=0.5) == pytest.approx(0.5e-3)
+    assert lr_at(50, spec, time_share=1.0) == pytest.approx(0.0)
+    assert lr_at(5, spec, time_share=0.9) == pytest.approx(0.5e-3)  # warm-up is by steps
+    few = TrainSpec(steps=110, lr=1e-3, warmup_steps=10, schedule="linear", min_lr_ratio=0.0)
+    assert lr_at(60, few, time_share=0.1) == pytest.approx(0.5e-3)  # the steps are further on: they decide
+    const = TrainSpec(steps=100, lr=1e-3, warmup_steps=0, schedule="constant")
+    assert lr_at(50, const, time_share=0.99) == pytest.approx(1e-3)
+
+
 def test_no_weight_decay_on_norms_biases_embeddings():
     from desktop_app.engine.model.architecture import build_model
     from desktop_app.engine.specs import ModelSpec

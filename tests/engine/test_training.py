@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -377,7 +378,8 @@ def test_a_time_limited_run_reports_progress_by_the_clock_and_completes(tmp_path
     """A run with a time limit (the self-play demo's phases) shows progress and ETA by the clock, not by a step count
     it will never reach, and ends as completed, saved, at the step the limit found it."""
     dataset = make_dataset(tmp_path / "ds")
-    config = tiny_config(dataset, steps=100_000, time_budget_s=1.5)
+    config = tiny_config(dataset, steps=100_000, time_budget_s=1.5, schedule="cosine", min_lr_ratio=0.0,
+                         warmup_steps=0)
     events = list(train(config, tmp_path / "run"))
     finished = events[-1]
     assert finished.reason == "completed" and 0 < finished.step < 100_000, finished
@@ -385,4 +387,6 @@ def test_a_time_limited_run_reports_progress_by_the_clock_and_completes(tmp_path
     steps = [e for e in events if e.type == "step"]
     assert steps[-1].metrics["progress"] > 0.5 and steps[-1].eta_s < 1.5  # by the clock: most of the way there
     assert steps[0].metrics["progress"] >= steps[0].step / 100_000
+    lrs = [e.metrics["lr"] for e in steps]  # the cosine decays over the 1.5 s, not the 100,000 steps
+    assert lrs[-1] < 0.3 * lrs[0] and all(a >= b for a, b in itertools.pairwise(lrs))
     assert rf.list_committed(tmp_path / "run") and rf.step_of(rf.list_committed(tmp_path / "run")[-1]) == finished.step

@@ -94,6 +94,10 @@ class Objective:
         """(prompt, text) pairs shown at each evaluation."""
         return []
 
+    def stalled(self, evaluations: int, best_val_loss: float) -> str:
+        """Why early stopping ended the run, in the words of what `evaluate` measures."""
+        return f"validation loss has not improved for {evaluations} evaluations (best {best_val_loss:.4f})"
+
     def state_dict(self) -> dict[str, Any] | None:
         """JSON state kept in trainer_state.json (None: nothing to keep)."""
         return None

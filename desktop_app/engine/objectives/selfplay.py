@@ -298,6 +298,10 @@ class SelfPlayObjective(Objective):
         out["val_loss"] = 1.0 - out["heldout_solve_rate"]
         return out
 
+    def stalled(self, evaluations: int, best_val_loss: float) -> str:
+        return (f"the held-out solve rate has not risen for {evaluations} evaluations (best "
+                f"{1.0 - best_val_loss:.3f}, mean over the task types)")
+
     def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
         return [(r["prompt"][-200:], f"{r['answer'].strip()}  [{r['verdict']}, reward {r['reward']:+.2f}]")
                 for r in self.last_rollouts[:3]]

@@ -376,7 +376,8 @@ def _steps(run: Run) -> Iterator[Event]:
                 return "failed"
             continue
 
-        lr = lr_at(step, spec, run.state.lr_scale)
+        # a time-limited run decays over its time limit too (when that comes before its last step)
+        lr = lr_at(step, spec, run.state.lr_scale, _clock(run) / budget if budget else 0.0)
         set_lr(parts.optimizer, lr)
         if parts.scaler is not None:
             parts.scaler.step(parts.optimizer)
@@ -424,15 +425,21 @@ def _steps(run: Run) -> Iterator[Event]:
             yield from _save(run)
             log_t0 += time.perf_counter() - t_save
         if early_stop:
-            best = f"best {run.state.best_val_loss:.4f}" if run.state.best_val_loss is not None \
-                else "process 0 holds the history"
-            message = f"validation loss has not improved for {spec.early_stopping_patience} evaluations ({best})"
+            message = parts.objective.stalled(spec.early_stopping_patience, run.state.best_val_loss) \
+                if run.state.best_val_loss is not None else \
+                f"no improvement for {spec.early_stopping_patience} evaluations (process 0 holds the history)"
             yield run.emit(Log("info", f"early stopping: {message}"))
             yield run.emit(Finished("early_stopped", step=step, message=message, result=run.result()))
             return "early_stopped"
-        if budget and run.elapsed() >= budget:
+        if budget and _clock(run) >= budget:
             return "time_budget"
     return None
+
+
+def _clock(run: Run) -> float:
+    """The run's training time by process 0's clock: every process takes the same learning rate and stops at the
+    same step."""
+    return run.elapsed() if run.dist is None else run.dist.from_main([run.elapsed()])[0]
 
 
 def _forward_backward(run: Run, batch: Any, step: int) -> Iterator[Event]:

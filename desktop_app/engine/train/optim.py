@@ -84,11 +84,13 @@ def build_optimizer(model: nn.Module, spec: TrainSpec, device: torch.device | No
     return torch.optim.AdamW(groups, lr=spec.lr, betas=(spec.beta1, spec.beta2), eps=1e-8, **kwargs)
 
 
-def lr_at(step: int, spec: TrainSpec, scale: float = 1.0) -> float:
+def lr_at(step: int, spec: TrainSpec, scale: float = 1.0, time_share: float = 0.0) -> float:
     """Learning rate of optimizer step `step` (1-based: the first update is step 1).
 
     Linear warm-up from lr/warmup to lr over `warmup_steps`, then cosine / linear decay to
-    lr * min_lr_ratio at the last step, or constant. `scale` is the rollback factor (halved after a
+    lr * min_lr_ratio at the end of the run, or constant. The end is the last step, or the time limit when
+    that comes first: `time_share` is the share of the time limit spent (0 without one), and the decay
+    follows whichever is further on, as the progress bar does. `scale` is the rollback factor (halved after a
     non-finite step under the rollback policy).
     """
     peak = spec.lr * scale
@@ -98,7 +100,7 @@ def lr_at(step: int, spec: TrainSpec, scale: float = 1.0) -> float:
         return peak
     floor = peak * spec.min_lr_ratio
     span = max(1, spec.steps - spec.warmup_steps)
-    progress = min(1.0, max(0.0, (step - spec.warmup_steps) / span))
+    progress = min(1.0, max(0.0, (step - spec.warmup_steps) / span, time_share))
     if spec.schedule == "linear":
         return peak - (peak - floor) * progress
     return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))

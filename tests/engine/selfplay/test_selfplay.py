@@ -140,6 +140,22 @@ def test_self_play_trains_in_the_loop_and_resumes_exactly(tmp_path: Path) -> Non
     assert len(log) == 4  # the rounds after the checkpoint were replayed, not duplicated
 
 
+def test_self_play_stops_when_its_held_out_rate_stalls_and_says_so(tmp_path: Path) -> None:
+    """Early stopping in self-play follows the held-out solve rate (lr 0: it never rises after the first
+    evaluation), and the reason is given in those words, not as a 'validation loss'."""
+    from train_helpers import make_dataset, tiny_config
+
+    dataset = make_dataset(tmp_path / "ds", context=128, vocab_size=300)
+    options = {"task_types": ["deduction"], "proposals_per_type": 1, "solver_tasks_per_type": 2,
+               "solver_samples": 2, "max_new_tokens": 8, "heldout_per_type": 2, "seed_tasks_per_type": 4,
+               "world_options": {"depth": 1}}
+    config = tiny_config(dataset, steps=20, batch_size=8, lr=0.0, eval_every=1, early_stopping_patience=2)
+    events = list(train(config, tmp_path / "run", objective=SelfPlayObjective(options)))
+    assert events[-1].reason == "early_stopped" and events[-1].step == 3, events[-1]
+    assert "held-out solve rate has not risen for 2 evaluations" in events[-1].message
+    assert "validation loss" not in events[-1].message
+
+
 def test_kl_without_a_base_model_is_refused(tmp_path: Path, tokenizer) -> None:
     with pytest.raises(UserError, match="base model"):
         _objective(tmp_path, tokenizer, kl_coef=0.1)

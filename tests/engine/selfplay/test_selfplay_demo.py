@@ -37,6 +37,9 @@ def test_the_demo_plays_a_real_selfplay_run_and_measures_base_final_best_and_con
     # the phases are real runs with their methods: the window and the Library show self-play as self-play
     selfplay = RunConfig.load(out / "selfplay" / "run.json")
     assert selfplay.objective == "selfplay" and selfplay.method_options["world"] == "mini"
+    # robust to its end: annealed to 0 over the phase, stopped when its own held-out rate stalls
+    assert selfplay.train_spec().schedule == "cosine" and selfplay.train_spec().min_lr_ratio == 0.0
+    assert selfplay.train_spec().early_stopping_patience > 0 and selfplay.train_spec().time_budget_s > 0
     assert selfplay.base_model.endswith(Path(result["pretrain_run"]).name + "/checkpoints/" +
                                         Path(selfplay.base_model).name)
     assert RunConfig.load(out / "control" / "run.json").objective == "causal_lm"
