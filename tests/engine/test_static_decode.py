@@ -200,6 +200,32 @@ def test_rollout_api_static_equals_lean_with_stop_ids_and_line_limits(loaded):
     assert sampled[0] == sampled[1] != sampled[2]
 
 
+def test_greedy_rollouts_stop_decoding_finished_rows_and_give_what_each_prompt_gives_alone(monkeypatch):
+    """Once half of a greedy batch has finished, the runner keeps only the rows still writing (a chat model's long
+    replies otherwise keep every short one decoding): each completion is the one its prompt gets alone."""
+    from desktop_app.engine.generate import runners
+
+    model, _ = _model("llama")
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18], [20, 21, 22], [30], [31, 32, 33, 34]]
+    plain = sample_completions(model, prompts, max_new_tokens=20, temperature=0.0, backend="lean")
+    stop = {plain[0][2], plain[1][4], plain[3][1], plain[4][6]}  # rows end at different steps
+    shrunk: list[int] = []
+    reorder = runners.Runner.reorder
+
+    def spy(self, indices):
+        shrunk.append(int(indices.numel()))
+        reorder(self, indices)
+
+    monkeypatch.setattr(runners.Runner, "reorder", spy)
+    batched = sample_completions(model, prompts, max_new_tokens=20, temperature=0.0, stop_ids=stop, backend="lean")
+    assert shrunk and shrunk[0] <= len(prompts) // 2  # finished rows were dropped from the batch
+    monkeypatch.setattr(runners.Runner, "reorder", reorder)
+    alone = [sample_completions(model, [p], max_new_tokens=20, temperature=0.0, stop_ids=stop, backend="lean")[0]
+             for p in prompts]
+    assert batched == alone
+    assert sorted(len(c) for c in batched)[0] < 20 == max(len(c) for c in batched)
+
+
 # --- the kept decoder, weights, memory --------------------------------------------------------------
 
 def test_the_decoder_is_kept_across_calls_grown_when_needed_and_private_when_busy():

@@ -98,9 +98,10 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
             out: list[list[int]] = [[] for _ in range(n)]
             done = [False] * n
             lines = [0] * n
+            rows = list(range(n))  # the completion each of the runner's rows writes
             for step in range(budget):
                 next_ids = sampler(logits)
-                for b, token in enumerate(next_ids.tolist()):
+                for b, token in zip(rows, next_ids.tolist(), strict=True):
                     if not done[b]:
                         out[b].append(token)
                         if token in newline_ids:
@@ -109,6 +110,13 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                             finished is not None and finished(out[b]))
                 if all(done) or step == budget - 1:
                     break
+                live = [i for i, b in enumerate(rows) if not done[b]]
+                if sampler.greedy and len(live) <= len(rows) // 2:
+                    # half the rows have finished: stop decoding them (a chat model's long replies otherwise
+                    # keep a whole batch of short ones running). Greedy only: a sampled row's draws would change.
+                    keep = torch.tensor(live, dtype=torch.long, device=device)
+                    runner.reorder(keep)
+                    next_ids, rows = next_ids.index_select(0, keep), [rows[i] for i in live]
                 logits = runner.step(next_ids)
             del runner
     finally:
