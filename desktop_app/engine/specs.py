@@ -235,7 +235,9 @@ class TrainSpec(SpecMixin):
                                 "memory model on CPU) and reach the batch size by gradient accumulation.",
                                 label="Find the largest micro-batch that fits", advanced=True)
     time_budget_s: float = _f(0.0, "Train for at most this long (earlier sessions of a resumed run included), then "
-                              "save and finish, whichever comes first with the steps (0 = no limit).", minimum=0.0,
+                              "save and finish, whichever comes first with the steps (0 = no limit). A cosine or "
+                              "linear schedule decays over whichever of the two comes first (by the clock: from "
+                              "the end of the first step, which holds the one-off compilation).", minimum=0.0,
                               label="Time limit", unit="s", zero="no limit")
 
     def validate(self) -> list[str]:

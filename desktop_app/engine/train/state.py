@@ -32,6 +32,7 @@ class TrainerState:
     nonfinite_count: int = 0
     nonfinite_events: list[dict[str, Any]] = field(default_factory=list)
     micro_batch: int = 1
+    first_step_s: float | None = None  # a time-limited run's clock after its first step: its decay starts there
 
     def record_eval(self, val: float) -> None:
         """A finite validation loss: the best so far, or one more evaluation without improvement."""
@@ -96,7 +97,8 @@ def checkpoint_state(state: TrainerState, spec: TrainSpec, parts: SavedParts
         "metrics_offset": parts.metrics_offset, "best_val_loss": state.best_val_loss,
         "last_val_loss": state.last_val_loss, "evals_since_best": state.evals_since_best,
         "nonfinite_count": state.nonfinite_count, "nonfinite_events": state.nonfinite_events,
-        "micro_batch": state.micro_batch, "grad_scaler": parts.grad_scaler, "rng": rng_meta,
+        "micro_batch": state.micro_batch, "first_step_s": state.first_step_s, "grad_scaler": parts.grad_scaler,
+        "rng": rng_meta,
         "threads": torch.get_num_threads(), "device": parts.device.type, "objective": parts.objective,
     }
     return saved, rng_tensors
@@ -114,4 +116,5 @@ def restore_state(saved: dict[str, Any], rng_tensors: dict[str, torch.Tensor], s
         tokens_seen=int(saved.get("tokens_seen", 0)), elapsed_s=float(saved.get("elapsed_s", 0.0)),
         best_val_loss=saved.get("best_val_loss"), last_val_loss=saved.get("last_val_loss"),
         evals_since_best=int(saved.get("evals_since_best", 0)), nonfinite_count=int(saved.get("nonfinite_count", 0)),
-        nonfinite_events=list(saved.get("nonfinite_events", [])), micro_batch=micro)
+        nonfinite_events=list(saved.get("nonfinite_events", [])), micro_batch=micro,
+        first_step_s=saved.get("first_step_s"))
