@@ -52,7 +52,7 @@ def main() -> None:
     app = QApplication.instance() or QApplication([])
     pg.setConfigOptions(antialias=True, background="w", foreground="k")
     plot = pg.PlotWidget(title=f"Held-out solve rate during self-play ({len(args.demos)} seed(s); step 0 = base)")
-    plot.addLegend()
+    plot.addLegend(offset=(60, 5), colCount=3)  # two rows across the top, above the curves (see the y range)
     plot.setLabel("bottom", "self-play step")
     plot.setLabel("left", "solve rate (greedy)")
     plot.getAxis("left").enableAutoSIPrefix(False)
@@ -82,6 +82,9 @@ def main() -> None:
     for symbol, name in (("o", "base (reported set)"), ("t", "self-play final (reported set)"),
                          ("x", "control final (reported set)")):  # the markers' key, in grey
         plot.plot([], [], pen=None, symbol=symbol, symbolSize=9, symbolBrush="#777", symbolPen="#777", name=name)
+    top = max((y for item in plot.listDataItems() for y in (item.getData()[1] if item.getData()[1] is not None
+                                                              else [])), default=0.5)
+    plot.setYRange(0, top + 0.12)  # room for the legend
     plot.resize(960, 460)
     plot.show()
     app.processEvents()
