@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from desktop_app import __version__
 from desktop_app.engine.workspace import Workspace
+from desktop_app.ui import gc_guard
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.data_tab import DataTab
 from desktop_app.ui.tabs.generate_tab import GenerateTab, checkpoint_folders
@@ -77,8 +78,6 @@ class MainWindow(QMainWindow):
     def __init__(self, workspace: Workspace | None = None, *, settings: QSettings | None = None,
                  preload: bool = True, offer_resume: bool = True):
         super().__init__()
-        from desktop_app.ui import gc_guard
-
         gc_guard.install()  # cyclic GC only in this thread: Qt objects must never die in a worker
         self.settings = settings or app_settings()
         self.setWindowTitle("AZR Model Trainer")
@@ -268,6 +267,7 @@ class MainWindow(QMainWindow):
         self.train_tab.next_step_requested.connect(self.next_step)
         self.tabs.currentChanged.connect(lambda _i: self._focus_tab())
         c.runner.task_started.connect(lambda _k: self._update_actions())
+        c.runner.task_started.connect(lambda _k: gc_guard.hold(True))
         c.runner.task_finished.connect(self._on_task_finished)
         self._update_actions()
 
@@ -324,6 +324,7 @@ class MainWindow(QMainWindow):
         self.act_workspace.setEnabled(not training)
 
     def _on_task_finished(self, kind: str) -> None:
+        gc_guard.hold(bool(self.ctx.runner.running_kinds()))
         self._update_actions()
         if self._close_requested and not self._busy_kinds():
             QTimer.singleShot(0, self.close)
