@@ -402,18 +402,18 @@ def test_a_slow_first_step_does_not_spend_a_time_limited_decay(tmp_path, monkeyp
     def slow_first_step(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
-            time.sleep(1.0)
+            time.sleep(1.5)
         return real_clip(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", slow_first_step)
     dataset = make_dataset(tmp_path / "ds")
-    config = tiny_config(dataset, steps=100_000, time_budget_s=2.0, schedule="cosine", min_lr_ratio=0.0,
+    config = tiny_config(dataset, steps=100_000, time_budget_s=3.0, schedule="cosine", min_lr_ratio=0.0,
                          warmup_steps=0, lr=1e-3)
     events = list(train(config, tmp_path / "run"))
     assert events[-1].reason == "completed", events[-1]
     lrs = [e.metrics["lr"] for e in events if e.type == "step"]
     assert len(lrs) > 3
-    assert lrs[0] == pytest.approx(1e-3) and lrs[1] > 0.9e-3  # by the clock alone the second step would be < 0.5e-3
+    assert lrs[0] == pytest.approx(1e-3) and lrs[1] > 0.6e-3  # by the clock alone the second step would be < 0.5e-3
     assert lrs[-1] < 0.3e-3 and all(a >= b for a, b in itertools.pairwise(lrs))
     saved = json.loads(next((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")).read_text())
-    assert 1.0 <= saved["first_step_s"] < 2.0  # kept for a resume: the decay goes on from where it was
+    assert 1.5 <= saved["first_step_s"] < 3.0  # kept for a resume: the decay goes on from where it was
