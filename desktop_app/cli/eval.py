@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how tasks are asked: plain text or the chat template (default auto)")
     parser.add_argument("--max-new-tokens", type=int, default=0, metavar="N",
                         help="longest answer (default 40 plain, 160 chat)")
-    parser.add_argument("--batch", type=int, default=None, metavar="N", help="prompts decoded together (64)")
+    parser.add_argument("--batch", type=int, default=None, metavar="N",
+                        help="prompts decoded together (default: automatic, about 100 on a CPU)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
     parser.add_argument("--no-save", action="store_true", help="do not add the results to the models' folders")
     parser.add_argument("--json", action="store_true", help="one JSON object per model on stdout")

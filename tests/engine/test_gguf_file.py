@@ -187,6 +187,48 @@ def test_a_gguf_loads_as_a_model_with_its_tokenizer_and_chat_template(sources, e
     assert (q8 - expected).abs().max() < 0.1 and (q8.argmax(-1) == expected.argmax(-1)).float().mean() > 0.9
 
 
+def test_a_gguf_load_parses_the_file_once_and_leaves_the_gguf_library_as_it_was(exported, monkeypatch):
+    """transformers builds a GGUFReader for the tokenizer, the config and the weights: one parse serves all three,
+    and overlapping loads (chat and an evaluation at once) restore the library when the last one ends."""
+    import threading
+
+    import gguf
+
+    from desktop_app.engine.model.gguf_reading import parse_once
+    from desktop_app.engine.model.loading import load_model
+
+    original_reader, original_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    parses: list[str] = []
+
+    class CountingReader(original_reader):
+        def __init__(self, path, mode="r"):
+            parses.append(str(path))
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    loaded = load_model(exported["llama"], device="cpu")
+    assert loaded.kind == "gguf" and len(parses) == 1  # three readers asked for, one parse
+    assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is original_map
+
+    inside, release = threading.Event(), threading.Event()
+
+    def other_load() -> None:
+        with parse_once():
+            inside.set()
+            release.wait(10)
+
+    other = threading.Thread(target=other_load)
+    other.start()
+    assert inside.wait(10)
+    with parse_once():
+        assert gguf.GGUFReader is not CountingReader
+        assert gguf.GGUFReader(exported["gpt2"]) is gguf.GGUFReader(exported["gpt2"])
+    assert gguf.GGUFReader is not CountingReader  # the other load is still inside
+    release.set()
+    other.join(10)
+    assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is original_map
+
+
 def test_the_workspace_lists_gguf_files(tmp_path, exported):
     from desktop_app.engine.model.folders import list_generatable
     from desktop_app.engine.workspace import Workspace

@@ -226,6 +226,58 @@ def test_greedy_rollouts_stop_decoding_finished_rows_and_give_what_each_prompt_g
     assert sorted(len(c) for c in batched)[0] < 20 == max(len(c) for c in batched)
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("backend", ["lean", "hf"])
+def test_prompts_sharing_a_prefix_prefill_it_once_and_each_gets_what_it_gets_alone(family, backend, monkeypatch):
+    """A chat template and a task's instructions start every prompt: that prefix is prefilled once (batch 1), its
+    cache rows repeated, then each prompt's own rest follows (padded on the left, between the two). Every
+    completion, greedy or sampled with several samples, is the one the prompt gets alone."""
+    from desktop_app.engine.generate import runners
+    from desktop_app.engine.selfplay.rollout import shared_prefix
+
+    model, _ = _model(family)
+    head = list(range(40, 52))
+    prompts = [head + [5, 6, 7], head + [10], head + [12, 13, 14, 15, 16, 17], head + [20, 21]]
+    assert shared_prefix(prompts) == len(head) and shared_prefix([head + [1], [2] + head]) == 0
+    assert shared_prefix([head, head]) == len(head) - 1  # every prompt keeps a token of its own
+    prefills: list[tuple[int, int]] = []
+    original = runners.make_runner
+
+    def spy(*args, **kwargs):
+        runner = original(*args, **kwargs)
+        inner = runner.prefill
+
+        def prefill(ids, mask):
+            prefills.append(tuple(ids.shape))
+            return inner(ids, mask)
+
+        runner.prefill = prefill
+        return runner
+
+    monkeypatch.setattr("desktop_app.engine.selfplay.rollout.make_runner", spy)
+    greedy = sample_completions(model, prompts, max_new_tokens=12, temperature=0.0, backend=backend)
+    assert prefills == [(1, len(head))]  # the prefix alone, once
+    alone = [sample_completions(model, [p], max_new_tokens=12, temperature=0.0, backend=backend)[0] for p in prompts]
+    assert greedy == alone
+    monkeypatch.setattr("desktop_app.engine.selfplay.rollout.make_runner", original)
+    kw = dict(samples=3, max_new_tokens=10, temperature=1.0, seed=4, backend=backend)
+    shared = sample_completions(model, prompts, **kw)
+    # sampled with several samples per prompt: the same draws as the plain path (the prefix minimum raised)
+    monkeypatch.setattr("desktop_app.engine.selfplay.rollout.MIN_SHARED_PREFIX", 10_000)
+    assert sample_completions(model, prompts, **kw) == shared
+
+
+def test_a_batch_of_several_task_types_takes_one_completeness_check_per_prompt():
+    model, _ = _model("llama")
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    plain = sample_completions(model, prompts, max_new_tokens=12, temperature=0.0, backend="lean")
+    checks = [lambda ids: len(ids) >= 3, None, lambda ids: len(ids) >= 5]
+    cut = sample_completions(model, prompts, max_new_tokens=12, temperature=0.0, backend="lean", finished=checks)
+    assert cut == [plain[0][:3], plain[1], plain[2][:5]]
+    with pytest.raises(ValueError, match="2 completeness checks for 3 prompts"):
+        sample_completions(model, prompts, max_new_tokens=4, temperature=0.0, finished=checks[:2])
+
+
 # --- the kept decoder, weights, memory --------------------------------------------------------------
 
 def test_the_decoder_is_kept_across_calls_grown_when_needed_and_private_when_busy():

@@ -90,57 +90,69 @@ def drain(work: Generator[Any, None, T]) -> T:
 @torch.no_grad()
 def _replies(model: Any, prompter: TaskPrompter, world: TaskWorld, tasks: list[Task], *, samples: int,
              temperature: float, seed: int, max_len: int, max_new_tokens: int) -> list[str]:
-    """`samples` answers per task (task-major), as the world checks them."""
+    """`samples` answers per task (task-major), as the world checks them. The tasks' types may differ, as long as
+    their answers are cut after the same number of lines (`_batches`)."""
     prompts = [prompter.solve_ids(world, t) for t in tasks]
     lines = prompter.answer_lines(world, tasks[0].type) if tasks else 0
     ids = sample_completions(model, prompts, samples=samples, max_new_tokens=max_new_tokens,
                              temperature=temperature, top_p=0.95 if temperature > 0 else 1.0, seed=seed,
                              stop_ids=prompter.stop_ids, max_len=max_len, newline_ids=prompter.codec.newline_ids()
                              if lines else set(), max_lines=lines,
-                             finished=prompter.finished(world.answer_kind(tasks[0].type)) if tasks else None,
+                             finished=[prompter.finished(world.answer_kind(t.type)) for t in tasks],
                              tokens=prompter.codec.vocab_size())
     return [prompter.answer(world, tasks[i // samples], prompter.codec.decode(c)) for i, c in enumerate(ids)]
+
+
+def _batches(prompter: TaskPrompter, world: TaskWorld, heldout: dict[str, list[Task]],
+             size: int) -> list[list[tuple[str, int]]]:
+    """(type, index) batches of at most `size` tasks. Types whose answers are cut alike share batches (chat replies:
+    every type), prompts sorted by length: less padding, and the few replies that run to the longest answer decode
+    once for all types instead of once per type."""
+    groups: dict[int, list[tuple[str, int]]] = {}
+    for task_type, tasks in heldout.items():
+        groups.setdefault(prompter.answer_lines(world, task_type), []).extend(
+            (task_type, i) for i in range(len(tasks)))
+    out = []
+    for items in groups.values():
+        items.sort(key=lambda item: len(world.solve_prompt(heldout[item[0]][item[1]])))
+        out += [items[start:start + size] for start in range(0, len(items), size)]
+    return out
+
+
+def _names(part: list[tuple[str, int]]) -> str:
+    return ", ".join(dict.fromkeys(task_type for task_type, _ in part))
 
 
 def solve_heldout(model: Any, prompter: TaskPrompter, world: TaskWorld, heldout: dict[str, list[Task]], *,
                   max_len: int, max_new_tokens: int, samples: int = 0, temperature: float = 0.8, seed: int = 0,
                   batch: int = 64) -> Iterator[Progress]:
-    """Solve every held-out task greedily (and `samples` times sampled when above 1), type by type, in batches of
-    `batch` prompts (similar lengths together); yields Progress per batch, returns {type: TypeResult}."""
+    """Solve every held-out task greedily (and `samples` times sampled when above 1) in batches of `batch` prompts
+    (`_batches`); yields Progress per batch, returns {type: TypeResult}."""
+    heldout = {t: tasks for t, tasks in heldout.items() if tasks}
     total = sum(len(t) for t in heldout.values()) * (1 + (samples if samples > 1 else 0))
     done = 0
-    results: dict[str, TypeResult] = {}
-    for task_type, tasks in heldout.items():
-        if not tasks:
-            continue
-        order = list(range(len(tasks)))
-        if len(tasks) > batch:  # several batches: similar prompt lengths together (less padding)
-            order.sort(key=lambda i: len(world.solve_prompt(tasks[i])))
-        correct = [False] * len(tasks)
-        format_errors = 0
-        for start in range(0, len(order), batch):
-            part = [tasks[i] for i in order[start:start + batch]]
-            answers = _replies(model, prompter, world, part, samples=1, temperature=0.0, seed=seed,
-                               max_len=max_len, max_new_tokens=max_new_tokens)
-            for i, check in zip(order[start:start + batch], world.check(part, answers), strict=True):
-                correct[i] = check.correct
-                format_errors += check.status in ("format", "unparseable")
-            done += len(part)
-            yield Progress("held-out tasks", done, total, "answers", f"{task_type}: greedy")
-        result = TypeResult(task_type, len(tasks), sum(correct), format_errors=format_errors)
-        if samples > 1:
+    results = {t: TypeResult(t, len(tasks), 0) for t, tasks in heldout.items()}
+    for part in _batches(prompter, world, heldout, max(1, batch)):
+        tasks = [heldout[t][i] for t, i in part]
+        answers = _replies(model, prompter, world, tasks, samples=1, temperature=0.0, seed=seed,
+                           max_len=max_len, max_new_tokens=max_new_tokens)
+        for (task_type, _), check in zip(part, world.check(tasks, answers), strict=True):
+            results[task_type].solved += bool(check.correct)
+            results[task_type].format_errors += check.status in ("format", "unparseable")
+        done += len(part)
+        yield Progress("held-out tasks", done, total, "answers", f"{_names(part)}: greedy")
+    if samples > 1:
+        for result in results.values():
             result.k = samples
-            per_batch = max(1, batch // samples)
-            for start in range(0, len(order), per_batch):
-                part = [tasks[i] for i in order[start:start + per_batch]]
-                answers = _replies(model, prompter, world, part, samples=samples, temperature=temperature,
-                                   seed=seed + start, max_len=max_len, max_new_tokens=max_new_tokens)
-                checks = world.check([t for t in part for _ in range(samples)], answers)
-                result.solved_at_k += sum(any(c.correct for c in checks[j * samples:(j + 1) * samples])
-                                          for j in range(len(part)))
-                done += len(part) * samples
-                yield Progress("held-out tasks", done, total, "answers", f"{task_type}: {samples} samples each")
-        results[task_type] = result
+        for part in _batches(prompter, world, heldout, max(1, batch // samples)):
+            tasks = [heldout[t][i] for t, i in part]
+            answers = _replies(model, prompter, world, tasks, samples=samples, temperature=temperature,
+                               seed=seed + done, max_len=max_len, max_new_tokens=max_new_tokens)
+            checks = world.check([t for t in tasks for _ in range(samples)], answers)
+            for j, (task_type, _) in enumerate(part):
+                results[task_type].solved_at_k += any(c.correct for c in checks[j * samples:(j + 1) * samples])
+            done += len(part) * samples
+            yield Progress("held-out tasks", done, total, "answers", f"{_names(part)}: {samples} samples each")
     return results
 
 

@@ -118,6 +118,21 @@ def eval_threads(requested: int) -> tuple[int | None, str]:
     return None, f"{cpu_cores()} CPU threads"
 
 
+AUTO_BATCH = {"cpu": 100, "other": 256}  # prompts; measured on a 2-core CPU with SmolLM2-135M's 300 python-world
+# tasks: batches of 100 took 108-123 s, of 64 136 s (more batches, each ending on its few long replies), of 150
+# 130 s (longer prompts pad the whole batch, and the prefill slows down)
+
+
+def batch_size(requested: int, prompts: int, device: str) -> int:
+    """Prompts per batch: as asked, else about AUTO_BATCH's size for the device, evened out over the batches
+    (300 prompts on a CPU: three of 100, and 210 three of 70 rather than 100, 100, 10)."""
+    if requested:
+        return requested
+    most = AUTO_BATCH["cpu" if device == "cpu" else "other"]
+    batches = max(1, -(-prompts // most))
+    return max(1, -(-prompts // batches))
+
+
 BF16_MIN_PARAMETERS = 20_000_000  # smaller models decode no faster in bf16 (casts and Python dominate)
 
 
@@ -165,9 +180,10 @@ def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bo
         name = default_world(tokenizer) if spec.world == "auto" else spec.world
         world, heldout = sets.get(name)
         max_new = int(spec.max_new_tokens) or (CHAT_ANSWER_TOKENS if prompter.chat else PLAIN_ANSWER_TOKENS)
+        size = batch_size(int(spec.batch), sum(len(t) for t in heldout.values()), loaded.device.type)
         results = yield from solve_heldout(model, prompter, world, heldout, max_len=max_len, max_new_tokens=max_new,
                                            samples=int(spec.samples), temperature=float(spec.temperature),
-                                           seed=int(spec.seed), batch=int(spec.batch))
+                                           seed=int(spec.seed), batch=size)
         metrics["world"] = name
         for result in results.values():
             metrics.update(result.metrics())
@@ -175,7 +191,7 @@ def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bo
     if spec.qa:
         max_new = int(spec.max_new_tokens) or CHAT_ANSWER_TOKENS
         metrics.update((yield from ask_questions(model, prompter, spec.qa, max_len=max_len, max_new_tokens=max_new,
-                                                 batch=min(int(spec.batch), 16), how=spec.qa_match)))
+                                                 batch=min(int(spec.batch) or 16, 16), how=spec.qa_match)))
     if spec.text:
         metrics.update((yield from score_text(model, tokenizer, list(spec.text), max_tokens=int(spec.max_text_tokens),
                                               context=max_len)))

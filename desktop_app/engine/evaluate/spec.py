@@ -58,7 +58,9 @@ class EvalSpec(SpecMixin):
                    "bits per byte on (empty: skip).", widget="files", label="Text for perplexity")
     max_text_tokens: int = f(100_000, "Most tokens of text scored (the start of the text).", minimum=1,
                              label="Text scored", unit="tokens", advanced=True)
-    batch: int = f(64, "Prompts decoded together.", minimum=1, label="Batch", unit="prompts", advanced=True)
+    batch: int = f(0, "Prompts decoded together (0 = automatic: about 100 on a CPU, where larger batches pad and "
+                   "prefill slower, 256 on a GPU; evened out over the batches).", minimum=0, label="Batch",
+                   unit="prompts", zero="automatic", advanced=True)
     device: str = f("auto", "Where to run: auto picks CUDA, then MPS, then the CPU.", choices=EVAL_DEVICES,
                     label="Device", advanced=True)
     precision: str = f("auto", "Numbers the model computes in: fp32, or bf16 (about half the memory traffic; on a "
@@ -88,7 +90,7 @@ class EvalSpec(SpecMixin):
         check_choice(p, "qa_match", self.qa_match, QA_MATCHES)
         check_files(p, "text", self.text)
         check_positive(p, "max_text_tokens", self.max_text_tokens)
-        check_positive(p, "batch", self.batch)
+        check_count(p, "batch", self.batch)
         check_choice(p, "device", self.device, EVAL_DEVICES)
         check_count(p, "threads", self.threads)
         check_choice(p, "precision", self.precision, EVAL_PRECISIONS)

@@ -1,5 +1,7 @@
 """Decode runners: one forward per new token over a KV cache. `prefill(ids, mask)` -> last-position logits;
-`step(next_ids)` -> logits of the new token; `expand` / `reorder` repeat or move cache rows (samples, beams).
+`step(next_ids)` -> logits of the new token; `extend(ids, mask)` -> more prompt tokens after the cached ones (rows
+that share a prefix: it is prefilled once, `expand`ed, then each row's rest); `expand` / `reorder` repeat or move
+cache rows (samples, beams).
 
 Why not transformers' forward for every model: decoding a small model on a CPU is a long chain of tiny
 ops, and every Python-level call costs microseconds. transformers' forward adds module calls, mask and
@@ -57,6 +59,21 @@ class Runner:
             self.positions.copy_(mask.long().sum(-1))
         return pos
 
+    def _continue(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Position ids [batch, t] of `t` more prompt tokens per row after the cached ones (`extend`); mask marks
+        the real ones (padding on the left of the new part)."""
+        t = ids.shape[1]
+        if mask is None:
+            pos = self.positions[:, None] + torch.arange(t, device=self.device)
+            self.positions += t
+            return pos
+        if self.valid is None:
+            self.valid = torch.ones(self.batch, self.max_len, dtype=torch.bool, device=self.device)
+        self.valid[:, self.length:self.length + t] = mask.bool()
+        pos = self.positions[:, None] + (mask.long().cumsum(-1) - 1).clamp_(min=0)
+        self.positions += mask.long().sum(-1)
+        return pos
+
     def expand(self, repeats: int) -> None:
         """Repeat every row `repeats` times (row i -> rows i*r .. i*r+r-1) after the prefill.
 
@@ -95,6 +112,15 @@ class _HFRunner(Runner):
         self.length = ids.shape[1]
         out = self.model(input_ids=ids, attention_mask=None if mask is None else mask.long(), position_ids=pos,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def extend(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """More prompt tokens per row after the cached ones (a shared prefix's rows, each with its own rest)."""
+        pos = self._continue(ids, mask)
+        self.length += ids.shape[1]
+        attention = None if self.valid is None else self.valid[:, : self.length].long()
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=pos, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
 
     def expand(self, repeats: int) -> None:
@@ -213,6 +239,11 @@ class _LeanRunner(Runner):
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         pos = self._start(ids, mask)
         return self._forward(ids, pos, _attention_mask(self.valid, 0, ids.shape[1], self.device))
+
+    def extend(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """More prompt tokens per row after the cached ones (a shared prefix's rows, each with its own rest)."""
+        pos = self._continue(ids, mask)
+        return self._forward(ids, pos, _attention_mask(self.valid, self.length, ids.shape[1], self.device))
 
     def step(self, next_ids: torch.Tensor) -> torch.Tensor:
         mask = _attention_mask(self.valid, self.length, 1, self.device)
@@ -342,7 +373,9 @@ class _LeanLlama(_LeanRunner):
             if t == 1:
                 qk = torch.bmm(qk.view(b, nh + nkv, hd), rope).view(b, 1, nh + nkv, hd)
             else:
-                qk = torch.addcmul(qk * cos, qk @ self.rot, sin)
+                half = hd // 2  # rotate_half as a concatenation: `qk @ self.rot` broadcast a copy of the 64x64
+                # matrix to every token and head (a fifth of a chat prompt's prefill on a CPU)
+                qk = torch.addcmul(qk * cos, torch.cat((-qk[..., half:], qk[..., :half]), dim=-1), sin)
             q = qk.narrow(2, 0, nh).transpose(1, 2)
             kc, vc = self.k_layers[i], self.v_layers[i]
             kc.narrow(2, start, t).copy_(qk.narrow(2, nh, nkv).transpose(1, 2))

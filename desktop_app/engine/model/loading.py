@@ -36,6 +36,7 @@ from desktop_app.engine.model.folders import (
     weight_files,
     weights_sha256,
 )
+from desktop_app.engine.model.gguf_reading import parse_once
 from desktop_app.engine.run_folder import read_json
 from desktop_app.engine.specs import ModelSpec
 
@@ -275,8 +276,9 @@ def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
     if is_adapter_folder(folder):  # a LoRA/QLoRA run: its base with the adapter merged in memory
         return _load_adapter(folder, kind, name, resolve_device(device), dtype)
     if kind == "gguf":
-        tokenizer = load_gguf_tokenizer(folder)
-        model = load_gguf_weights(folder, dtype)
+        with parse_once():  # tokenizer, config and weights from one parse of the file
+            tokenizer = load_gguf_tokenizer(folder)
+            model = load_gguf_weights(folder, dtype)
     else:
         config = read_config(folder)
         check_no_remote_code(folder, config)
@@ -357,10 +359,12 @@ def load_full(info: BaseModelInfo) -> tuple[Any, Any, list[str]]:
         model = model.merge_and_unload()
         notes.append(f"base {info.name}: the adapter was merged into its base {info.adapter_base.name} in memory")
         return model, tokenizer, notes
-    tokenizer = load_tokenizer(info.folder)
     if info.kind == "gguf":
-        model = load_gguf_weights(info.folder, torch.float32)
+        with parse_once():  # tokenizer, config and weights from one parse of the file
+            tokenizer = load_gguf_tokenizer(info.folder)
+            model = load_gguf_weights(info.folder, torch.float32)
     else:
+        tokenizer = load_tokenizer(info.folder)
         safetensors, pickles = weight_files(info.folder)
         with quiet_transformers():
             model = load_weights(info.folder, safetensors, pickles, torch.float32)

@@ -19,6 +19,8 @@ from desktop_app.engine.generate.runners import make_runner
 from desktop_app.engine.generate.sampling import Sampler
 from desktop_app.engine.generate.static_decode import log_choice, static_completions, use_static_path
 
+Check = Callable[[list[int]], bool]  # is this completion's answer complete?
+
 
 @dataclass
 class TextCodec:
@@ -50,13 +52,15 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                        max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                        stop_ids: set[int] | frozenset[int] = frozenset(), pad_id: int = 0,
                        max_len: int | None = None, newline_ids: set[int] | frozenset[int] = frozenset(),
-                       max_lines: int = 0, finished: Callable[[list[int]], bool] | None = None,
+                       max_lines: int = 0, finished: Check | Sequence[Check | None] | None = None,
                        backend: str = "auto", tokens: int = 0) -> list[list[int]]:
     """`samples` completions per prompt (prompt-major order), each cut after its first stop id (kept), or
     after its `max_lines`-th token that holds a line break (when max_lines > 0), or once `finished(its ids)`
-    says its answer is complete (a chat reply's closing </answer> tag or code fence).
+    says its answer is complete (a chat reply's closing </answer> tag or code fence); `finished` may also be one
+    check per prompt (prompts of several task types in one batch).
 
-    Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample.
+    Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample. A prefix
+    that all prompts share (a chat template, a task's instructions) is prefilled once for all of them.
     backend: auto (the static path on CUDA, the lean runners elsewhere), static, lean or hf. tokens: the
     tokenizer's size, when the model's vocabulary is padded beyond it (those ids are never sampled).
     """
@@ -68,6 +72,7 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     longest = max(len(p) for p in prompts)
     budget = max_new_tokens if max_len is None else max(1, min(max_new_tokens, max_len - longest))
     device = next(model.parameters()).device
+    checks = _row_checks(finished, len(prompts), samples)
     was_training = model.training
     model.eval()
     static, reason = use_static_path(model, backend)
@@ -79,19 +84,23 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                                                                        tokens=tokens),
                                              seed=seed, stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids,
                                              max_lines=max_lines)
-            return [cut_when_finished(c, finished) for c in completions] if finished else completions
+            return [c if check is None else cut_when_finished(c, check) for c, check in zip(completions, checks,
+                                                                                           strict=True)]
         with torch.inference_mode():
-            ids = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompts], dtype=torch.long,
-                               device=device)
-            mask = None
-            if any(len(p) != longest for p in prompts):
-                mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long,
-                                    device=device)
             n = len(prompts) * samples
             sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, batch=n, tokens=tokens,
                               vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
-            runner = make_runner(model, len(prompts), longest + budget, backend)
-            logits = runner.prefill(ids, mask)
+            shared = shared_prefix(prompts)
+            if shared:  # the chat template and the instructions: prefilled once, not once per prompt
+                runner = make_runner(model, 1, longest + budget, backend)
+                runner.prefill(torch.tensor([list(prompts[0][:shared])], dtype=torch.long, device=device), None)
+                runner.expand(len(prompts))
+                ids, mask = left_padded([p[shared:] for p in prompts], pad_id, device)
+                logits = runner.extend(ids, mask)
+            else:
+                runner = make_runner(model, len(prompts), longest + budget, backend)
+                ids, mask = left_padded(prompts, pad_id, device)
+                logits = runner.prefill(ids, mask)
             if samples > 1:
                 runner.expand(samples)
                 logits = logits.repeat_interleave(samples, dim=0)
@@ -107,7 +116,7 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                         if token in newline_ids:
                             lines[b] += 1
                         done[b] = token in stop_ids or (max_lines > 0 and lines[b] >= max_lines) or (
-                            finished is not None and finished(out[b]))
+                            checks[b] is not None and checks[b](out[b]))
                 if all(done) or step == budget - 1:
                     break
                 live = [i for i, b in enumerate(rows) if not done[b]]
@@ -122,6 +131,42 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     finally:
         model.train(was_training)
     return out
+
+
+MIN_SHARED_PREFIX = 8  # tokens: below this a separate prefill of the prefix saves less than it costs
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Tokens at the start of every prompt (each keeping at least one of its own); 0 for one prompt or fewer than
+    MIN_SHARED_PREFIX."""
+    if len(prompts) < 2:
+        return 0
+    first, limit = prompts[0], min(len(p) for p in prompts) - 1
+    length = 0
+    while length < limit and all(p[length] == first[length] for p in prompts):
+        length += 1
+    return length if length >= MIN_SHARED_PREFIX else 0
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor,
+                                                                                           torch.Tensor | None]:
+    """Rows padded on the left into one [n, longest] tensor, and the mask of real tokens (None: no padding)."""
+    longest = max(len(r) for r in rows)
+    ids = torch.tensor([[pad_id] * (longest - len(r)) + list(r) for r in rows], dtype=torch.long, device=device)
+    if all(len(r) == longest for r in rows):
+        return ids, None
+    mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
+    return ids, mask
+
+
+def _row_checks(finished: Any, prompts: int, samples: int) -> list[Check | None]:
+    """The completeness check of every completion (prompt-major): one for all, or one per prompt."""
+    if finished is None or callable(finished):
+        return [finished] * (prompts * samples)
+    per_prompt = list(finished)
+    if len(per_prompt) != prompts:
+        raise ValueError(f"{len(per_prompt)} completeness checks for {prompts} prompts")
+    return [check for check in per_prompt for _ in range(samples)]
 
 
 def cut_when_finished(ids: list[int], finished: Callable[[list[int]], bool]) -> list[int]:

@@ -102,3 +102,35 @@ def test_pass_at_k_and_intervals_from_scripted_answers(monkeypatch, model_and_to
     assert 0.15 < low < 0.4 < high < 0.7  # Wilson at 4/10: about 0.17-0.69
     assert wilson(0, 400)[0] == 0.0 and wilson(400, 400)[1] == 1.0
     assert TypeResult("x", 400, 120).metrics()["solve_rate/x/ci95"][1] - 0.3 < 0.05  # 400 tasks: within 0.05
+
+
+def test_task_types_share_batches_and_each_type_is_counted_apart(monkeypatch, model_and_tokenizer) -> None:
+    """Types whose answers are cut alike share batches (sorted by prompt length): fewer, fuller batches; each
+    type's solves still land on its own row of the table."""
+    _, tokenizer = model_and_tokenizer
+    world = MiniWorld()
+    sets = {t: world.generate(t, n, 5) for t, n in (("deduction", 7), ("abduction", 5), ("induction", 6))}
+    right = {(t.type, t.program): world.reference_answer(t) for tasks in sets.values() for t in tasks}
+    seen: list[list[str]] = []
+
+    def scripted(model, prompter, world, part, *, samples, **_):
+        seen.append([t.type for t in part])
+        return [right[t.type, t.program] if t.type != "abduction" else "nonsense" for t in part]
+
+    monkeypatch.setattr(heldout, "_replies", scripted)
+    prompter = make_prompter(tokenizer, "plain")
+    lines = {t: prompter.answer_lines(world, t) for t in sets}
+    results = drain(solve_heldout(None, prompter, world, sets, max_len=64, max_new_tokens=8, batch=8))
+    assert [(r.n, r.solved) for r in results.values()] == [(7, 7), (5, 0), (6, 6)]
+    assert sorted(t for part in seen for t in part) == sorted(t for t, tasks in sets.items() for _ in tasks)
+    assert all(len(part) <= 8 and len({lines[t] for t in part}) == 1 for part in seen)  # cut alike, together
+    if len(set(lines.values())) == 1:
+        assert len(seen) == 3 and any(len(set(part)) > 1 for part in seen)  # 18 tasks: 8 + 8 + 2, types mixed
+
+
+def test_the_automatic_batch_evens_out_about_a_hundred_prompts_on_a_cpu() -> None:
+    from desktop_app.engine.evaluate.runner import batch_size
+
+    assert batch_size(0, 300, "cpu") == 100 and batch_size(0, 210, "cpu") == 70 and batch_size(0, 30, "cpu") == 30
+    assert batch_size(0, 300, "cuda") == 150 and batch_size(0, 1200, "cuda") == 240
+    assert batch_size(17, 300, "cpu") == 17  # as asked
