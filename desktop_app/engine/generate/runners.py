@@ -190,19 +190,16 @@ def _decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
                       scale: float | None) -> torch.Tensor:
     """Attention of one new query per row over the cache: q [b, h, 1, d], k/v [b, kv, L, d] -> [b, h, 1, d].
 
-    For a single query, plain matmul + softmax beats the SDPA kernel's fixed cost on CPU. Grouped-query
-    heads are handled by viewing the h query heads as [kv, h / kv] (head i uses kv head i // group).
+    The h query heads are viewed as [kv, h / kv]: the heads of a group become the rows of one query block over
+    their shared kv head (head i uses kv head i // group), so the kernel neither repeats k/v per head nor copies
+    the cache's keys transposed (plain matmul + softmax did: ~45% of a bf16 step at 25 rows). mask [b, 1, 1, L].
     scale=None: q is already scaled.
     """
     b, h, _, d = q.shape
     kv = k.shape[1]
-    qg = q.view(b, kv, h // kv, d)
-    scores = torch.matmul(qg, k.transpose(-1, -2))  # [b, kv, group, L]
-    if scale is not None:
-        scores = scores * scale
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # mask [b, 1, 1, L]
-    return torch.matmul(scores.softmax(dim=-1), v).view(b, h, 1, d)
+    out = F.scaled_dot_product_attention(q.view(b, kv, h // kv, d), k, v, attn_mask=mask,
+                                         scale=1.0 if scale is None else scale)
+    return out.view(b, h, 1, d)
 
 
 class _LeanRunner(Runner):
