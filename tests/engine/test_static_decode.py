@@ -237,8 +237,8 @@ def test_prompts_sharing_a_prefix_prefill_it_once_and_each_gets_what_it_gets_alo
 
     model, _ = _model(family)
     head = list(range(40, 52))
-    prompts = [head + [5, 6, 7], head + [10], head + [12, 13, 14, 15, 16, 17], head + [20, 21]]
-    assert shared_prefix(prompts) == len(head) and shared_prefix([head + [1], [2] + head]) == 0
+    prompts = [[*head, 5, 6, 7], [*head, 10], [*head, 12, 13, 14, 15, 16, 17], [*head, 20, 21]]
+    assert shared_prefix(prompts) == len(head) and shared_prefix([[*head, 1], [2, *head]]) == 0
     assert shared_prefix([head, head]) == len(head) - 1  # every prompt keeps a token of its own
     prefills: list[tuple[int, int]] = []
     original = runners.make_runner
