@@ -31,19 +31,9 @@ import torch
 
 from desktop_app.engine.generate.buckets import batch_bucket
 from desktop_app.engine.generate.prompts import context_length
-from desktop_app.engine.generate.runners import lean_supported, make_runner
+from desktop_app.engine.generate.runners import lean_supported, left_padded, make_runner
 from desktop_app.engine.generate.static_cache import StaticDecoder
 from desktop_app.engine.generate.static_models import static_supported
-
-
-def _pad_prompts(prompts: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Left-padded ids [m, longest] and the attention mask (None when all prompts have the same length)."""
-    longest = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts], dtype=torch.long, device=device)
-    if all(len(p) == longest for p in prompts):
-        return ids, None
-    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
-    return ids, mask
 
 
 class SlotCache:
@@ -82,7 +72,7 @@ class SlotCache:
         (an index into prompts: a prompt with n choices appears n times). Returns their logits [m, vocab].
         `budget` (the most tokens any of them may generate) is not needed here: the buffer is sized once."""
         assert self.n + len(rows) <= self.capacity
-        ids, mask = _pad_prompts(prompts, self.pad_id, self.device)
+        ids, mask = left_padded(prompts, self.pad_id, self.device)
         width = ids.shape[1]
         with torch.inference_mode():
             pre = make_runner(self.model, len(prompts), width, backend="lean")
@@ -261,7 +251,7 @@ class FixedBatch:
     def admit(self, prompts: list[list[int]], rows: list[int], budget: int) -> torch.Tensor:
         assert self.runner is None
         expanded = [prompts[r] for r in rows]
-        ids, mask = _pad_prompts(expanded, self.pad_id, self.device)
+        ids, mask = left_padded(expanded, self.pad_id, self.device)
         with torch.inference_mode():
             self.runner = make_runner(self.model, len(rows), ids.shape[1] + budget)
             logits = self.runner.prefill(ids, mask)

@@ -39,7 +39,7 @@ from desktop_app.engine.events import GenerationStats, TextDelta
 from desktop_app.engine.generate.beam_search import stream_beams
 from desktop_app.engine.generate.device_sampling import SamplingSettings
 from desktop_app.engine.generate.prompts import context_length, encode_prompt
-from desktop_app.engine.generate.runners import BACKENDS, make_runner
+from desktop_app.engine.generate.runners import BACKENDS, left_padded, make_runner
 from desktop_app.engine.generate.sampling import Sampler
 from desktop_app.engine.generate.static_decode import StaticGeneration, log_choice, use_static_path
 from desktop_app.engine.generate.text_stream import TextStream
@@ -155,11 +155,7 @@ def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, s
 
     with torch.inference_mode():
         # Prefill each distinct prompt once, then repeat its cache rows for its samples.
-        ids = torch.tensor([[pad] * (longest - len(r)) + r for r in prompts], dtype=torch.long, device=device)
-        mask = None
-        if any(len(r) != longest for r in prompts):
-            mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in prompts], dtype=torch.long,
-                                device=device)
+        ids, mask = left_padded(prompts, pad, device)
         vocab = int(getattr(model.config, "vocab_size", 0) or 0)
         sampler = Sampler(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p, min_p=spec.min_p,
                           repetition_penalty=spec.repetition_penalty, seed=spec.seed, batch=n, vocab_size=vocab,

@@ -22,6 +22,7 @@ mostly the weight matmuls, which are memory-bound at batch 1 (profiled here: ~60
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -467,6 +468,17 @@ class _LeanGPT2(_LeanRunner):
 def lean_supported(model: Any) -> bool:
     """True when the lean decode path covers this model (llama / gpt2 with standard layers)."""
     return _LeanLlama.supports(model) or _LeanGPT2.supports(model)
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor,
+                                                                                           torch.Tensor | None]:
+    """Rows padded on the left into one [n, longest] tensor, and the mask of real tokens (None: no padding)."""
+    longest = max(len(r) for r in rows)
+    ids = torch.tensor([[pad_id] * (longest - len(r)) + list(r) for r in rows], dtype=torch.long, device=device)
+    if all(len(r) == longest for r in rows):
+        return ids, None
+    mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
+    return ids, mask
 
 
 def make_runner(model: Any, batch: int, max_len: int, backend: str = "auto") -> Runner:

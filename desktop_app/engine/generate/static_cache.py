@@ -37,6 +37,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.buckets import batch_bucket, length_bucket, length_buckets
 from desktop_app.engine.generate.cuda_graphs import GraphSet, Snapshot
 from desktop_app.engine.generate.device_sampling import DeviceSampling, StopState
+from desktop_app.engine.generate.runners import left_padded
 from desktop_app.engine.generate.static_models import StaticModel, static_model
 
 _COLUMN_STEP = 64
@@ -179,12 +180,8 @@ class StaticDecoder:
             raise ValueError(f"a prompt of {longest} tokens does not fit {self.columns - start_column} free columns")
         d = self.device
         with torch.inference_mode():
-            ids = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompts], dtype=torch.long,
-                               device=d)
-            mask = None
-            if any(len(p) != longest for p in prompts):
-                mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long,
-                                    device=d)
+            ids, mask = left_padded(prompts, pad_id, d)
+            if mask is not None:
                 pos = (mask.cumsum(-1) - 1).clamp_(min=0)
             else:
                 pos = torch.arange(longest, device=d).expand(len(prompts), longest)

@@ -4,7 +4,7 @@ transformers' GGUF loader builds a `gguf.GGUFReader` three times for one model (
 walking every metadata field (SmolLM2-135M's 49k-token vocabulary: ~5 s on a 2-core CPU), and builds gguf's tensor
 name map once per module of the model (397 times for SmolLM2, ~5 s). Inside `parse_once()` a file is parsed once and
 a name map built once per architecture; outside it both libraries run unchanged. SmolLM2-135M's Q4_1 file: 23 s ->
-13 s to load here.
+10 s to load here.
 
 The libraries look both names up on the `gguf` module at each call (`from gguf import GGUFReader` inside
 transformers' functions), so swapping the module's attributes reaches them. Loads may overlap (the window can load

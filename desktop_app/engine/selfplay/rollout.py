@@ -15,7 +15,7 @@ import torch
 
 from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.generate.device_sampling import SamplingSettings
-from desktop_app.engine.generate.runners import make_runner
+from desktop_app.engine.generate.runners import left_padded, make_runner
 from desktop_app.engine.generate.sampling import Sampler
 from desktop_app.engine.generate.static_decode import log_choice, static_completions, use_static_path
 
@@ -148,17 +148,6 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return length if length >= MIN_SHARED_PREFIX else 0
 
 
-def left_padded(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor,
-                                                                                           torch.Tensor | None]:
-    """Rows padded on the left into one [n, longest] tensor, and the mask of real tokens (None: no padding)."""
-    longest = max(len(r) for r in rows)
-    ids = torch.tensor([[pad_id] * (longest - len(r)) + list(r) for r in rows], dtype=torch.long, device=device)
-    if all(len(r) == longest for r in rows):
-        return ids, None
-    mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
-    return ids, mask
-
-
 def _row_checks(finished: Any, prompts: int, samples: int) -> list[Check | None]:
     """The completeness check of every completion (prompt-major): one for all, or one per prompt."""
     if finished is None or callable(finished):
@@ -169,7 +158,7 @@ def _row_checks(finished: Any, prompts: int, samples: int) -> list[Check | None]
     return [check for check in per_prompt for _ in range(samples)]
 
 
-def cut_when_finished(ids: list[int], finished: Callable[[list[int]], bool]) -> list[int]:
+def cut_when_finished(ids: list[int], finished: Check) -> list[int]:
     """A completion cut where `finished` first holds (the static path checks stop ids on the device; a check in
     Python on the host runs on its tokens afterwards, with the same result as checking every step)."""
     for end in range(1, len(ids) + 1):
