@@ -39,10 +39,11 @@ PRETRAIN = {"batch_size": 32, "lr": 3e-3, "warmup_steps": 50, "schedule": "const
 # Robust to the end: the learning rate anneals to 0 over the phase's time limit (at a constant 2e-4 a late update
 # collapsed one seed in three: entropy 0.3 -> 1.9 after ~1,450 steps; annealed, the same start rose to its end), and
 # the phase stops when its own held-out solve rate has not risen for 12 evaluations (600 steps: a guard against a
-# collapse, long enough not to cut off the gains the annealed end still brings).
+# collapse, long enough not to cut off the gains the annealed end still brings). All cores, as pretraining and the
+# control use (one thread ran a step in 360 ms here, two in 226 ms).
 SELFPLAY_TRAIN = {"batch_size": 64, "micro_batch_size": 32, "lr": 2e-4, "warmup_steps": 5, "schedule": "cosine",
                   "min_lr_ratio": 0.0, "early_stopping_patience": 12, "eval_every": 50, "save_every": 50,
-                  "keep_last": 2, "sample_tokens": 0, "log_every": 1, "grad_clip": 1.0, "threads": 1}
+                  "keep_last": 2, "sample_tokens": 0, "log_every": 1, "grad_clip": 1.0, "threads": 0}
 # A base model (a real chat model; on a GPU): fewer, longer rollouts, a smaller selection set, both cores.
 BASE_SELFPLAY = {"world": "auto", "proposals_per_type": 2, "solver_tasks_per_type": 4, "solver_samples": 4,
                  "max_new_tokens": 128, "heldout_per_type": 50, "heldout_seed": SELECTION_SEED,

@@ -55,8 +55,11 @@ def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
 
 
 def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None:
-    """Replace sampling by fixed texts: proposals first, then solver answers, per task type in order."""
-    queue = [*outputs["deduction"], *outputs["abduction"]]
+    """Replace sampling by fixed texts, given per task type as its proposals, then its solver answers. A round
+    decodes every type's proposals in one batch, then every type's answers in one batch."""
+    count = objective.options.proposals_per_type
+    types = [t for t in ("deduction", "abduction") if outputs[t]]
+    queue = [text for t in types for text in outputs[t][:count]] + [text for t in types for text in outputs[t][count:]]
 
     def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None, finished=None) -> list[str]:
         texts = [queue.pop(0) for _ in range(len(prompts) * samples)]
