@@ -1,7 +1,7 @@
 """`eval`: measure one or more models (runs, checkpoints, exports, Hugging Face folders) side by side.
 
     eval MODEL [MODEL ...] [--world auto|mini|python] [--qa FILE.jsonl] [--text FILES_OR_DATASET ...]
-         [--samples K] [--json]
+         [--samples K] [--batch N] [--threads N] [--json]
 
 Held-out tasks of a task world (greedy pass@1 per type with a 95% interval; pass@K sampled with --samples K),
 questions and answers through the chat template (--qa), perplexity and bits per byte on text (--text). With no
@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="longest answer (default 40 plain, 160 chat)")
     parser.add_argument("--batch", type=int, default=None, metavar="N",
                         help="prompts decoded together (default: automatic, about 100 on a CPU)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads (default: automatic, all cores unless the machine is busy)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto")
     parser.add_argument("--no-save", action="store_true", help="do not add the results to the models' folders")
     parser.add_argument("--json", action="store_true", help="one JSON object per model on stdout")
@@ -74,7 +76,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         except json.JSONDecodeError as exc:
             raise UserError(f"--world-options must be JSON ({exc.msg}), got {args.world_options!r}") from None
     for key, value in (("heldout_seed", args.heldout_seed), ("temperature", args.temperature),
-                       ("max_text_tokens", args.max_text_tokens), ("batch", args.batch)):
+                       ("max_text_tokens", args.max_text_tokens), ("batch", args.batch),
+                       ("threads", args.threads)):
         if value is not None:
             data[key] = value
     return EvalSpec.from_dict(data).check()

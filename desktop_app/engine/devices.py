@@ -146,6 +146,29 @@ def cpu_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def busy_cores(seconds: float = 0.25) -> float | None:
+    """Cores busy right now, from the kernel's CPU counters over `seconds` (Linux); None where they cannot be read.
+    Called while this process idles, it is what other programs take: unlike the 1-minute load average, it does
+    not still count a job that ended a minute ago."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + waiting for I/O
+        return sum(fields[:8]), idle
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    online = os.cpu_count() or 1  # /proc/stat counts every core of the machine
+    return max(0.0, online * (1.0 - (idle1 - idle0) / (total1 - total0)))
+
+
 def choose_threads(requested: int = 0, *, interactive: bool = False, cores: int | None = None) -> tuple[int, str]:
     """Torch CPU threads for training, and why.
 

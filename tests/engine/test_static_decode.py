@@ -267,6 +267,30 @@ def test_prompts_sharing_a_prefix_prefill_it_once_and_each_gets_what_it_gets_alo
     assert sample_completions(model, prompts, **kw) == shared
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_the_hf_runner_passes_its_cache_by_the_name_the_model_takes(family):
+    """transformers renamed `past_key_values` to `cache` (the old name warns, then goes): the runner uses the name
+    the model's forward declares, so decoding neither warns nor breaks on either side of the rename."""
+    import inspect
+    import warnings
+
+    from desktop_app.engine.generate.runners import cache_keyword
+
+    model, _ = _model(family)
+    declared = inspect.signature(model.forward).parameters
+    assert cache_keyword(model) == ("cache" if "cache" in declared else "past_key_values")
+
+    class Older(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            return None
+
+    assert cache_keyword(Older()) == "past_key_values"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*", category=FutureWarning)
+        out = sample_completions(model, [[5, 6, 7], [8, 9]], max_new_tokens=6, temperature=0.0, backend="hf")
+    assert out == sample_completions(model, [[5, 6, 7], [8, 9]], max_new_tokens=6, temperature=0.0, backend="lean")
+
+
 def test_a_batch_of_several_task_types_takes_one_completeness_check_per_prompt():
     model, _ = _model("llama")
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]

@@ -105,17 +105,21 @@ def evaluate_models(models: list[str], spec: EvalSpec, controls: Controls | None
 
 
 def eval_threads(requested: int) -> tuple[int | None, str]:
-    """Torch threads for an evaluation on the CPU, and why: as asked, else one while the machine is busy (other
-    programs keep its cores: a second torch thread then waits on them and decoding slows down several times),
-    else all cores."""
-    from desktop_app.engine.devices import cpu_cores
+    """Torch threads for an evaluation on the CPU, and why: as asked, else the cores other programs leave idle
+    right now (a torch thread on a busy core waits on it, and decoding slows down several times), else all cores
+    (None: torch's own default)."""
+    from desktop_app.engine.devices import busy_cores, cpu_cores
 
     if requested:
         return requested, f"{requested} CPU thread(s) as asked"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > cpu_cores():
-        return 1, f"1 CPU thread: the machine is busy (load {load:.1f} on {cpu_cores()} cores)"
-    return None, f"{cpu_cores()} CPU threads"
+    cores = cpu_cores()
+    busy = busy_cores()
+    if busy is None:  # no counters to read (not Linux): the load average, which lags by about a minute
+        busy = os.getloadavg()[0] - cores + 1 if hasattr(os, "getloadavg") else 0.0
+    free = max(1, min(cores, cores - round(busy)))
+    if free < cores:
+        return free, f"{free} CPU thread(s): other programs keep {busy:.1f} of {cores} cores busy"
+    return None, f"{cores} CPU threads"
 
 
 AUTO_BATCH = {"cpu": 100, "other": 256}  # prompts; measured on a 2-core CPU with SmolLM2-135M's 300 python-world

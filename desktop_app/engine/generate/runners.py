@@ -21,6 +21,7 @@ mostly the weight matmuls, which are memory-bound at batch 1 (profiled here: ~60
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -98,6 +99,17 @@ class Runner:
             self.valid = self.valid.index_select(0, indices)
 
 
+def cache_keyword(model: Any) -> str:
+    """The name a model's forward takes its KV cache by: `cache` in newer transformers (5.24 here; `past_key_values`
+    warns there and goes in 5.40), `past_key_values` before."""
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model: its base's
+    try:
+        names = inspect.signature(target.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in names else "past_key_values"
+
+
 class _HFRunner(Runner):
     """Any causal LM through transformers' own forward and DynamicCache (the reference path)."""
 
@@ -107,12 +119,13 @@ class _HFRunner(Runner):
 
         self.model = model
         self.cache = DynamicCache(config=model.config)
+        self.cache_name = cache_keyword(model)
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         pos = self._start(ids, mask)
         self.length = ids.shape[1]
         out = self.model(input_ids=ids, attention_mask=None if mask is None else mask.long(), position_ids=pos,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+                         use_cache=True, logits_to_keep=1, **{self.cache_name: self.cache})
         return out.logits[:, -1, :]
 
     def extend(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -120,8 +133,8 @@ class _HFRunner(Runner):
         pos = self._continue(ids, mask)
         self.length += ids.shape[1]
         attention = None if self.valid is None else self.valid[:, : self.length].long()
-        out = self.model(input_ids=ids, attention_mask=attention, position_ids=pos, past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=pos, use_cache=True,
+                         logits_to_keep=1, **{self.cache_name: self.cache})
         return out.logits[:, -1, :]
 
     def expand(self, repeats: int) -> None:
@@ -136,7 +149,7 @@ class _HFRunner(Runner):
         self.length += 1
         mask = None if self.valid is None else self.valid[:, : self.length].long()
         out = self.model(input_ids=next_ids.view(-1, 1), attention_mask=mask, position_ids=self.positions.view(-1, 1),
-                         past_key_values=self.cache, use_cache=True)
+                         use_cache=True, **{self.cache_name: self.cache})
         self.positions += 1
         return out.logits[:, -1, :]
 

@@ -2,9 +2,9 @@
 
 Each optimizer step, the batch source plays one round with the current model:
   propose  for every task type, P proposer prompts (K reference tasks from that type's buffer) are
-           sampled; the task world validates them (in the sandbox for the python world);
+           sampled, all types in one batch; the task world validates them (in the sandbox for the python world);
   solve    S tasks per type (the new valid proposals first, then buffer tasks) get N solver samples
-           each; the world checks every answer by value;
+           each, again all types in one batch; the world checks every answer by value;
   reward   solver: 1 / 0 / -0.5 (format) / -1 (unparseable); proposer: learnability 1 - solve rate
            (0 at 0 or 1), -0.5 for an invalid proposal; advantages normalised per (role, type) (TRR++).
 The loss is the REINFORCE++ / PPO-clip policy loss over completion tokens (one update per round, so the

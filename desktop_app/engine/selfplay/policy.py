@@ -165,12 +165,16 @@ def _packed_completion_logps(model: torch.nn.Module, episodes: list[Episode], wi
     token_lp, token_entropy = next_token_logps(model, ids[:, :-1], ids[:, 1:], select,
                                                position_ids=positions[:, :-1], with_entropy=with_entropy)
     where = (torch.tensor(owner, dtype=torch.long, device=device), torch.tensor(cols, dtype=torch.long, device=device))
-    shape = (len(episodes), width)
-    logps = torch.zeros(shape, device=device).index_put(where, token_lp)
-    mask = torch.zeros(shape, device=device).index_put(where, torch.ones_like(token_lp))
-    if with_entropy:
-        assert token_entropy is not None
-        entropy = torch.zeros(shape, device=device).index_put(where, token_entropy.detach())
+    return _per_episode(token_lp, token_entropy if with_entropy else None, where, (len(episodes), width))
+
+
+def _per_episode(token_lp: torch.Tensor, token_entropy: torch.Tensor | None, where: tuple[torch.Tensor, torch.Tensor],
+                 shape: tuple[int, int]) -> Any:
+    """The selected positions' log-probs (and entropies) laid out per episode and completion column, with the mask."""
+    logps = torch.zeros(shape, device=token_lp.device).index_put(where, token_lp)
+    mask = torch.zeros(shape, device=token_lp.device).index_put(where, torch.ones_like(token_lp))
+    if token_entropy is not None:
+        entropy = torch.zeros(shape, device=token_lp.device).index_put(where, token_entropy.detach())
         return (logps, entropy), mask
     return logps, mask
 
@@ -189,10 +193,4 @@ def _fused_completion_logps(model: torch.nn.Module, episodes: list[Episode], ids
     select = select.to(device)
     token_lp, token_entropy = next_token_logps(model, ids[:, :-1], ids[:, 1:], select, with_entropy=with_entropy)
     where = (select.nonzero()[:, 0], torch.tensor(cols, dtype=torch.long, device=device))
-    shape = (ids.shape[0], width)
-    logps = torch.zeros(shape, device=device).index_put(where, token_lp)
-    mask = torch.zeros(shape, device=device).index_put(where, torch.ones_like(token_lp))
-    if with_entropy:
-        entropy = torch.zeros(shape, device=device).index_put(where, token_entropy.detach())
-        return (logps, entropy), mask
-    return logps, mask
+    return _per_episode(token_lp, token_entropy if with_entropy else None, where, (ids.shape[0], width))

@@ -70,10 +70,10 @@ def test_without_json_a_table_and_only_what_was_asked(runs, run_cli) -> None:
     assert "solve_rate" not in out  # no world asked, none measured
 
 
-def test_greedy_pass_at_1_matches_a_second_run(runs, run_cli) -> None:
+def test_greedy_pass_at_1_matches_a_second_run_on_one_thread(runs, run_cli) -> None:
     _, a, _ = runs
     first = json.loads(run_cli(a, "--world", "mini", "--per-type", "6", "--json", "--no-save")[1])
-    again = json.loads(run_cli(a, "--world", "mini", "--per-type", "6", "--json", "--no-save")[1])
+    again = json.loads(run_cli(a, "--world", "mini", "--per-type", "6", "--json", "--no-save", "--threads", "1")[1])
     assert {k: v for k, v in first.items() if k != "seconds"} == {k: v for k, v in again.items() if k != "seconds"}
 
 
@@ -84,6 +84,7 @@ def test_greedy_pass_at_1_matches_a_second_run(runs, run_cli) -> None:
     (["RUN", "--text", "no-such-text"], "does not exist"),
     (["RUN", "--samples", "100"], "at most 64"),
     (["RUN", "--world", "none"], "nothing to evaluate"),
+    (["RUN", "--threads", "-1"], "threads"),
 ])
 def test_bad_input_is_a_one_line_error_and_nothing_is_written(runs, tmp_path: Path, run_cli, argv, needle) -> None:
     _, a, _ = runs

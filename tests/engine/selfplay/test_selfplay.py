@@ -61,7 +61,10 @@ def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None
     types = [t for t in ("deduction", "abduction") if outputs[t]]
     queue = [text for t in types for text in outputs[t][:count]] + [text for t in types for text in outputs[t][count:]]
 
+    objective.decodes = []  # (prompts, samples) of every decode
+
     def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None, finished=None) -> list[str]:
+        objective.decodes.append((len(prompts), samples))
         texts = [queue.pop(0) for _ in range(len(prompts) * samples)]
         objective._last_ids = ([[1, 2]] * len(prompts), [[3]] * len(texts))
         return texts
@@ -69,8 +72,11 @@ def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None
     objective._sample = fake
 
 
-def test_one_round_by_hand(tmp_path: Path, tokenizer) -> None:
+@pytest.mark.parametrize("lines_differ", [False, True])
+def test_one_round_by_hand(tmp_path: Path, tokenizer, lines_differ: bool) -> None:
     objective = _objective(tmp_path, tokenizer)
+    if lines_differ:  # types whose answers are cut after different line counts decode apart, in line order
+        objective.prompter.answer_lines = lambda world, task_type: {"deduction": 1, "abduction": 2}[task_type]
     objective.buffers["deduction"].add(DED)
     objective.buffers["abduction"].add(ABD)
     # deduction: proposal 1 valid (f = lambda x: x - 1 on 9 -> 8), proposal 2 invalid; the solver sees the
@@ -83,6 +89,8 @@ def test_one_round_by_hand(tmp_path: Path, tokenizer) -> None:
         "abduction": [" f = lambda x: x.real\ninput: 1", "", " 5", " 0) or (1", " 5\nf(5)=10", " 4"],
     })
     batch = objective.play_round(1)
+    # both types' proposals in one decode, then all their answers
+    assert objective.decodes == ([(4, 1), (1, 4), (1, 4)] if lines_differ else [(4, 1), (2, 4)])
     stats = batch.stats
     assert stats["reward/solver/deduction"] == pytest.approx((1 + 1 + 0 - 1) / 4)
     assert stats["solve_rate/deduction"] == 0.5
