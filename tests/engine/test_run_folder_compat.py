@@ -1,6 +1,9 @@
 """Run folders written by an earlier version of the app (tests/fixtures/runs_v1, made before the engine's
 regrouping by tests/fixtures/make_run_fixtures.py) still open, replay their curves and resume bit-exactly:
-the resumed records equal those of the same runs trained without interruption by that earlier version."""
+the resumed records equal those of the same runs trained without interruption by that earlier version. Self-play's
+records after its checkpoint are those of this version's rounds (re-recorded when a round came to decode every task
+type's proposals and answers in one batch each, which changed its samples on purpose); the records it replays are
+the earlier version's."""
 
 from __future__ import annotations
 
