@@ -114,8 +114,8 @@ def eval_threads(requested: int) -> tuple[int | None, str]:
         return requested, f"{requested} CPU thread(s) as asked"
     cores = cpu_cores()
     busy = busy_cores()
-    if busy is None:  # no counters to read (not Linux): the load average, which lags by about a minute
-        busy = os.getloadavg()[0] - cores + 1 if hasattr(os, "getloadavg") else 0.0
+    if busy is None:  # no counters to read (not Linux): the load average, busy cores a minute late
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     free = max(1, min(cores, cores - round(busy)))
     if free < cores:
         return free, f"{free} CPU thread(s): other programs keep {busy:.1f} of {cores} cores busy"
