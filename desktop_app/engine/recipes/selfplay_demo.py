@@ -30,9 +30,10 @@ from desktop_app.engine.method_options import TASK_TYPES
 DEMO_WORLD = {"references": 2}  # mini's default depth (2): programs a tiny model learns within minutes
 SELECTION_SEED = 9001  # self-play's own held-out set: it keeps its best checkpoint by it
 HELDOUT_SEEDS = [SELECTION_SEED, 9002]  # programs of both sets stay out of the corpus and the seed tasks
-# Half the solver's tasks come from 1,000 generated seed tasks per type, the rest from the whole buffer (the
-# proposer's tasks): from the same bases and time, 64 seeds drawn as the whole buffer is gave +0.03 / +0.07 / +0.06
-# over three seeds, half from those 64 +0.03 / +0.11 / +0.08, half from 1,000 (no task repeated ~75 times) more.
+# Half the solver's tasks come from 1,000 generated seed tasks per type (the kind the held-out sets hold), the rest
+# from the whole buffer (the proposer's tasks). From the same three bases and time, mean held-out gains: the whole
+# buffer with 64 seeds +0.03 / +0.07 / +0.06, half from those 64 +0.03 / +0.11 / +0.08, half from 1,000 (no seed
+# practised ~75 times) +0.05 / +0.15 / +0.10 (README: the demo table).
 DEMO_SELFPLAY = {"world": "mini", "world_options": DEMO_WORLD, "proposals_per_type": 2, "solver_tasks_per_type": 6,
                  "solver_samples": 4, "max_new_tokens": 40, "heldout_per_type": 200, "heldout_seed": SELECTION_SEED,
                  "seed_tasks_per_type": 1000, "seed_share": 0.5, "exclude_heldout": HELDOUT_SEEDS}
