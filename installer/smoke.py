@@ -310,13 +310,13 @@ def step_selfplay_demo(ctx: Context) -> dict[str, object]:
     if not finished or finished[-1].get("reason") != "completed":
         raise SmokeFailure(f"selfplay-demo did not complete: {ran.out[-1500:]}")
     result = finished[-1].get("result") or {}
-    return {"seconds": round(ran.seconds, 1), "before": result.get("before"), "after": result.get("after")}
+    return {"seconds": round(ran.seconds, 1), "before": result.get("before"), "final": result.get("final")}
 
 
 def step_eval(ctx: Context) -> dict[str, object]:
     """The run `train` made on held-out mini tasks and on its own dataset's text: one JSON object per model."""
     ran = run_app([ctx.exe, "eval", ctx.needs("run"), "--world", "mini", "--per-type", "8", "--text",
-                   ctx.needs("dataset"), "--max-text-tokens", "2000", "--json"], ctx.env, cwd=ctx.work, timeout=600)
+                   ctx.needs("dataset"), "--max-text-bytes", "8000", "--json"], ctx.env, cwd=ctx.work, timeout=600)
     rows = [json.loads(line) for line in ran.out.splitlines() if line.startswith("{")]
     keys = {"model", "solve_rate/deduction", "solve_rate/abduction", "solve_rate/induction", "bits_per_byte",
             "perplexity"}

@@ -45,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="qa_accuracy counts exact answers (default) or replies that contain the answer")
     parser.add_argument("--text", nargs="+", default=[], metavar="FILES_OR_DATASET",
                         help="text files, folders or a prepared dataset: perplexity and bits per byte")
-    parser.add_argument("--max-text-tokens", type=int, default=None, metavar="N",
-                        help="score at most N tokens of the text (default 100,000)")
+    parser.add_argument("--max-text-bytes", type=int, default=None, metavar="N",
+                        help="score the first N bytes of the text, the same for every model (default 400,000)")
     parser.add_argument("--prompt-style", choices=("auto", "plain", "chat"), default="auto",
                         help="how tasks are asked: plain text or the chat template (default auto)")
     parser.add_argument("--max-new-tokens", type=int, default=0, metavar="N",
@@ -76,7 +76,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         except json.JSONDecodeError as exc:
             raise UserError(f"--world-options must be JSON ({exc.msg}), got {args.world_options!r}") from None
     for key, value in (("heldout_seed", args.heldout_seed), ("temperature", args.temperature),
-                       ("max_text_tokens", args.max_text_tokens), ("batch", args.batch),
+                       ("max_text_bytes", args.max_text_bytes), ("batch", args.batch),
                        ("threads", args.threads)):
         if value is not None:
             data[key] = value
@@ -122,7 +122,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     columns: list[str] = []
     for row in rows:
         for key, value in row.items():
-            if isinstance(value, float) and key not in columns and key not in ("seconds",) \
+            counted = key.startswith("heldout_in_training/")  # held-out programs the run trained on: 0 when clean
+            if (isinstance(value, float) or counted) and key not in columns and key not in ("seconds",) \
                     and not key.startswith("tasks/"):
                 columns.append(key)
     cells = [["model", *columns]]
@@ -131,7 +132,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         for key in columns:
             value = row.get(key)
             interval = row.get(f"{key}/ci95")
-            text = "" if value is None else f"{value:.4g}" if key in ("perplexity", "bits_per_byte") else f"{value:.3f}"
+            text = "" if value is None else str(value) if isinstance(value, int) else \
+                f"{value:.4g}" if key in ("perplexity", "bits_per_byte") else f"{value:.3f}"
             if isinstance(interval, list) and len(interval) == 2:
                 text += f" ({interval[0]:.2f}-{interval[1]:.2f})"
             line.append(text)

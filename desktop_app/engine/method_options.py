@@ -237,10 +237,14 @@ class SelfPlayOptions(SpecMixin):
     seeds: list = f([], "Your own seed tasks: task objects (type, program, inputs, outputs), loaded from a JSON Lines "
                     "file as the `tasks` command writes them.", widget="records", label="Your seed tasks",
                     advanced=True)
-    exclude_heldout: list = f([], "Seeds of held-out sets whose programs the generated seed tasks leave out (this "
-                              "run's own held-out seed, and 9002, the `eval` verb's set): figures on them then "
-                              "measure tasks self-play never trained on.", label="Held-out sets kept out of the seeds",
-                              widget="json", advanced=True)
+    exclude_heldout: list = f([], "Seeds of more held-out sets kept out of every task the run trains on (the "
+                              "`eval` verb's set, seed 9002, and this run's own held-out set always are): figures "
+                              "on them measure programs self-play never trained on.",
+                              label="Held-out sets kept out of the seeds", widget="json", advanced=True)
+    proposer: bool = f(True, "Self-play: the model also writes the tasks it practises (Absolute Zero). Off: "
+                       "solver-only RL on the world's generated seed tasks, with the same reward and update (the "
+                       "control that shows what the proposer adds).", label="The model proposes tasks",
+                       advanced=True)
     seed_share: float = f(0.0, "Share of the solver's tasks drawn from the seed tasks (the world's own generator, the "
                           "kind of the seed corpus) rather than from the whole buffer, which the proposer's tasks fill "
                           "as play goes on (0 = the whole buffer, as Absolute Zero samples).", minimum=0.0,
@@ -279,6 +283,9 @@ class SelfPlayOptions(SpecMixin):
         if not isinstance(self.seeds, list) or not all(isinstance(s, dict) for s in self.seeds):
             p.append("seeds must be a list of task objects")
         check_bool(p, "strict_sandbox", self.strict_sandbox)
+        check_bool(p, "proposer", self.proposer)
+        if not self.proposer and not self.seed_tasks_per_type and not self.seeds:
+            p.append("without a proposer the solver practises the seed tasks: set seed_tasks_per_type above 0")
         if not isinstance(self.exclude_heldout, list) or not all(isinstance(x, int) and not isinstance(x, bool)
                                                                  for x in self.exclude_heldout):
             p.append("exclude_heldout must be a list of held-out seeds (whole numbers)")

@@ -1,15 +1,18 @@
-"""The self-play CPU demo against its control, over several seeds (run by hand; minutes per seed).
+"""The self-play CPU demo against its two controls, over several seeds (run by hand; ~32 minutes per seed).
 
     .venv/bin/python tests/bench/bench_selfplay_demo.py --out /tmp/sp-bench --seeds 0 1 2 --minutes 15 \
-        [--wait-load 1.5] [--plot docs/screenshots/selfplay_curve.png]
+        [--wait-load 1.5] [--plot docs/screenshots/selfplay_curve.png] [--json docs/bench/selfplay_demo.json]
 
 Each seed runs `selfplay-demo --control` in a fresh process: corpus -> pretraining (stops on validation loss) ->
-self-play for the rest of the minutes -> the same wall time of continued pretraining from the same checkpoint (the
-control, the plain reference measured in the same run). Every model is measured on the same 400 held-out tasks per
-type (seed 9002, a set neither run picks anything by). Prints, per seed and as means: the base, self-play's final
-and best checkpoints, the control's final one, and the gains over the base; then the goals of issue 24 checked on
-the means. The 1-minute load average is sampled during each run (the machine may be shared: wall-time budgets
-make the figures depend on it). With --wait-load, each seed waits (up to an hour) for the load to fall below it.
+self-play for the rest of the minutes -> two controls, each for self-play's wall time from the same checkpoint:
+solver-only RL on the world's generated tasks (no proposer: the difference to self-play is what the proposer adds)
+and continued pretraining (what training longer gives). Every model is measured on the same 400 held-out tasks per
+type (seed 9002, a set no run picks anything by, whose programs are in no training stream: the held-out protocol).
+Prints, per seed and as means: the base, self-play's final and best checkpoints, the controls' final ones, the gains
+over the base; the held-out programs found in the runs' training records (0 when the protocol held); the share of
+trivial programs in self-play's final buffers; then the goals of issue 34 checked on the means. The 1-minute load
+average is sampled during each run (wall-time budgets make the figures depend on it). With --wait-load, each seed
+waits (up to an hour) for the load to fall below it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from pathlib import Path
 
 TYPES = ("deduction", "abduction", "induction")
-ROWS = ("before", "final", "best", "control")
+ROWS = ("before", "final", "best", "solver_rl", "control")
 
 
 def load() -> float:
@@ -62,32 +65,58 @@ def run_seed(out: Path, seed: int, minutes: float) -> dict:
 
 
 def table(results: dict[int, dict]) -> str:
-    lines = ["| seed | type | base | self-play final | self-play best | control | final − base | control − base |",
-             "|---|---|---|---|---|---|---|---|"]
-    for seed, r in results.items():
+    lines = ["| seed | type | base | self-play final | self-play best | solver-only RL | continued pretraining | "
+             "final − base | solver-only − base | pretraining − base |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = {**results, "mean": means(results)}
+    for seed, r in rows.items():
         for t in TYPES:
-            gain, control = r["final"][t] - r["before"][t], r["control"][t] - r["before"][t]
-            lines.append(f"| {seed} | {t} | {r['before'][t]:.3f} | {r['final'][t]:.3f} | {r['best'][t]:.3f} | "
-                         f"{r['control'][t]:.3f} | {gain:+.3f} | {control:+.3f} |")
-    means = {row: {t: sum(r[row][t] for r in results.values()) / len(results) for t in TYPES} for row in ROWS}
-    for t in TYPES:
-        lines.append(f"| mean | {t} | {means['before'][t]:.3f} | {means['final'][t]:.3f} | {means['best'][t]:.3f} | "
-                     f"{means['control'][t]:.3f} | {means['final'][t] - means['before'][t]:+.3f} | "
-                     f"{means['control'][t] - means['before'][t]:+.3f} |")
+            lines.append(f"| {seed} | {t} | " + " | ".join(f"{r[row][t]:.3f}" for row in ROWS) + " | " + " | ".join(
+                f"{r[row][t] - r['before'][t]:+.3f}" for row in ("final", "solver_rl", "control")) + " |")
     return "\n".join(lines)
 
 
+def means(results: dict[int, dict]) -> dict[str, dict[str, float]]:
+    return {row: {t: sum(r[row][t] for r in results.values()) / len(results) for t in TYPES} for row in ROWS}
+
+
 def goals(results: dict[int, dict]) -> list[str]:
-    n = len(results)
-    mean = {row: {t: sum(r[row][t] for r in results.values()) / n for t in TYPES} for row in ROWS}
+    mean = means(results)
     gain = {t: mean["final"][t] - mean["before"][t] for t in TYPES}
-    control = {t: mean["control"][t] - mean["before"][t] for t in TYPES}
-    return [f"final >= base on every type: {all(g >= 0 for g in gain.values())} "
-            f"({', '.join(f'{t} {g:+.3f}' for t, g in gain.items())})",
-            f"final >= base + 0.10 on two or more types: {sum(g >= 0.10 for g in gain.values()) >= 2}",
-            f"self-play's gain beats the control's on two or more types: "
-            f"{sum(gain[t] > control[t] for t in TYPES) >= 2} "
-            f"({', '.join(f'{t} {gain[t]:+.3f} vs {control[t]:+.3f}' for t in TYPES)})"]
+    every_seed = all(r["final"][t] >= r["before"][t] for r in results.values() for t in TYPES)
+    leaked = sum(n or 0 for r in results.values() for by_type in r.get("heldout_in_training", {}).values()
+                 for n in by_type.values())
+    lines = [f"reported-set programs in any run's training records: {leaked}",
+             f"final >= base on every type in every seed: {every_seed}",
+             f"final >= base + 0.10 on two or more types (mean): {sum(g >= 0.10 for g in gain.values()) >= 2} "
+             f"({', '.join(f'{t} {g:+.3f}' for t, g in gain.items())})"]
+    for row, name in (("solver_rl", "solver-only RL"), ("control", "continued pretraining")):
+        versus = ", ".join(f"{t} {mean['final'][t]:.3f} vs {mean[row][t]:.3f}" for t in TYPES)
+        lines.append(f"self-play above {name} on two or more types (mean): "
+                     f"{sum(mean['final'][t] > mean[row][t] for t in TYPES) >= 2} ({versus})")
+    return lines
+
+
+def trivial_share(run_dir: Path) -> dict[str, float]:
+    """The share of trivial programs among the tasks of a run's last checkpoint's buffers (as the world judges a
+    proposal: constant output or the identity in disguise)."""
+    from desktop_app.engine import run_folder
+    from desktop_app.engine.tasks import get_world
+    from desktop_app.engine.tasks.base import Task
+
+    world = get_world("mini", references=2)
+    state = run_folder.trainer_state(run_folder.latest_checkpoint(run_dir))
+    out = {}
+    for task_type, buffer in (state.get("data") or {}).get("buffers", {}).items():
+        tasks = [Task.from_json(t) for t in buffer.get("tasks", [])]
+        verdicts = world.validate(task_type, [world.proposal_text(t) for t in tasks])
+        out[task_type] = sum(v.trivial for v in verdicts) / max(1, len(tasks))
+    return out
+
+
+def machine() -> dict[str, object]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": "none (CPU demo)"}
 
 
 def main() -> None:
@@ -97,6 +126,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=15.0)
     parser.add_argument("--wait-load", type=float, default=0.0, help="wait for the 1-minute load to fall below this")
     parser.add_argument("--plot", default="", help="draw the held-out curves of every seed into this PNG")
+    parser.add_argument("--json", default="", help="also write the raw results (with date and machine) here")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -108,13 +138,18 @@ def main() -> None:
         start = time.monotonic()
         results[seed] = run_seed(out / f"seed-{seed}", seed, args.minutes)
         r = results[seed]
+        r["trivial_share"] = trivial_share(out / f"seed-{seed}" / "selfplay")
         print(f"seed {seed}: {(time.monotonic() - start) / 60:.1f} min, load mean {r['load']['mean']:.2f} max "
-              f"{r['load']['max']:.2f}, self-play steps {r['steps'].get('selfplay')}, pretraining steps "
-              f"{r['steps'].get('pretrain')}, control steps {r['steps'].get('control')}", file=sys.stderr, flush=True)
+              f"{r['load']['max']:.2f}, steps {r['steps']}, trivial share of the final buffers "
+              f"{r['trivial_share']}", file=sys.stderr, flush=True)
         (out / "results.json").write_text(json.dumps(results, indent=1))
     print(table(results))
     for line in goals(results):
         print("-", line)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
+                                               "command": " ".join(sys.argv), "results": results,
+                                               "table": table(results), "goals": goals(results)}, indent=1))
     if args.plot:
         here = Path(__file__).resolve().parent
         subprocess.run([sys.executable, str(here / "plot_selfplay_curve.py"), args.plot,

@@ -1,10 +1,13 @@
-"""Draw the held-out solve rate per task type during self-play, over one or more demo folders, into a PNG (README).
+"""Draw the held-out solve rate per task type during self-play and solver-only RL, over one or more demo folders,
+into a PNG (README): one panel per task type, minutes of the phase across (both arms get the same wall time).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python tests/bench/plot_selfplay_curve.py OUT.png DEMO [DEMO ...]
 
-Thin lines: each demo's self-play run, on its own held-out set (the one it picks its best checkpoint by, measured
-at every evaluation). Thick lines: their mean. Markers: the base (step 0) and the final checkpoint on the reported
-held-out set (400 tasks per type, the `eval` verb's), and the control's final checkpoint (x), when the demo ran one.
+Lines: the mean over the demos of each arm's solve rate on its selection set (the one it picks its best checkpoint
+by, measured at every evaluation); solid for self-play, dashed for solver-only RL; thin lines for each demo.
+Markers, on the reported set (400 tasks per type, the `eval` verb's, whose programs no run trained on): the base at
+0 (o), each arm's final checkpoint at its end: self-play (triangle), solver-only RL (square), continued pretraining
+(x).
 """
 
 from __future__ import annotations
@@ -16,17 +19,25 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 TYPES = ("deduction", "abduction", "induction")
-COLORS = dict(zip(TYPES, ("#1f77b4", "#d62728", "#2ca02c"), strict=True))
+ARMS = {"selfplay": ("self-play", "#1f77b4", "t1"), "solver_rl": ("solver-only RL", "#d62728", "s")}
+MARKERS = {"pretrain": "o", "selfplay": "t1", "solver_rl": "s", "control": "x"}
 
 
-def curves(demo: Path) -> dict[str, list[tuple[int, float]]]:
-    out: dict[str, list[tuple[int, float]]] = {t: [] for t in TYPES}
-    for line in (demo / "selfplay" / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+def curves(run: Path) -> dict[str, list[tuple[float, float]]]:
+    """(minutes, selection-set solve rate) per type at each evaluation of a run (minutes of its steps' clock)."""
+    out: dict[str, list[tuple[float, float]]] = {t: [] for t in TYPES}
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return out
+    minutes = 0.0
+    for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
+        if record.get("type") == "step" and record.get("elapsed_s") is not None:
+            minutes = float(record["elapsed_s"]) / 60.0
         if record.get("type") == "eval":
             for t in TYPES:
                 if f"heldout_solve_rate/{t}" in record:
-                    out[t].append((int(record["step"]), float(record[f"heldout_solve_rate/{t}"])))
+                    out[t].append((minutes, float(record[f"heldout_solve_rate/{t}"])))
     return out
 
 
@@ -39,8 +50,46 @@ def reported(demo: Path, run: str) -> dict | None:
     return max(records, key=lambda r: r.get("step") or 0) if records else None
 
 
+def mean_curve(per_demo: list[list[tuple[float, float]]]) -> tuple[list[float], list[float]]:
+    """The mean over demos at each evaluation index that all of them reached, at their mean time."""
+    common = min((len(c) for c in per_demo), default=0)
+    xs = [sum(c[i][0] for c in per_demo) / len(per_demo) for i in range(common)]
+    ys = [sum(c[i][1] for c in per_demo) / len(per_demo) for i in range(common)]
+    return xs, ys
+
+
+def panel(plot, demos: list[Path], task_type: str) -> None:
+    import pyqtgraph as pg
+
+    ends = {}
+    for run, (name, color, _) in ARMS.items():
+        per_demo = [curves(d / run)[task_type] for d in demos]
+        per_demo = [c for c in per_demo if c]
+        for c in per_demo:
+            plot.plot([p[0] for p in c], [p[1] for p in c], pen=pg.mkPen(color, width=1, alpha=70,
+                                                                        style=_style(run)))
+        xs, ys = mean_curve(per_demo)
+        if xs:
+            plot.plot(xs, ys, pen=pg.mkPen(color, width=3, style=_style(run)), name=f"{name} (mean)")
+        ends[run] = max((c[-1][0] for c in per_demo), default=0.0)
+    ends["control"] = ends.get("selfplay", 0.0)
+    for demo in demos:
+        for run, symbol in MARKERS.items():
+            record = reported(demo, run)
+            if record and f"solve_rate/{task_type}" in record["metrics"]:
+                x = 0.0 if run == "pretrain" else ends.get(run, 0.0)
+                color = ARMS.get(run, ("", "#555", ""))[1]
+                plot.plot([x], [record["metrics"][f"solve_rate/{task_type}"]], pen=None, symbol=symbol,
+                          symbolSize=9, symbolBrush=color, symbolPen=color)
+
+
+def _style(run: str):
+    from PySide6.QtCore import Qt
+
+    return Qt.PenStyle.SolidLine if run == "selfplay" else Qt.PenStyle.DashLine
+
+
 def main() -> None:
-    import numpy as np
     import pyqtgraph as pg
     import pyqtgraph.exporters
     from PySide6.QtWidgets import QApplication
@@ -51,45 +100,25 @@ def main() -> None:
     args = parser.parse_args()
     app = QApplication.instance() or QApplication([])
     pg.setConfigOptions(antialias=True, background="w", foreground="k")
-    plot = pg.PlotWidget(title=f"Held-out solve rate during self-play ({len(args.demos)} seed(s); step 0 = base)")
-    plot.addLegend(offset=(60, 5), colCount=3)  # two rows across the top, above the curves (see the y range)
-    plot.setLabel("bottom", "self-play step")
-    plot.setLabel("left", "solve rate (greedy)")
-    plot.getAxis("left").enableAutoSIPrefix(False)
     demos = [Path(d) for d in args.demos]
-    per_demo = [curves(d) for d in demos]
-    for t in TYPES:
-        color = COLORS[t]
-        for c in per_demo:
-            if c[t]:
-                plot.plot([p[0] for p in c[t]], [p[1] for p in c[t]], pen=pg.mkPen(color, width=1, alpha=80))
-        common = min((len(c[t]) for c in per_demo), default=0)
-        if common:
-            xs = [per_demo[0][t][i][0] for i in range(common)]
-            ys = np.mean([[c[t][i][1] for i in range(common)] for c in per_demo], axis=0)
-            plot.plot(xs, ys, pen=pg.mkPen(color, width=3), name=f"{t} (mean)")
-        for demo, c in zip(demos, per_demo, strict=True):
-            base, final = reported(demo, "pretrain"), reported(demo, "selfplay")
-            last = c[t][-1][0] if c[t] else 0
-            for record, x, symbol in ((base, 0, "o"), (final, last, "t")):
-                if record and f"solve_rate/{t}" in record["metrics"]:
-                    plot.plot([x], [record["metrics"][f"solve_rate/{t}"]], pen=None, symbol=symbol, symbolSize=9,
-                              symbolBrush=color)
-            control = reported(demo, "control")
-            if control and f"solve_rate/{t}" in control["metrics"]:
-                plot.plot([last], [control["metrics"][f"solve_rate/{t}"]], pen=None, symbol="x", symbolSize=11,
-                          symbolBrush=color, symbolPen=color)
-    for symbol, name in (("o", "base (reported set)"), ("t", "self-play final (reported set)"),
-                         ("x", "control final (reported set)")):  # the markers' key, in grey
-        plot.plot([], [], pen=None, symbol=symbol, symbolSize=9, symbolBrush="#777", symbolPen="#777", name=name)
-    top = max((y for item in plot.listDataItems() for y in (item.getData()[1] if item.getData()[1] is not None
-                                                              else [])), default=0.5)
-    plot.setYRange(0, top + 0.12)  # room for the legend
-    plot.resize(960, 460)
-    plot.show()
+    view = pg.GraphicsLayoutWidget()
+    view.addLabel(f"Held-out solve rate, self-play vs solver-only RL ({len(demos)} seed(s)); lines: selection set; "
+                  "markers: reported set (o base, ▲ self-play, ■ solver-only RL, x continued pretraining)", colspan=3)
+    view.nextRow()
+    for i, task_type in enumerate(TYPES):
+        plot = view.addPlot(title=task_type)
+        if i == 0:
+            plot.addLegend(offset=(10, 5))
+            plot.setLabel("left", "solve rate (greedy)")
+        plot.setLabel("bottom", "minutes of the phase")
+        for axis in ("left", "bottom"):
+            plot.getAxis(axis).enableAutoSIPrefix(False)
+        panel(plot, demos, task_type)
+    view.resize(1200, 460)
+    view.show()
     app.processEvents()
-    exporter = pyqtgraph.exporters.ImageExporter(plot.plotItem)
-    exporter.parameters()["width"] = 960
+    exporter = pyqtgraph.exporters.ImageExporter(view.scene())
+    exporter.parameters()["width"] = 1200
     exporter.export(args.out)
 
 

@@ -97,3 +97,117 @@ def test_stop_state_ends_rows_on_stop_ids_and_line_limits():
     assert stops.done.tolist() == [False] * 4 and stops.ring[:, 0].tolist() == [5, 5, 5, 9]
     with pytest.raises(ValueError, match="at most"):
         StopState(1, 1000, torch.device("cpu")).start(1, stop_ids=range(100))
+
+
+# --- a padded vocabulary, buffers kept across calls, fp32 probabilities -------------------------------------------
+
+# 6 tokenizer tokens in a vocabulary padded to 10; the padded ids hold the largest logits and the best real id is 2
+PADDED = torch.tensor([0.5, 1.0, 2.0, -1.0, 0.0, 0.3, 5.0, 4.0, 3.0, 2.5])
+TOKENS = 6
+
+
+def _padded_picks(settings: SamplingSettings, rows: int = ROWS, seed: int = 0) -> torch.Tensor:
+    sampling = DeviceSampling(rows, len(PADDED), torch.device("cpu"))
+    sampling.start(settings, seed, [[] for _ in range(rows)])
+    sampling.draw(rows)
+    return sampling.pick(PADDED.expand(rows, -1).clone())
+
+
+@pytest.mark.parametrize("settings", [
+    SamplingSettings(temperature=1.0, tokens=TOKENS),
+    SamplingSettings(temperature=1.0, top_k=3, tokens=TOKENS),
+    SamplingSettings(temperature=0.8, top_p=0.7, tokens=TOKENS),
+    SamplingSettings(temperature=1.0, min_p=0.3, tokens=TOKENS),
+    SamplingSettings(temperature=0.9, top_k=4, top_p=0.9, min_p=0.05, tokens=TOKENS),
+], ids=["t1", "topk", "topp", "minp", "all"])
+def test_a_padded_vocabulary_is_masked_before_the_filters(settings):
+    """The filters choose among the tokenizer's ids (as the CPU Sampler does): padded ids that lead neither get
+    drawn nor crowd the real ones out of top-k / top-p / min-p."""
+    got = torch.bincount(_padded_picks(settings), minlength=len(PADDED)).float() / ROWS
+    assert got[TOKENS:].sum().item() == 0  # no padded id, ever
+    cpu = Sampler(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+                  min_p=settings.min_p, vocab_size=len(PADDED), tokens=TOKENS)
+    expected = cpu.process(PADDED[None].clone()).softmax(-1)[0]  # the CPU path: mask first, then filter
+    assert expected[TOKENS:].sum().item() == 0 and expected[2] > 0
+    assert (got - expected).abs().max().item() < 0.012, (got, expected)
+    assert got[expected == 0].sum().item() == 0
+
+
+@pytest.mark.parametrize("settings", [
+    SamplingSettings(tokens=TOKENS),
+    SamplingSettings(temperature=1.0, top_k=1, tokens=TOKENS),
+    SamplingSettings(temperature=1.0, top_p=1e-6, tokens=TOKENS),
+    SamplingSettings(temperature=1.0, min_p=1.0, tokens=TOKENS),
+    SamplingSettings(repetition_penalty=1.3, tokens=TOKENS),
+], ids=["greedy", "topk1", "topp0", "minp1", "penalty"])
+def test_padded_ids_that_lead_leave_the_best_real_id_not_id_0(settings):
+    """Masking after a filter that kept only padded ids left every logit at -inf, and argmax returned id 0."""
+    assert _padded_picks(settings, rows=64).tolist() == [2] * 64
+
+
+def test_repeated_calls_refill_the_same_buffers_and_equal_a_fresh_sampler():
+    """The kept sampler's buffers (what captured graphs read) keep their addresses across calls and take each
+    call's values: every call picks what a fresh sampler picks."""
+    rows, vocab = 64, 50
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(1)) * 3
+    logits[:, 30:] += 4.0  # the padded ids lead
+    calls = [SamplingSettings(temperature=1.0, top_k=5, tokens=30), SamplingSettings(temperature=1.0),
+             SamplingSettings(temperature=0.7, top_p=0.8, tokens=40), SamplingSettings(tokens=20),
+             SamplingSettings(temperature=1.2, min_p=0.2, repetition_penalty=1.4, tokens=30),
+             SamplingSettings(repetition_penalty=2.0), SamplingSettings(temperature=1.0, top_k=3, tokens=25)]
+    prompts = [[b % 7, 3] for b in range(rows)]
+    kept = DeviceSampling(rows, vocab, torch.device("cpu"))
+    addresses = None
+    for i, settings in enumerate(calls):
+        picks = []
+        for sampling in (kept, DeviceSampling(rows, vocab, torch.device("cpu"))):
+            sampling.start(settings, i, prompts)
+            sampling.draw(rows)
+            picks.append([sampling.pick(logits).tolist() for _ in range(2)])  # the second pick sees the first
+        assert picks[0] == picks[1], settings
+        if settings.tokens:
+            assert max(max(p) for p in picks[0]) < settings.tokens
+        current = {name: getattr(kept, name).data_ptr() for name in ("padding", "noise", "seen")
+                   if getattr(kept, name) is not None}
+        if addresses is not None:
+            assert all(current[name] == ptr for name, ptr in addresses.items()), (addresses, current)
+        addresses = current
+    assert set(addresses) == {"padding", "noise", "seen"}
+
+
+def test_padding_buffer_is_filled_in_place():
+    sampling = DeviceSampling(2, 10, torch.device("cpu"))
+    sampling.start(SamplingSettings(tokens=6), 0, [[], []])
+    padding = sampling.padding
+    assert padding is not None and padding.tolist() == [False] * 6 + [True] * 4
+    sampling.start(SamplingSettings(temperature=1.0, tokens=8), 1, [[], []])
+    assert sampling.padding is padding and padding.tolist() == [False] * 8 + [True] * 2
+    sampling.start(SamplingSettings(), 0, [[], []])  # no padding this call: the buffer stays, unread
+    assert sampling.padding is padding and sampling.pick(PADDED.expand(2, -1).clone()).tolist() == [6, 6]
+
+
+def test_probabilities_are_fp32_on_bf16_logits():
+    """bf16 logits are sampled from fp32 probabilities (as transformers upcasts): the same picks as their fp32
+    copy, and top-p's cumulative sums stay exact over a large vocabulary (bf16 sums stall near 0.03)."""
+    from desktop_app.engine.generate.sampling import apply_min_p, apply_top_p
+
+    rows, vocab = 256, 4000
+    logits = (torch.randn(rows, vocab, generator=torch.Generator().manual_seed(2)) * 0.5).to(torch.bfloat16)
+    for settings in (SamplingSettings(temperature=1.0, top_p=0.6, tokens=3900),
+                     SamplingSettings(temperature=0.8, min_p=0.1), SamplingSettings(tokens=3000)):
+        picks = []
+        for x in (logits, logits.float()):
+            sampling = DeviceSampling(rows, vocab, torch.device("cpu"))
+            sampling.start(settings, 5, [[]] * rows)
+            sampling.draw(rows)
+            picks.append(sampling.pick(x).tolist())
+        assert picks[0] == picks[1], settings
+    reference = logits[:4].double().softmax(-1)
+    for p in (0.3, 0.6, 0.9):
+        kept = torch.isfinite(apply_top_p(logits[:4], p))
+        for row in range(4):
+            probs = reference[row][kept[row]]
+            mass = probs.sum().item()  # the smallest set reaching p: at least p, less without its least token
+            assert p - 1e-4 <= mass and mass - probs.min().item() < p + 1e-4, (p, mass)
+    min_kept = torch.isfinite(apply_min_p(logits[:4], 0.5))
+    assert torch.equal(min_kept, reference >= reference.amax(-1, keepdim=True) * 0.5)

@@ -240,3 +240,83 @@ def test_bf16_decoding_runs_and_the_first_token_comes_alone(tokenizer):
     assert all(s.ttft_ms > 0 and s.tokens_per_s > 0 for s in stats)
     decoder = static_cache.kept_decoder(gpu.model)
     assert decoder is not None and decoder.dtype == torch.bfloat16 and decoder.graphs.captures > 0
+
+
+# --- a vocabulary padded beyond the tokenizer, through captured graphs (the self-play / GRPO case) ---------------
+
+PADDED_CALLS = [SamplingSettings(tokens=400), SamplingSettings(temperature=1.0, top_k=5, tokens=400),
+                SamplingSettings(temperature=1.0), SamplingSettings(temperature=0.8, top_p=0.8, tokens=300),
+                SamplingSettings(repetition_penalty=1.3, tokens=350),
+                SamplingSettings(temperature=1.1, min_p=0.1, repetition_penalty=1.2, tokens=400),
+                SamplingSettings(temperature=0.9, top_k=20, top_p=0.9, min_p=0.05, tokens=200)]
+
+
+def _padded_pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A model padded to 448 ids beyond a 400-token tokenizer (the padded ids made to lead often), CPU and GPU."""
+    spec = ModelSpec(family, 448, 64, 2, 4, 2 if family == "llama" else 4, 128, 64, init_std=0.2,
+                     tie_embeddings=False)
+    models = []
+    for device in ("cpu", "cuda"):
+        model = build_model(spec, seed=0)
+        with torch.no_grad():
+            model.lm_head.weight[400:] *= 3.0
+        models.append(model.to(device))
+    return models[0], models[1]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_repeated_graph_calls_with_a_padded_vocabulary_equal_eager_steps(family):
+    """Calls with other settings on the kept decoder replay graphs captured by earlier calls: they read the
+    padding mask, noise and seen buffers refilled in place (a re-created padding tensor left them reading freed
+    memory), give the eager steps' tokens, and never a padded id."""
+    cpu, gpu = _padded_pair(family)
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    kw = dict(samples=2, budget=24, pad_id=0, stop_ids=())
+    junk = []  # allocations that would take over a freed padding tensor's memory
+    graphs: list[list[list[int]]] = []
+    for _ in range(2):  # the second round replays the first round's graphs
+        for i, settings in enumerate(PADDED_CALLS):
+            graphs.append(static_completions(gpu, prompts, settings=settings, seed=i, graphs=True, **kw))
+            junk.append(torch.ones(448, dtype=torch.bool, device="cuda"))
+    eager = [static_completions(gpu, prompts, settings=s, seed=i, graphs=False, **kw)
+             for i, s in enumerate(PADDED_CALLS)]
+    assert graphs == eager + eager
+    for settings, out in zip(PADDED_CALLS, eager, strict=True):
+        assert all(t < (settings.tokens or 448) for row in out for t in row), settings
+    assert any(t >= 400 for row in eager[2] for t in row)  # unmasked, the padded ids really lead
+    lean = sample_completions(cpu, prompts, samples=2, max_new_tokens=24, temperature=0.0, tokens=400, backend="lean")
+    assert eager[0] == lean  # greedy over the tokenizer's ids: the CPU decoder's tokens
+    decoder = static_cache.kept_decoder(gpu)
+    assert decoder is not None and decoder.graphs.enabled and decoder.graphs.replays > 0
+    assert decoder.sampling().padding is not None
+    kept = static_cache.reusable_decoder(gpu)
+    assert kept is decoder and rows_that_fit(gpu, 64, kept=kept) >= max(decoder.rows, rows_that_fit(gpu, 64))
+
+
+def test_a_captured_pick_reads_the_padding_buffer_refilled_in_place():
+    """One captured pick replayed after calls that refill the padding mask (other tokenizer sizes under the same
+    graph) and after allocations that would reuse a freed mask: it masks what the latest call asked."""
+    logits = torch.tensor([0.5, 1.0, 2.0, -1.0, 0.0, 0.3, 5.0, 4.0, 3.0, 2.5], device="cuda")
+    rows = 512
+    sampling = DeviceSampling(rows, 10, torch.device("cuda"))
+    static_logits = logits.expand(rows, -1).clone()
+    picked = torch.zeros(rows, dtype=torch.long, device="cuda")
+    graphs = GraphSet(torch.device("cuda"))
+    junk = []
+
+    def pick() -> None:
+        picked.copy_(sampling.pick(static_logits))
+
+    with torch.inference_mode():
+        for seed, tokens in enumerate((6, 6, 4, 8, 6, 2)):
+            settings = SamplingSettings(temperature=1.0, top_k=2, tokens=tokens)
+            sampling.start(settings, seed, [[]] * rows)
+            junk.append(torch.ones(10, dtype=torch.bool, device="cuda"))
+            sampling.draw(rows)
+            graphs.run("pick", pick)  # one graph: top_k and temperature fixed, the mask refilled
+            fresh = DeviceSampling(rows, 10, torch.device("cuda"))
+            fresh.start(settings, seed, [[]] * rows)
+            fresh.draw(rows)
+            assert torch.equal(picked, fresh.pick(static_logits)), tokens
+            assert int(picked.max()) < tokens and int(picked.min()) >= 0
+    assert graphs.captures == 1 and graphs.replays == 6

@@ -133,6 +133,83 @@ def test_filters_that_keep_one_token_equal_greedy(loaded):
         assert _stats(loaded, "Hi", max_new_tokens=10, temperature=1.3, seed=3, **kw)[0].token_ids == greedy
 
 
+# --- a vocabulary padded beyond the tokenizer -------------------------------------------------------
+
+def _padded_model(family: str, vocab: int = 448, real: int = 400):
+    """A model whose vocabulary is padded beyond a `real`-token tokenizer, the padded ids made to lead often."""
+    spec = ModelSpec(family, vocab, 64, 2, 4, 2 if family == "llama" else 4, 128, 64, init_std=0.2,
+                     tie_embeddings=False)
+    model = build_model(spec, seed=0)
+    with torch.no_grad():
+        model.lm_head.weight[real:] *= 3.0
+    return model, spec
+
+
+PADDED_CALLS = [SamplingSettings(tokens=400), SamplingSettings(temperature=1.0, top_k=5, tokens=400),
+                SamplingSettings(temperature=1.0), SamplingSettings(temperature=0.8, top_p=0.8, tokens=300),
+                SamplingSettings(repetition_penalty=1.3, tokens=350),
+                SamplingSettings(temperature=1.1, min_p=0.1, repetition_penalty=1.2, tokens=400),
+                SamplingSettings(temperature=0.9, top_k=20, top_p=0.9, min_p=0.05, tokens=200)]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_padded_ids_are_never_sampled_and_leading_ones_leave_the_best_real_id(family):
+    model, _ = _padded_model(family)
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    kw = dict(samples=2, budget=12, seed=3, stop_ids=(), pad_id=0)
+    unmasked = static_completions(model, prompts, settings=SamplingSettings(), **kw)
+    assert any(t >= 400 for row in unmasked for t in row)  # the padded ids really lead
+    greedy = static_completions(model, prompts, settings=SamplingSettings(tokens=400), **kw)
+    lean = sample_completions(model, prompts, samples=2, max_new_tokens=12, temperature=0.0, tokens=400,
+                              backend="lean")
+    assert greedy == lean and all(t < 400 for row in greedy for t in row)
+    for one in (dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)):  # filters that keep the best real id only
+        assert static_completions(model, prompts, settings=SamplingSettings(temperature=1.3, tokens=400, **one),
+                                  **kw) == greedy, one
+    for settings in PADDED_CALLS[1:]:
+        out = static_completions(model, prompts, settings=settings, **kw)
+        assert all(t < (settings.tokens or 448) for row in out for t in row), settings
+    sampled = sample_completions(model, prompts, samples=2, max_new_tokens=12, temperature=1.0, top_p=0.9, seed=1,
+                                 tokens=400, backend="static")
+    assert all(t < 400 for row in sampled for t in row)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_repeated_calls_with_other_settings_equal_a_fresh_decoder(family):
+    """The kept decoder's buffers take each call's settings in place (padding mask, noise, seen, stop table): a
+    sequence of calls on it gives what each call gives on a fresh decoder, and its buffers keep their addresses."""
+    model, _ = _padded_model(family)
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    kw = dict(samples=2, budget=10, pad_id=0)
+    stops = [(), (7,), (), (9, 11), (), (), (3,)]
+    kept_runs: list[list[list[int]]] = []
+    addresses: dict[str, set[int]] = {}
+    for i, (settings, stop) in enumerate(zip(PADDED_CALLS, stops, strict=True)):
+        kept_runs.append(static_completions(model, prompts, settings=settings, seed=i, stop_ids=stop, **kw))
+        decoder = static_cache.kept_decoder(model)
+        for name in ("padding", "noise", "seen"):
+            if getattr(decoder.sampling(), name) is not None:
+                addresses.setdefault(name, set()).add(getattr(decoder.sampling(), name).data_ptr())
+        addresses.setdefault("stops", set()).add(tuple(t.data_ptr() for t in decoder.stops().buffers()))
+    assert {name: len(ptrs) for name, ptrs in addresses.items()} == {"padding": 1, "noise": 1, "seen": 1, "stops": 1}
+    for i, (settings, stop) in enumerate(zip(PADDED_CALLS, stops, strict=True)):
+        static_cache.release_decoder(model)
+        fresh = static_completions(model, prompts, settings=settings, seed=i, stop_ids=stop, **kw)
+        assert fresh == kept_runs[i], settings
+
+
+def test_a_tokenizer_smaller_than_the_vocabulary_through_stream_text(tokenizer):
+    model, spec = _padded_model("llama", vocab=len(tokenizer) + 48, real=len(tokenizer))
+    loaded = LoadedModel(model=model, tokenizer=tokenizer, spec=spec, kind="hf", path=Path("."), name="padded")
+    static = _stats(loaded, PROMPTS, max_new_tokens=14, temperature=0.0)
+    lean = _stats(loaded, PROMPTS, backend="lean", max_new_tokens=14, temperature=0.0)
+    assert [s.token_ids for s in static] == [s.token_ids for s in lean]
+    sampled = _stats(loaded, PROMPTS, max_new_tokens=14, temperature=1.0, top_k=8, top_p=0.9, min_p=0.05, seed=2,
+                     samples=2)
+    assert all(t < len(tokenizer) for s in static + sampled for t in s.token_ids)
+    assert len({tuple(s.token_ids) for s in sampled}) > 1
+
+
 # --- stops ------------------------------------------------------------------------------------------
 
 def test_stop_strings_and_eos_match_the_lean_path(loaded):
@@ -359,6 +436,48 @@ def test_memory_sizing_refuses_with_one_clear_line():
     with pytest.raises(UserError, match=r"^the decode cache for 100000 rows x 256 tokens needs .* GiB .* at most "
                                         r"\d+ rows fit"):
         check_fits(model, 100_000, 256, free=gib)
+
+
+def test_the_kept_decoder_counts_as_free_memory_for_the_call_that_takes_it_over(monkeypatch):
+    """A repeat call near the memory limit is neither split nor refused because of its own kept cache: the fit
+    check counts the decoder it will reuse (or free before growing) as free; a busy one (another thread's) not."""
+    from desktop_app.engine.generate import static_decode
+
+    model, _ = _model("gpt2")
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    kw = dict(samples=2, budget=8, settings=SamplingSettings(), seed=0, stop_ids=(), pad_id=0)
+    first = static_completions(model, prompts, **kw)
+    kept = static_cache.kept_decoder(model)
+    assert kept is not None and (kept.rows, kept.columns) == (8, 64)
+    assert static_cache.reusable_decoder(model) is kept and static_cache.reusable_decoder(model, graphs=False) is None
+    cache = kept.rows * static_cache.kv_bytes_per_row(model, 64)  # keys and values
+    assert cache < kept.nbytes() < cache + 64 * kept.rows * 400  # the cache and the per-row vocabulary buffers
+    per_row = static_cache.row_bytes(model, 64)
+    free = (512 << 20) + 2 * per_row  # two rows beyond the reserve (the CPU's reserve: 512 MiB)
+    assert rows_that_fit(model, 64, free=free) == 2
+    assert rows_that_fit(model, 64, free=free, kept=kept) == (2 * per_row + kept.nbytes()) // per_row >= 8
+    assert rows_that_fit(model, 64, free=0, kept=kept) == kept.rows  # its own rows always fit again
+    assert rows_that_fit(model, 128, free=0, kept=kept) == 0  # a longer call grows it: then the bytes decide
+    check_fits(model, 8, 64, free=0, kept=kept)
+    with pytest.raises(UserError, match="decode cache"):
+        check_fits(model, 8, 64, free=0)
+    monkeypatch.setattr(static_cache, "free_memory", lambda device: free)  # a GPU-like reading, on the CPU
+    runs: list[int] = []
+    original = static_decode.StaticGeneration.run
+
+    def spy(self):
+        runs.append(self.n)
+        return original(self)
+
+    monkeypatch.setattr(static_decode.StaticGeneration, "run", spy)
+    assert static_completions(model, prompts, **kw) == first
+    assert runs == [6] and static_cache.kept_decoder(model) is kept  # one group on the kept decoder, not three
+    runs.clear()
+    with kept.lock:  # busy: the call allocates beside it, so only the free memory counts
+        assert static_cache.reusable_decoder(model) is None
+        static_completions(model, prompts, **kw)
+    assert runs == [2, 2, 2]
+    static_cache.release_decoder(model)
 
 
 def test_graphs_fall_back_to_eager_steps_off_cuda():

@@ -29,7 +29,7 @@ def test_evaluate_a_library_run_and_see_it_again_later(window, populated_workspa
     assert view.checked_models() == [str(run)] and view.table.rowCount() == 0  # never measured yet
     view.form.set_values({"world": "mini", "per_type": 4, "task_types": ["deduction", "abduction"],
                           "text": [str(populated_workspace.folder("datasets") / "tiny-data")],
-                          "max_text_tokens": 200})
+                          "max_text_bytes": 800})
     assert view.start()
     assert not view.run_btn.isEnabled() and view.stop_btn.isEnabled()
     qtbot.waitUntil(lambda: not view.running(), timeout=120000)

@@ -1,9 +1,8 @@
 """Held-out tasks of a task world, solved by a model: greedy pass@1 and sampled pass@k per type, with 95% intervals.
 
-The held-out set of a type is fixed by (world, its options, count, seed): the world's own held-out stream when it
-has one (mini: never the corpus's programs for the same seed), else its generator. Self-play measures itself with
-this module at each evaluation (objectives/selfplay.py), and the `eval` verb measures any model with it, so the
-figures of a run and of `eval` on its checkpoint agree.
+Which tasks are held out, and so kept out of every training stream, is tasks/heldout_protocol.py's to say. Self-play
+measures itself with this module at each evaluation (objectives/selfplay.py), and the `eval` verb measures any model
+with it, so the figures of a run and of `eval` on its checkpoint agree.
 
 `solve_heldout` is a generator of Progress events that returns its results (`results = yield from ...`); `drain`
 runs it without reporting (inside a training step's evaluation).
@@ -25,19 +24,6 @@ from desktop_app.engine.tasks.base import Task, TaskWorld
 
 T = TypeVar("T")
 Z95 = 1.959964
-
-
-def heldout_tasks(world: TaskWorld, task_type: str, count: int, seed: int) -> list[Task]:
-    """The fixed evaluation set of a type: the world's own held-out stream when it has one."""
-    maker = getattr(world, "heldout_set", None)
-    return maker(task_type, count, seed) if callable(maker) else world.generate(task_type, count, seed)
-
-
-def heldout_programs(world: TaskWorld, task_type: str, seeds: list[int], count: int) -> set[str]:
-    """The programs of the held-out sets of these seeds (their first max(count, the world's default) tasks): what
-    training tasks leave out so that those sets measure tasks a model never trained on."""
-    size = max(int(count), int(getattr(world, "heldout_size", 0)))
-    return {t.program for seed in seeds for t in heldout_tasks(world, task_type, size, int(seed))}
 
 
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.heldout import heldout_tasks, mean_rate, solve_heldout
+from desktop_app.engine.evaluate.heldout import mean_rate, solve_heldout
+from desktop_app.engine.evaluate.leakage import training_programs
 from desktop_app.engine.evaluate.perplexity import score_text
 from desktop_app.engine.evaluate.qa import ask_questions, read_questions
 from desktop_app.engine.evaluate.results import append_result, results_folder
@@ -24,6 +25,7 @@ from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
 from desktop_app.engine.selfplay.prompting import default_world, make_prompter
 from desktop_app.engine.tasks.base import Task, TaskWorld, get_world
+from desktop_app.engine.tasks.heldout_protocol import heldout_tasks
 
 T = TypeVar("T")
 PLAIN_ANSWER_TOKENS = 40
@@ -170,6 +172,24 @@ def _evaluate_one(path: str, spec: EvalSpec, sets: HeldoutSets, save: bool) -> G
         return (yield from _measure(path, loaded, spec, sets, save, start, why))
 
 
+def _heldout_in_training(loaded: Any, heldout: dict[str, list[Task]], metrics: dict[str, Any]) -> list[Event]:
+    """How many of the held-out programs the model's own training records hold (a run or checkpoint: 0 when the
+    held-out protocol held), into `metrics` as heldout_in_training/TYPE; the finding as a log line."""
+    if loaded.kind not in ("run", "checkpoint"):
+        return []
+    found = training_programs(loaded.path)
+    if found is None:
+        return []
+    counts = {t: found.count(tasks) for t, tasks in heldout.items()}
+    metrics.update({f"heldout_in_training/{t}": n for t, n in counts.items()})
+    notes = [Log("warning", f"records left unread: {'; '.join(found.skipped)}")] if found.skipped else []
+    if any(counts.values()):
+        return [*notes, Log("warning", "the run trained on held-out programs (" + ", ".join(
+            f"{t} {n} of {len(heldout[t])}" for t, n in counts.items()) + "): its figures on them are not clean")]
+    return [*notes, Log("info", f"none of the held-out programs is in the run's training records "
+                        f"({', '.join(sorted(found.sources)) or 'none found'})")]
+
+
 def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bool, start: float,
              threads: str) -> Generator[Event, None, ModelEvaluated]:
     from desktop_app.engine.generate.prompts import context_length
@@ -192,12 +212,13 @@ def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bo
         for result in results.values():
             metrics.update(result.metrics())
         metrics["solve_rate"] = mean_rate(results)
+        yield from _heldout_in_training(loaded, heldout, metrics)
     if spec.qa:
         max_new = int(spec.max_new_tokens) or CHAT_ANSWER_TOKENS
         metrics.update((yield from ask_questions(model, prompter, spec.qa, max_len=max_len, max_new_tokens=max_new,
                                                  batch=min(int(spec.batch) or 16, 16), how=spec.qa_match)))
     if spec.text:
-        metrics.update((yield from score_text(model, tokenizer, list(spec.text), max_tokens=int(spec.max_text_tokens),
+        metrics.update((yield from score_text(model, tokenizer, list(spec.text), max_bytes=int(spec.max_text_bytes),
                                               context=max_len)))
     metrics["prompt_style"] = prompter.style
     step = run_folder.step_of(loaded.path) if loaded.kind in ("run", "checkpoint") else None

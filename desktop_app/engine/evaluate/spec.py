@@ -56,8 +56,9 @@ class EvalSpec(SpecMixin):
                       choices=QA_MATCHES, label="Answer match")
     text: list = f([], "Text files, folders or a prepared dataset (its validation split) to measure perplexity and "
                    "bits per byte on (empty: skip).", widget="files", label="Text for perplexity")
-    max_text_tokens: int = f(100_000, "Most tokens of text scored (the start of the text).", minimum=1,
-                             label="Text scored", unit="tokens", advanced=True)
+    max_text_bytes: int = f(400_000, "Most bytes of text scored (the start of the text, cut on a character "
+                            "boundary before tokenizing, so models with different tokenizers meet the same text).",
+                            minimum=1, label="Text scored", unit="bytes", advanced=True)
     batch: int = f(0, "Prompts decoded together (0 = automatic: about 100 on a CPU, where larger batches pad and "
                    "prefill slower, 256 on a GPU; evened out over the batches).", minimum=0, label="Batch",
                    unit="prompts", zero="automatic", advanced=True)
@@ -89,7 +90,7 @@ class EvalSpec(SpecMixin):
             p.append("qa must be a file path")
         check_choice(p, "qa_match", self.qa_match, QA_MATCHES)
         check_files(p, "text", self.text)
-        check_positive(p, "max_text_tokens", self.max_text_tokens)
+        check_positive(p, "max_text_bytes", self.max_text_bytes)
         check_count(p, "batch", self.batch)
         check_choice(p, "device", self.device, EVAL_DEVICES)
         check_count(p, "threads", self.threads)

@@ -14,7 +14,15 @@ same processors (`process_logits`: repetition penalty, temperature, top-k, top-p
   marks a row done on the device when it produces a stop token or its `max_lines`-th line break; later
   tokens of a done row are recorded as -1. Stop strings need text, so the host checks them on each
   chunk it reads and ends those rows with `finish_rows`.
-Both keep their buffers across calls (they belong to a StaticDecoder), so captured graphs stay valid.
+Both keep their buffers across calls (they belong to a StaticDecoder), so captured graphs stay valid: every
+tensor a step reads (noise, seen, the padding mask, the stop table, ...) is allocated once and refilled in
+place (`copy_`, `fill_`, `zero_`) by `start`, never re-created (a graph keeps the address it was captured
+with; a new tensor there would leave it reading freed memory). The settings themselves are Python numbers
+baked into each graph, which is why they key the graphs.
+
+A padded vocabulary's extra ids are masked first, before the repetition penalty and the filters, as the CPU
+`Sampler` does; the probabilities (the race's softmax, top-p's cumulative sums, min-p) are computed in fp32
+whatever the logits' dtype (as transformers upcasts).
 """
 
 from __future__ import annotations
@@ -69,27 +77,39 @@ class DeviceSampling:
         self.noise: torch.Tensor | None = None  # [rows, vocab] Exp(1) draws, refilled before each step
         self.seen: torch.Tensor | None = None  # [rows, vocab] tokens in each row's text (repetition penalty)
         self.settings = SamplingSettings()
-        self.padding: torch.Tensor | None = None  # [vocab] True for the padded ids no tokenizer token has
+        # [vocab] True for the padded ids no tokenizer token has: allocated once, refilled by each call's start
+        self.padding: torch.Tensor | None = None
 
     def start(self, settings: SamplingSettings, seed: int, prompts: Sequence[Sequence[int]]) -> None:
         """Begin a call: its settings and seed; `prompts[b]` are row b's prompt ids (the penalty covers them)."""
         self.settings = settings.normalized(self.vocab)
         with torch.inference_mode(False), torch.no_grad():
-            self.padding = (torch.arange(self.vocab, device=self.device) >= self.settings.tokens
-                            if self.settings.tokens else None)
+            if self.settings.tokens:
+                self._mark_padding(self.settings.tokens)
             if not self.settings.greedy:
                 self.generator.manual_seed(int(seed))
                 if self.noise is None:
                     self.noise = torch.ones(self.rows, self.vocab, device=self.device)
             if self.settings.repetition_penalty != 1.0:
-                if self.seen is None:
-                    self.seen = torch.zeros(self.rows, self.vocab, dtype=torch.bool, device=self.device)
-                self.seen.zero_()
-                rows = [b for b, ids in enumerate(prompts) for _ in ids]  # one indexed write for every row
-                if rows:
-                    cols = [int(i) for ids in prompts for i in ids]
-                    index = torch.tensor([rows, cols], dtype=torch.long).to(self.device)
-                    self.seen[index[0], index[1]] = True
+                self._mark_prompts(prompts)
+
+    def _mark_padding(self, tokens: int) -> None:
+        """Ids tokens .. vocab - 1 are padding: written into the one padding buffer (graphs keep its address)."""
+        if self.padding is None:
+            self.padding = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
+        self.padding.zero_()
+        self.padding[tokens:] = True
+
+    def _mark_prompts(self, prompts: Sequence[Sequence[int]]) -> None:
+        """Every row's prompt ids count as seen (the repetition penalty covers the prompt, like HF)."""
+        if self.seen is None:
+            self.seen = torch.zeros(self.rows, self.vocab, dtype=torch.bool, device=self.device)
+        self.seen.zero_()
+        rows = [b for b, ids in enumerate(prompts) for _ in ids]  # one indexed write for every row
+        if rows:
+            cols = [int(i) for ids in prompts for i in ids]
+            index = torch.tensor([rows, cols], dtype=torch.long).to(self.device)
+            self.seen[index[0], index[1]] = True
 
     def draw(self, rows: int) -> None:
         """Fresh noise for the next pick of `rows` rows (the host runs this before each step)."""
@@ -100,15 +120,18 @@ class DeviceSampling:
         """Next token per row ([rows, vocab] float logits -> [rows] long); marks it seen."""
         s, rows = self.settings, logits.shape[0]
         seen = self.seen[:rows] if self.seen is not None and s.repetition_penalty != 1.0 else None
+        logits = logits.float()  # fp32 probabilities (a no-op for the decoder's fp32 logits)
+        if s.tokens:  # a padded vocabulary's extra ids are never chosen: masked before the filters (as on the CPU)
+            assert self.padding is not None
+            logits = logits.masked_fill(self.padding, float("-inf"))
         processed = process_logits(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                                    repetition_penalty=s.repetition_penalty, seen=seen)
-        if self.padding is not None:  # a padded vocabulary's extra ids are never chosen
-            processed = processed.masked_fill(self.padding, float("-inf"))
         if s.greedy:
             ids = processed.argmax(dim=-1)
         else:
             assert self.noise is not None
-            ids = (processed.softmax(dim=-1) / self.noise[:rows].clamp(min=_TINY)).argmax(dim=-1)
+            probs = processed.softmax(dim=-1, dtype=torch.float32)
+            ids = (probs / self.noise[:rows].clamp(min=_TINY)).argmax(dim=-1)
         if seen is not None:
             seen.scatter_(1, ids.view(-1, 1), True)
         return ids
@@ -116,6 +139,10 @@ class DeviceSampling:
     def mutable(self) -> list[torch.Tensor]:
         """What a pick changes (snapshots around graph warm-ups restore it)."""
         return [self.seen] if self.seen is not None else []
+
+    def buffers(self) -> list[torch.Tensor]:
+        """Every buffer a pick reads (allocated once, refilled in place by start)."""
+        return [t for t in (self.noise, self.seen, self.padding) if t is not None]
 
 
 class StopState:
@@ -176,3 +203,7 @@ class StopState:
 
     def mutable(self) -> list[torch.Tensor]:
         return [self.done, self.count, self.lines]
+
+    def buffers(self) -> list[torch.Tensor]:
+        """Every buffer a record reads or writes (allocated once, refilled in place by start)."""
+        return [self.ring, self.done, self.count, self.lines, self.stop_table, self.newline, self.max_lines]

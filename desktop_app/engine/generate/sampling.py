@@ -45,7 +45,7 @@ def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     if p >= 1.0:
         return logits
     sorted_logits, order = torch.sort(logits, descending=False, dim=-1)
-    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    cumulative = sorted_logits.softmax(dim=-1, dtype=torch.float32).cumsum(dim=-1)  # fp32 sums (HF: fp32 logits)
     # Ascending order: drop the low tail whose total mass is at most 1 - p.
     drop_sorted = cumulative <= (1.0 - p)
     drop_sorted[..., -1] = False
@@ -57,7 +57,7 @@ def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     """Drop tokens whose probability is below min_p x the probability of the most likely token."""
     if min_p <= 0.0:
         return logits
-    probs = logits.softmax(dim=-1)
+    probs = logits.softmax(dim=-1, dtype=torch.float32)
     threshold = probs.amax(dim=-1, keepdim=True) * min_p
     return logits.masked_fill(probs < threshold, _NEG_INF)
 
@@ -141,7 +141,7 @@ class Sampler:
         if self.greedy:
             next_ids = logits.argmax(dim=-1)
         else:
-            probs = logits.softmax(dim=-1)
+            probs = logits.softmax(dim=-1, dtype=torch.float32)
             next_ids = torch.multinomial(probs, 1, generator=self.generator).view(-1)
         self.observe(next_ids)
         return next_ids

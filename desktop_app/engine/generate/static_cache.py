@@ -20,7 +20,9 @@ optimizers change weights without bumping the tensor versions that could have to
 
 Memory: `check_fits` compares what a cache needs with torch.cuda.mem_get_info's free memory (leaving a
 reserve for activations) and refuses with one clear line when it does not fit; `rows_that_fit` says how
-many rows would (rollouts split their batch by it).
+many rows would (rollouts split their batch by it). Both count the decoder a call will take over
+(`reusable_decoder`: the kept one, reused or freed before a bigger one is allocated) as free: a repeat call
+near the limit is neither split nor refused because of its own cache.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def kv_bytes_per_row(model: Any, columns: int) -> int:
     return 2 * layers * kv * columns * head_dim * element
 
 
-def _row_bytes(model: Any, columns: int) -> int:
+def row_bytes(model: Any, columns: int) -> int:
     """Per row: keys/values, plus fp32 logits and sampler state over the vocabulary (a few copies)."""
     vocab = int(getattr(model.config, "vocab_size", 0) or 0)
     return kv_bytes_per_row(model, columns) + 6 * 4 * vocab + columns
@@ -78,25 +80,40 @@ def _usable(free: int, device: torch.device) -> int:
     return max(0, free - max(_RESERVE_MIN, int(_RESERVE_SHARE * total)))
 
 
-def rows_that_fit(model: Any, columns: int, free: int | None = None) -> int | None:
-    """How many rows of `columns` columns fit in the free memory (None: no limit known, e.g. on the CPU)."""
-    device = next(model.parameters()).device
-    free = free_memory(device) if free is None else free
+def _available(model: Any, free: int | None, kept: StaticDecoder | None) -> int | None:
+    """The free memory reading (`free`, else measured) plus what the kept decoder the call takes over holds."""
+    free = free_memory(next(model.parameters()).device) if free is None else free
     if free is None:
         return None
-    return _usable(free, device) // _row_bytes(model, columns)
+    return free + (kept.nbytes() if kept is not None else 0)
 
 
-def check_fits(model: Any, rows: int, columns: int, free: int | None = None) -> None:
-    """UserError (one line, with the figures) when `rows` x `columns` of cache will not fit in the GPU memory."""
+def rows_that_fit(model: Any, columns: int, free: int | None = None, kept: StaticDecoder | None = None) -> int | None:
+    """How many rows of `columns` columns fit in the free memory (None: no limit known, e.g. on the CPU).
+
+    free: the reading to use (default: measured now). kept: the decoder the call will reuse or replace
+    (`reusable_decoder`): its memory counts as free, and its own rows always fit when its columns suffice."""
+    available = _available(model, free, kept)
+    if available is None:
+        return None
+    fit = _usable(available, next(model.parameters()).device) // row_bytes(model, columns)
+    if kept is not None and kept.columns >= columns:
+        fit = max(fit, kept.rows)
+    return fit
+
+
+def check_fits(model: Any, rows: int, columns: int, free: int | None = None,
+               kept: StaticDecoder | None = None) -> None:
+    """UserError (one line, with the figures) when `rows` x `columns` of cache will not fit in the GPU memory
+    (free, kept: as for rows_that_fit)."""
     device = next(model.parameters()).device
-    free = free_memory(device) if free is None else free
-    if free is None:
+    free = _available(model, free, kept)
+    if free is None or (kept is not None and kept.rows >= rows and kept.columns >= columns):
         return
-    need = rows * _row_bytes(model, columns)
+    need = rows * row_bytes(model, columns)
     usable = _usable(free, device)
     if need > usable:
-        fit = usable // _row_bytes(model, columns)
+        fit = usable // row_bytes(model, columns)
         raise UserError(f"the decode cache for {rows} rows x {columns} tokens needs {need / 2**30:.2f} GiB of GPU "
                         f"memory but only {usable / 2**30:.2f} GiB is free to use ({free / 2**30:.2f} GiB free, "
                         f"less a reserve): at most {fit} rows fit; ask for fewer samples or shorter texts, or free "
@@ -145,6 +162,15 @@ class StaticDecoder:
             m.tables(self.columns)
         self._sampling: DeviceSampling | None = None
         self._stops: StopState | None = None
+
+    def nbytes(self) -> int:
+        """Bytes of the state this decoder allocated per row (cache, flags, sampler and stop buffers): what a
+        call taking it over can count as free (the prepared weight copies and the graph pool aside)."""
+        tensors = [self.k_cache, self.v_cache, self.valid, self.tokens, self.positions]
+        for part in (self._sampling, self._stops):
+            if part is not None:
+                tensors += part.buffers()
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def sampling(self) -> DeviceSampling:
         """The on-device sampler's buffers (kept with the decoder: captured graphs read them)."""
@@ -292,6 +318,15 @@ def decoder_for(model: Any, rows: int, columns: int, *, graphs: bool | None = No
         decoder = StaticDecoder(model, rows, columns, graphs=graphs, compile_steps=compile_steps)
         kept_by_mode[mode] = decoder
         return decoder
+
+
+def reusable_decoder(model: Any, graphs: bool | None = None, compile_steps: bool = False) -> StaticDecoder | None:
+    """The kept decoder a `decoder_for` call in this mode will take over (reuse it, or free it before allocating a
+    bigger one), so its memory is the call's to use; None when none is kept or it is busy (another thread
+    decodes with it: the call would get a private decoder beside it)."""
+    with _REGISTRY_LOCK:
+        kept = (_DECODERS.get(model) or {}).get((graphs is not False, bool(compile_steps)))
+    return None if kept is None or kept.lock.locked() else kept
 
 
 def release_decoder(model: Any) -> None:

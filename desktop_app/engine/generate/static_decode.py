@@ -38,6 +38,7 @@ from desktop_app.engine.generate.static_cache import (
     StaticDecoder,
     check_fits,
     decoder_for,
+    reusable_decoder,
     round_columns,
     rows_that_fit,
 )
@@ -239,13 +240,15 @@ def static_completions(model: Any, prompts: Sequence[Sequence[int]], *, samples:
                        compile_steps: bool = False) -> list[list[int]]:
     """`samples` completions per prompt (prompt-major) through the static path, each ending after its first
     stop id (kept) or its `max_lines`-th line break. Batches that do not fit the free GPU memory at once
-    run in groups of prompts that do (a group's seed is seed + its index)."""
+    run in groups of prompts that do (a group's seed is seed + its index); the kept decoder this call takes
+    over counts as free memory."""
     columns = round_columns(max(len(p) for p in prompts) + budget)
-    fit = rows_that_fit(model, columns)
+    kept = reusable_decoder(model, graphs, compile_steps)
+    fit = rows_that_fit(model, columns, kept=kept)
     per_group = len(prompts)
     if fit is not None:
         if bucket_at_most(fit) < samples:
-            check_fits(model, batch_bucket(samples), columns)  # raises the one-line message
+            check_fits(model, batch_bucket(samples), columns, kept=kept)  # raises the one-line message
         per_group = max(1, bucket_at_most(fit) // samples)
     out: list[list[int]] = []
     stop_ids, newline_ids = set(stop_ids), set(newline_ids)

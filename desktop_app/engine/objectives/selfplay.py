@@ -1,12 +1,18 @@
 """Absolute Zero self-play as an objective of the one training loop.
 
-Each optimizer step, the batch source plays one round with the current model:
+Each optimizer step, the batch source plays one round with the current model, in named steps:
   propose  for every task type, P proposer prompts (K reference tasks from that type's buffer) are
-           sampled, all types in one batch; the task world validates them (in the sandbox for the python world);
+           sampled, all types in one batch;
+  validate the task world judges them (in the sandbox for the python world): invalid, trivial (an output that
+           does not depend on the input, or the identity in disguise), valid; a valid task whose program is a
+           held-out one (tasks/heldout_protocol.py) is judged and rewarded but never becomes a solver task;
   solve    S tasks per type (the new valid proposals first, then buffer tasks) get N solver samples
            each, again all types in one batch; the world checks every answer by value;
-  reward   solver: 1 / 0 / -0.5 (format) / -1 (unparseable); proposer: learnability 1 - solve rate
-           (0 at 0 or 1), -0.5 for an invalid proposal; advantages normalised per (role, type) (TRR++).
+  score    solver: 1 / 0 / -0.5 (format) / -1 (unparseable); proposer: learnability 1 - solve rate
+           (0 at 0 or 1), -0.5 for an invalid or trivial proposal; advantages normalised per (role, type) (TRR++);
+  record   new tasks enter the buffers; the round's line goes to selfplay.jsonl (the window's task browser).
+Without a proposer (`proposer: false`) a round is solver-only RL on the world's generated seed tasks: the same
+reward and update, so comparing the two isolates what the proposer adds.
 The loss is the REINFORCE++ / PPO-clip policy loss over completion tokens (one update per round, so the
 ratio is 1 and clipping only matters when the options ask for more), plus an optional KL to a frozen
 reference. Buffers and the round counter are the source's state, saved in every checkpoint; sampling
@@ -24,7 +30,7 @@ from typing import Any
 import torch
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.heldout import drain, heldout_programs, heldout_tasks, mean_rate, solve_heldout
+from desktop_app.engine.evaluate.heldout import drain, mean_rate, solve_heldout
 from desktop_app.engine.events import Log
 from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.method_options import SelfPlayOptions, typed_options
@@ -32,11 +38,15 @@ from desktop_app.engine.objectives.base import Objective, TrainContext, context_
 from desktop_app.engine.selfplay.buffer import TaskBuffer
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
 from desktop_app.engine.selfplay.prompting import TaskPrompter, default_world, make_prompter
-from desktop_app.engine.selfplay.rewards import grouped_advantages, learnability
+from desktop_app.engine.selfplay.rewards import learnability
 from desktop_app.engine.selfplay.rollout import RoundSource, sample_completions
+from desktop_app.engine.selfplay.round import Decoded, Proposals, Round
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
+from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol
 
 LOG_NAME = "selfplay.jsonl"
+
+
 class SelfPlaySource(RoundSource):
     """Self-play rounds; the task buffers travel with the round in every checkpoint."""
 
@@ -73,6 +83,7 @@ class SelfPlayObjective(Objective):
         self.max_len = 512
         self.last_rollouts: list[dict[str, Any]] = []
         self.log_path: Path | None = None
+        self.protocol: HeldoutProtocol | None = None
 
     # -- seam ----------------------------------------------------------------------------------------
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
@@ -89,20 +100,27 @@ class SelfPlayObjective(Objective):
             name = default_world(ctx.tokenizer) if self.options.world == "auto" else self.options.world
             self.world = get_world(name, strict=bool(self.options.strict_sandbox), **dict(self.options.world_options))
             self.notes.append(Log("info", f"self-play on the {name} world with {self.prompter.style} prompts"))
+        self.protocol = HeldoutProtocol.of_run(self.world, self.options)
         for task_type in self.options.task_types:
-            excluded = heldout_programs(self.world, task_type, list(self.options.exclude_heldout),
-                                        int(self.options.heldout_per_type))
-            seeds = identity_tasks(self.world, task_type)
-            seeds += [Task.from_json(s) for s in self.options.seeds if s.get("type") == task_type]
-            seeds += self.world.generate(task_type, int(self.options.seed_tasks_per_type), ctx.seed,
-                                         **({"exclude": excluded} if excluded else {}))
-            self.seed_tasks[task_type] = seeds
+            self.seed_tasks[task_type] = seeds = self._seeds(task_type, ctx.seed)
             for task in seeds:
                 self.buffers[task_type].add(task)
-            self.heldout[task_type] = heldout_tasks(self.world, task_type, self.options.heldout_per_type,
-                                                    int(self.options.heldout_seed))
+            self.heldout[task_type] = self.protocol.selection_sets[task_type]
         if float(self.options.kl_coef) > 0:
             self.reference = make_reference(ctx.adapter, ctx.load_reference)
+
+    def _seeds(self, task_type: str, seed: int) -> list[Task]:
+        """A buffer's first tasks: the identity program, the user's seed tasks and the world's generated ones, none
+        with a held-out program (the user's are dropped with a note)."""
+        assert self.world is not None and self.protocol is not None
+        own = [Task.from_json(s) for s in self.options.seeds if s.get("type") == task_type]
+        kept = [t for t in own if not self.protocol.holds(t.program)]
+        if len(kept) < len(own):
+            self.notes.append(Log("warning", f"{len(own) - len(kept)} of your {task_type} seed tasks use a held-out "
+                                  "program; they were left out, so the held-out figures measure unseen programs"))
+        generated = self.world.generate(task_type, int(self.options.seed_tasks_per_type), seed,
+                                        exclude=self.protocol.reserved)
+        return identity_tasks(self.world, task_type) + kept + generated
 
     def batch_source(self, ctx: TrainContext) -> SelfPlaySource:
         return SelfPlaySource(self)
@@ -119,23 +137,23 @@ class SelfPlayObjective(Objective):
 
     # -- rollouts ------------------------------------------------------------------------------------
     def _sample(self, encoded: list[list[int]], samples: int, seed: int, max_lines: int,
-                temperature: float | None = None, finished: Any = None) -> list[str]:
+                finished: Any = None) -> tuple[list[list[int]], list[str]]:
+        """`samples` replies to each prompt: their ids and texts (prompt-major)."""
         assert self.model is not None and self.prompter is not None
         codec = self.prompter.codec
         ids = sample_completions(self.model, encoded, samples=samples,
                                  max_new_tokens=int(self.options.max_new_tokens),
-                                 temperature=float(self.options.temperature if temperature is None else temperature),
-                                 top_p=float(self.options.top_p), seed=seed, stop_ids=self.prompter.stop_ids,
-                                 max_len=self.max_len, newline_ids=codec.newline_ids() if max_lines else set(),
-                                 max_lines=max_lines, finished=finished, tokens=codec.vocab_size())
-        self._last_ids = (encoded, ids)
-        return [codec.decode(c) for c in ids]
+                                 temperature=float(self.options.temperature), top_p=float(self.options.top_p),
+                                 seed=seed, stop_ids=self.prompter.stop_ids, max_len=self.max_len,
+                                 newline_ids=codec.newline_ids() if max_lines else set(), max_lines=max_lines,
+                                 finished=finished, tokens=codec.vocab_size())
+        return ids, [codec.decode(c) for c in ids]
 
-    def _sample_types(self, prompts: dict[str, list[list[int]]], samples: int, seed: int, role: str
-                      ) -> dict[str, tuple[list[list[int]], list[list[int]], list[str]]]:
+    def _sample_types(self, prompts: dict[str, list[list[int]]], samples: int, seed: int,
+                      role: str) -> dict[str, Decoded]:
         """Every task type's prompts decoded in one batch (types whose replies are cut after different line counts
-        apart); per type its prompt ids, completion ids (prompt-major, `samples` per prompt) and texts. One decode
-        per role instead of one per type: a round's decoding costs a third of the steps."""
+        apart); per type its prompts' decode. One decode per role instead of one per type: a round's decoding
+        costs a third of the steps."""
         assert self.world is not None and self.prompter is not None
         world, prompter = self.world, self.prompter
         by_lines: dict[int, list[str]] = {}
@@ -143,137 +161,170 @@ class SelfPlayObjective(Objective):
             lines = prompter.proposal_lines(world, task_type) if role == "proposer" else \
                 prompter.answer_lines(world, task_type)
             by_lines.setdefault(lines, []).append(task_type)
-        out: dict[str, tuple[list[list[int]], list[list[int]], list[str]]] = {}
+        out: dict[str, Decoded] = {}
         for group, (lines, types) in enumerate(sorted(by_lines.items())):
             encoded = [ids for t in types for ids in prompts[t]]
             checks = [prompter.finished(world.answer_kind(t)) if role == "solver" else None
                       for t in types for _ in prompts[t]]
-            texts = self._sample(encoded, samples, seed + 7919 * group, max_lines=lines,
-                                 finished=checks if any(c is not None for c in checks) else None)
-            prompt_ids, completion_ids = self._last_ids
-            at = 0
+            ids, texts = self._sample(encoded, samples, seed + 7919 * group, max_lines=lines,
+                                      finished=checks if any(c is not None for c in checks) else None)
+            decoded, at = Decoded(encoded, ids, texts), 0
             for t in types:
-                count = len(prompts[t])
-                out[t] = (prompt_ids[at: at + count], completion_ids[at * samples: (at + count) * samples],
-                          texts[at * samples: (at + count) * samples])
-                at += count
+                out[t] = decoded.part(at, len(prompts[t]), samples)
+                at += len(prompts[t])
         return out
 
+    # -- a round: propose, validate, solve, score, record ----------------------------------------------
     def play_round(self, round_index: int) -> EpisodeBatch:
         assert self.world is not None and self.prompter is not None
-        o, rng = self.options, random.Random(f"{self.seed}-selfplay-{round_index}")
-        world, prompter, types = self.world, self.prompter, list(o.task_types)
+        rng = random.Random(f"{self.seed}-selfplay-{round_index}")
         forget_prepared_weights(self.model)  # the optimizer changed the weights in place since the last round
         seed = rng.randrange(2**31)
-        episodes: list[Episode] = []
-        rewards: list[float] = []
-        groups: list[tuple[str, str]] = []
-        stats: dict[str, float] = {}
-        rollouts: list[dict[str, Any]] = []
-        valid_count = proposals = 0
-        format_errors = answers = 0
-        lengths: list[int] = []
-        gen_tokens = 0
-        # propose: every type's proposals in one decode
-        prompts = {t: [world.propose_prompt(t, self.buffers[t].sample(int(o.references), rng), rng)
-                       for _ in range(o.proposals_per_type)] for t in types}
-        t0 = time.perf_counter()
-        proposed = self._sample_types({t: [prompter.propose_ids(p) for p in prompts[t]] for t in types}, 1, seed,
-                                      "proposer")
-        t1 = time.perf_counter()
-        verdicts = {t: world.validate(t, [prompter.proposal(text) for text in proposed[t][2]]) for t in types}
-        t_check = time.perf_counter() - t1
-        t_gen = t1 - t0
-        # solve: per type its new valid proposals first (their learnability needs a solve rate), then buffer tasks
-        solver_tasks: dict[str, list[Task]] = {}
-        for t in types:
-            new_tasks = [v.task for v in verdicts[t] if v.valid and v.task is not None]
-            proposals += len(verdicts[t])
-            valid_count += len(new_tasks)
-            solver_tasks[t] = (new_tasks + self._draw(t, o.solver_tasks_per_type, rng))[: max(
-                o.solver_tasks_per_type, len(new_tasks))]
-        n = o.solver_samples
-        t0 = time.perf_counter()
-        solved = self._sample_types({t: [prompter.solve_ids(world, task) for task in solver_tasks[t]] for t in types},
-                                    n, seed + 104729, "solver")
-        t_gen += time.perf_counter() - t0
-        for task_type in types:
-            buffer, tasks = self.buffers[task_type], solver_tasks[task_type]
-            s_prompt_ids, s_completion_ids, answers_text = solved[task_type]
-            t1 = time.perf_counter()
-            checks = world.check([t for t in tasks for _ in range(n)],
-                                 [prompter.answer(world, tasks[i // n], a) for i, a in enumerate(answers_text)])
-            t_check += time.perf_counter() - t1
-            rates = []
-            type_rewards = []
-            for j, task in enumerate(tasks):
-                group = checks[j * n:(j + 1) * n]
-                rates.append(sum(c.correct for c in group) / n)
-                for m, check in enumerate(group):
-                    idx = j * n + m
-                    episodes.append(Episode(s_prompt_ids[j], s_completion_ids[idx], 0.0, "solver", task_type))
-                    rewards.append(check.reward)
-                    type_rewards.append(check.reward)
-                    groups.append(("solver", task_type) if o.solver_baseline == "type" else ("solver", task_type, j))
-                    format_errors += check.status in ("format", "unparseable")
-                    answers += 1
-                    lengths.append(len(s_completion_ids[idx]))
-                    gen_tokens += len(s_completion_ids[idx])
-                    if m == 0:
-                        rollouts.append({"role": "solver", "type": task_type, "prompt": world.solve_prompt(task),
-                                         "answer": answers_text[idx], "verdict": check.status,
-                                         "reward": check.reward, "reason": check.reason})
-            rate_of = {id(t): r for t, r in zip(tasks, rates, strict=True)}
-            prompt_ids, completion_ids, texts = proposed[task_type]
-            proposer_rewards = []
-            for i, verdict in enumerate(verdicts[task_type]):
-                if verdict.valid and verdict.task is not None:
-                    rate = rate_of.get(id(verdict.task), 0.0)
-                    reward = learnability(rate)
-                    added = buffer.add(verdict.task)
-                    buffer.record({"round": round_index, "type": task_type, "program": verdict.task.program,
-                                   "inputs": list(verdict.task.inputs), "outputs": list(verdict.task.outputs),
-                                   "verdict": "valid" if added else "duplicate", "solve_rate": rate,
-                                   "reward": reward})
-                else:
-                    reward = PENALTY_FORMAT
-                    buffer.record({"round": round_index, "type": task_type, "program": texts[i][:300],
-                                   "verdict": "invalid", "reason": verdict.reason, "reward": reward})
-                episodes.append(Episode(prompt_ids[i], completion_ids[i], 0.0, "proposer", task_type))
-                rewards.append(reward)
-                proposer_rewards.append(reward)
-                groups.append(("proposer", task_type))
-                lengths.append(len(completion_ids[i]))
-                gen_tokens += len(completion_ids[i])
-                rollouts.append({"role": "proposer", "type": task_type, "prompt": prompts[task_type][i],
-                                 "answer": texts[i], "verdict": "valid" if verdict.valid else "invalid",
-                                 "reward": reward, "reason": verdict.reason})
-            stats[f"reward/solver/{task_type}"] = sum(type_rewards) / max(1, len(type_rewards))
-            stats[f"reward/proposer/{task_type}"] = sum(proposer_rewards) / max(1, len(proposer_rewards))
-            stats[f"solve_rate/{task_type}"] = sum(rates) / max(1, len(rates))
-            learn = [learnability(r) for r in rates]
-            stats[f"learnability/{task_type}"] = sum(learn) / max(1, len(learn))
-            stats[f"buffer/{task_type}"] = float(len(buffer))
-        advantages = grouped_advantages(rewards, groups)
-        for episode, advantage in zip(episodes, advantages, strict=True):
-            episode.advantage = advantage
-        kept = [e for e in episodes if e.advantage != 0.0 and e.completion] or episodes[:1]
+        rnd = Round(round_index)
+        proposed = self._propose(rnd, rng, seed) if self.options.proposer else {}
+        # per type: the tasks that train the solver, then the held-out hits (solved to reward the proposer only)
+        trained = {t: self._solver_tasks(t, proposed.get(t), rng) for t in self.options.task_types}
+        tasks = {t: trained[t] + (proposed[t].judged if t in proposed else []) for t in trained}
+        solved = self._solve(rnd, tasks, seed + 104729)
+        for task_type, solver_tasks in tasks.items():
+            rates = self._score_solver(rnd, task_type, solver_tasks, solved[task_type], len(trained[task_type]))
+            if task_type in proposed:
+                self._score_proposer(rnd, task_type, proposed[task_type],
+                                     {id(t): r for t, r in zip(solver_tasks, rates, strict=True)})
+            self._type_stats(rnd, task_type, rates[: len(trained[task_type])])
+        batch = rnd.batch()
         if self.reference is not None:
-            self._reference_logps(kept)
-        total = t_gen + t_check
-        stats.update({
-            "reward": sum(rewards) / max(1, len(rewards)), "proposal_validity": valid_count / max(1, proposals),
-            "format_errors": format_errors / max(1, answers), "response_length": sum(lengths) / max(1, len(lengths)),
-            "rollout_tokens_per_s": gen_tokens / max(t_gen, 1e-9), "checks_per_s": (answers + proposals) / max(
-                t_check, 1e-9), "check_share": t_check / max(total, 1e-9), "episodes": float(len(kept)),
-        })
-        self.last_rollouts = rollouts
-        self._log(round_index, rollouts)
-        return EpisodeBatch(kept, stats)
+            reference_logps(self.reference, list(batch), model=self.model)
+        self.last_rollouts = rnd.rollouts
+        self._log(rnd)
+        return batch
+
+    def _propose(self, rnd: Round, rng: random.Random, seed: int) -> dict[str, Proposals]:
+        """propose + validate: every type's proposals in one decode, judged by the world; the valid ones sorted
+        into fresh tasks and held-out hits (a reserved program: judged and rewarded, never a solver task)."""
+        assert self.world is not None and self.prompter is not None
+        o, world, prompter = self.options, self.world, self.prompter
+        prompts = {t: [world.propose_prompt(t, self.buffers[t].sample(int(o.references), rng), rng)
+                       for _ in range(o.proposals_per_type)] for t in o.task_types}
+        start = time.perf_counter()
+        decoded = self._sample_types({t: [prompter.propose_ids(p) for p in prompts[t]] for t in o.task_types}, 1,
+                                     seed, "proposer")
+        checked = time.perf_counter()
+        out = {}
+        for t in o.task_types:
+            verdicts = world.validate(t, [prompter.proposal(text) for text in decoded[t].texts])
+            out[t] = proposals = Proposals(prompts[t], decoded[t], verdicts)
+            for verdict in verdicts:
+                if verdict.valid and verdict.task is not None:
+                    judged = self.protocol is not None and self.protocol.holds(verdict.task.program)
+                    (proposals.judged if judged else proposals.fresh).append(verdict.task)
+            rnd.stats.proposals += len(verdicts)
+            rnd.stats.valid += len(proposals.fresh) + len(proposals.judged)
+            rnd.stats.trivial += sum(v.trivial for v in verdicts)
+            rnd.stats.heldout_hits += len(proposals.judged)
+        rnd.stats.decode_s += checked - start
+        rnd.stats.check_s += time.perf_counter() - checked
+        return out
+
+    def _solver_tasks(self, task_type: str, proposals: Proposals | None, rng: random.Random) -> list[Task]:
+        """The type's tasks that train the solver: its fresh proposals first (their learnability needs a solve
+        rate), then buffer tasks."""
+        count = int(self.options.solver_tasks_per_type)
+        fresh = proposals.fresh if proposals is not None else []
+        return (fresh + self._draw(task_type, count, rng))[: max(count, len(fresh))]
+
+    def _solve(self, rnd: Round, tasks: dict[str, list[Task]], seed: int) -> dict[str, tuple[Decoded, list[Any]]]:
+        """solve: every type's tasks, N answers each, in one decode; the world checks every answer by value."""
+        assert self.world is not None and self.prompter is not None
+        world, prompter, n = self.world, self.prompter, int(self.options.solver_samples)
+        start = time.perf_counter()
+        decoded = self._sample_types({t: [prompter.solve_ids(world, task) for task in tasks[t]] for t in tasks}, n,
+                                     seed, "solver")
+        rnd.stats.decode_s += time.perf_counter() - start
+        out = {}
+        for t, replies in decoded.items():
+            start = time.perf_counter()
+            out[t] = (replies, world.check([task for task in tasks[t] for _ in range(n)],
+                                           [prompter.answer(world, tasks[t][i // n], a)
+                                            for i, a in enumerate(replies.texts)]))
+            rnd.stats.check_s += time.perf_counter() - start
+        return out
+
+    def _score_solver(self, rnd: Round, task_type: str, tasks: list[Task], solved: tuple[Decoded, list[Any]],
+                      trained: int) -> list[float]:
+        """score the solver: 1 / 0 / -0.5 / -1 per answer, an episode each for the first `trained` tasks (none for
+        the held-out hits after them); returns each task's solve rate."""
+        assert self.world is not None
+        replies, checks = solved
+        n, o = int(self.options.solver_samples), self.options
+        rates: list[float] = []
+        for j, task in enumerate(tasks):
+            group = checks[j * n:(j + 1) * n]
+            rates.append(sum(c.correct for c in group) / n)
+            if j >= trained:  # a held-out program a proposer wrote: solved only to reward the proposer
+                rnd.stats.generated_tokens += sum(len(c) for c in replies.completion_ids[j * n:(j + 1) * n])
+                continue
+            for m, check in enumerate(group):
+                i = j * n + m
+                key = ("solver", task_type) if o.solver_baseline == "type" else ("solver", task_type, str(j))
+                rnd.add(Episode(replies.prompt_ids[j], replies.completion_ids[i], 0.0, "solver", task_type),
+                        check.reward, key)
+                rnd.stats.format_errors += check.status in ("format", "unparseable")
+                rnd.stats.answers += 1
+                if m == 0:
+                    rnd.rollouts.append({"role": "solver", "type": task_type, "prompt": self.world.solve_prompt(task),
+                                         "answer": replies.texts[i], "verdict": check.status,
+                                         "reward": check.reward, "reason": check.reason})
+        return rates
+
+    def _score_proposer(self, rnd: Round, task_type: str, proposals: Proposals, rates: dict[int, float]) -> None:
+        """score and record the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a valid task, the format
+        penalty for an invalid or trivial one; fresh tasks enter the buffer."""
+        buffer, decoded = self.buffers[task_type], proposals.decoded
+        for i, verdict in enumerate(proposals.verdicts):
+            task = verdict.task
+            if verdict.valid and task is not None:
+                rate = rates.get(id(task), 0.0)
+                reward = learnability(rate)
+                if task in proposals.judged:
+                    fate, reason = "held-out", "a held-out program: rewarded, never a solver task"
+                else:
+                    fate, reason = ("valid" if buffer.add(task) else "duplicate"), ""
+                buffer.record({"round": rnd.index, "type": task_type, "program": task.program,
+                               "inputs": list(task.inputs), "outputs": list(task.outputs), "verdict": fate,
+                               "solve_rate": rate, "reward": reward, **({"reason": reason} if reason else {})})
+            else:
+                reward, fate = PENALTY_FORMAT, "trivial" if verdict.trivial else "invalid"
+                buffer.record({"round": rnd.index, "type": task_type, "program": decoded.texts[i][:300],
+                               "verdict": fate, "reason": verdict.reason, "reward": reward})
+            rnd.add(Episode(decoded.prompt_ids[i], decoded.completion_ids[i], 0.0, "proposer", task_type), reward,
+                    ("proposer", task_type))
+            rnd.rollouts.append({"role": "proposer", "type": task_type, "prompt": proposals.prompts[i],
+                                 "answer": decoded.texts[i], "verdict": fate, "reward": reward,
+                                 "reason": verdict.reason})
+
+    def _type_stats(self, rnd: Round, task_type: str, rates: list[float]) -> None:
+        """A type's figures of the round: mean rewards per role, solve rate and learnability of the trained tasks,
+        the buffer's size, distinct programs and distinct shapes (programs equal up to constants)."""
+        by_role: dict[str, list[float]] = {"solver": [], "proposer": []}
+        for episode, reward in zip(rnd.episodes, rnd.rewards, strict=True):
+            if episode.task_type == task_type:
+                by_role[episode.role].append(reward)
+        buffer, stats = self.buffers[task_type], rnd.stats.by_type
+        stats[f"reward/solver/{task_type}"] = sum(by_role["solver"]) / max(1, len(by_role["solver"]))
+        if self.options.proposer:
+            stats[f"reward/proposer/{task_type}"] = sum(by_role["proposer"]) / max(1, len(by_role["proposer"]))
+        stats[f"solve_rate/{task_type}"] = sum(rates) / max(1, len(rates))
+        stats[f"learnability/{task_type}"] = sum(learnability(r) for r in rates) / max(1, len(rates))
+        stats[f"buffer/{task_type}"] = float(len(buffer))
+        stats[f"programs/{task_type}"] = float(buffer.distinct_programs)
+        stats[f"shapes/{task_type}"] = float(buffer.distinct_shapes)
 
     def _draw(self, task_type: str, count: int, rng: random.Random) -> list[Task]:
-        """Buffer tasks for the solver: from the whole buffer, or a `seed_share` of them from the seed tasks."""
-        share, buffer = float(self.options.seed_share), self.buffers[task_type]
+        """Buffer tasks for the solver: from the whole buffer, or a `seed_share` of them from the seed tasks (all of
+        them without a proposer: solver-only RL on the world's generated tasks)."""
+        share = float(self.options.seed_share) if self.options.proposer else 1.0
+        buffer = self.buffers[task_type]
         if not share:
             return buffer.sample(count, rng)
         out = []
@@ -284,12 +335,18 @@ class SelfPlayObjective(Objective):
                 out.append(pool[rng.randrange(len(pool))])
         return out
 
-    def _log(self, round_index: int, rollouts: list[dict[str, Any]]) -> None:
-        """One JSON line per round for the window's task browser (a view; checkpoints hold the real state)."""
+    def _log(self, rnd: Round) -> None:
+        """One JSON line per round for the window's task browser (a view; checkpoints hold the real state): the
+        rollouts, the proposals with their fate, and the round's buffer figures."""
         if self.log_path is None:
             return
-        proposals = [entry for b in self.buffers.values() for entry in b.history if entry["round"] == round_index]
-        line = json.dumps({"round": round_index, "rollouts": rollouts, "proposals": proposals})
+        proposals = [entry for b in self.buffers.values() for entry in b.history if entry["round"] == rnd.index]
+        figures = {"proposals": rnd.stats.proposals, "trivial": rnd.stats.trivial,
+                   "heldout_hits": rnd.stats.heldout_hits,
+                   "programs": {t: b.distinct_programs for t, b in self.buffers.items()},
+                   "shapes": {t: b.distinct_shapes for t, b in self.buffers.items()},
+                   "tasks": {t: len(b) for t, b in self.buffers.items()}}
+        line = json.dumps({"round": rnd.index, "rollouts": rnd.rollouts, "proposals": proposals, "buffers": figures})
         with open(self.log_path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
@@ -305,10 +362,6 @@ class SelfPlayObjective(Objective):
             except (ValueError, AttributeError):
                 continue
         self.log_path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
-
-    def _reference_logps(self, episodes: list[Episode]) -> None:
-        assert self.reference is not None
-        reference_logps(self.reference, episodes, model=self.model)
 
     # -- loss ----------------------------------------------------------------------------------------
     def loss(self, model: torch.nn.Module, micro: EpisodeBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -339,19 +392,18 @@ class SelfPlayObjective(Objective):
             self.world.close()
 
 
-IDENTITY_PROPOSALS = {
-    "mini": {"single": "f = lambda x: x\ninput: [1, 2, 3]",
-             "induction": "f = lambda x: x\ninputs: [[1], [2, 3], [4, 5, 6], [7, 8]]"},
-    "python": {"single": "```python\ndef f(x):\n    return x\n```\nInput: f([1, 2, 3])",
-               "induction": "```python\ndef f(x):\n    return x\n```\nf(1)\nf([2, 3])\nf('ab')\nf(4)\n"
-                            "Message: identity"},
-}
+IDENTITY_PROGRAMS = {"mini": "f = lambda x: x", "python": "def f(x):\n    return x\n"}
+IDENTITY_INPUTS = {"mini": {"single": ("[1, 2, 3]",), "induction": ("[1]", "[2, 3]", "[4, 5, 6]", "[7, 8]")},
+                   "python": {"single": ("[1, 2, 3]",), "induction": ("1", "[2, 3]", "'ab'", "4")}}
 
 
 def identity_tasks(world: TaskWorld, task_type: str) -> list[Task]:
-    """The identity program as the first task of every buffer (the Absolute Zero seed), validated by the world."""
-    proposals = IDENTITY_PROPOSALS.get(world.name)
-    if proposals is None:
+    """The identity program as the first task of every buffer (the Absolute Zero seed). Written out here: the
+    world refuses the identity from a proposer as trivial."""
+    program, inputs = IDENTITY_PROGRAMS.get(world.name), IDENTITY_INPUTS.get(world.name, {})
+    if program is None:
         return []
-    verdict = world.validate(task_type, [proposals["induction" if task_type == "induction" else "single"]])[0]
-    return [verdict.task] if verdict.valid and verdict.task is not None else []
+    given = inputs["induction" if task_type == "induction" else "single"]
+    induction = task_type == "induction"
+    return [Task(world.name, task_type, program, given, given, "identity" if induction and world.name == "python"
+                 else "", len(given) // 2 if induction else 0)]

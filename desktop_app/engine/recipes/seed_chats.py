@@ -1,5 +1,6 @@
 """A task world's seed tasks as chat records (prompt -> the reference answer), for supervised fine-tuning: the
-self-play demo's control on a base model (the same wall time spent imitating solved tasks instead of playing)."""
+self-play demo's control on a base model (the same wall time spent imitating solved tasks instead of playing). The
+held-out protocol's programs (the reported sets and the run's selection set) are left out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from desktop_app.engine.fileio import atomic_write_text
 from desktop_app.engine.method_options import SelfPlayOptions
 from desktop_app.engine.selfplay.prompting import ASK, default_world
 from desktop_app.engine.tasks.base import TaskWorld, get_world
+from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol
 
 TASKS_PER_TYPE = 300
 
@@ -40,8 +42,9 @@ def write_seed_chats(path: Path, base: str, options: dict[str, Any], seed: int,
         name = default_world(load_tokenizer(resolve_model_folder(base)[0]))
     world = get_world(name, **dict(o.world_options))
     try:
+        reserved = HeldoutProtocol.of_run(world, o).reserved
         lines = [json.dumps(chat_record(world, task)) for kind in o.task_types
-                 for task in world.generate(kind, per_type, seed)]
+                 for task in world.generate(kind, per_type, seed, exclude=reserved)]
     finally:
         world.close()
     atomic_write_text(path, "".join(line + "\n" for line in lines))

@@ -2,17 +2,22 @@
 
 From scratch (the CPU demo): seed corpus of the mini world -> tokenizer + dataset -> pretrain the tiny preset
 (stops on validation loss or its share of the time, and hands on its best checkpoint) -> Absolute Zero self-play
-from that checkpoint for the rest of the time -> optionally the *control*: the same wall time of continued
-pretraining on the seed corpus from the same checkpoint, so self-play can be compared with simply training longer.
+from that checkpoint for the rest of the time -> optionally (`control=True`) two controls, each for self-play's wall
+time from the same checkpoint:
+  solver-only RL   the same reward and update on the world's generated tasks, with no proposer: the difference
+                   between it and self-play is what the proposer (Absolute Zero's idea) adds;
+  continued pretraining on the seed corpus: what simply training longer gives.
 From a base model (`base=`: any chat model, e.g. on a GPU): self-play from it directly (the python world by
-default), the control being supervised fine-tuning on the world's seed tasks for the same wall time.
+default); the controls are solver-only RL and supervised fine-tuning on the world's generated tasks.
 
-Every model is measured by the evaluation module (evaluate/) on one held-out set per type (DEMO_EVAL: a set
-other than the one self-play picks its best checkpoint on, so no figure is chosen by the figures it reports):
-the base, the final checkpoint of each run and self-play's best checkpoint by its own held-out set (as early
-stopping keeps one). Results go to each run folder's evaluations file, and the demo ends with
-Finished(step=the self-play run's last step, result={"before", "final", "best", "control", ... per task type}).
-The phases are real runs (run.json: pretraining, objective "selfplay" with its method options, the control's),
+Held-out protocol (tasks/heldout_protocol.py): every model is measured on one reported set per type (DEMO_EVAL,
+seed 9002); self-play and solver-only RL pick their best checkpoint and stop early on a selection set (seed 9001)
+drawn with the reported programs left out. The programs of both sets are in no training stream: not in the corpus,
+the seed tasks, the proposer's tasks that reach the solver, nor the controls' data.
+Measured: the base, self-play's final checkpoint and its best by the selection set, each control's final
+checkpoint. Results go to each run folder's evaluations file, and the demo ends with Finished(step=the self-play
+run's last step, result={"before", "final", "best", "solver_rl", "control": {task type: solve rate}, ...}).
+The phases are real runs (run.json: pretraining, objective "selfplay" with its method options, the controls'),
 so the window and the Library show each with its method.
 """
 
@@ -26,10 +31,10 @@ from typing import Any
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
 from desktop_app.engine.method_options import TASK_TYPES
+from desktop_app.engine.tasks.heldout_protocol import REPORTED_SEED, SELECTION_SEED
 
 DEMO_WORLD = {"references": 2}  # mini's default depth (2): programs a tiny model learns within minutes
-SELECTION_SEED = 9001  # self-play's own held-out set: it keeps its best checkpoint by it
-HELDOUT_SEEDS = [SELECTION_SEED, 9002]  # programs of both sets stay out of the corpus and the seed tasks
+HELDOUT_SEEDS = [SELECTION_SEED, REPORTED_SEED]  # programs of both sets stay out of every training stream
 # Half the solver's tasks come from 1,000 generated seed tasks per type (the kind the held-out sets hold), the rest
 # from the whole buffer (the proposer's tasks). From the same three bases and time, mean held-out gains: the whole
 # buffer with 64 seeds +0.03 / +0.07 / +0.06, half from those 64 +0.03 / +0.11 / +0.08, half from 1,000 (no seed
@@ -37,7 +42,7 @@ HELDOUT_SEEDS = [SELECTION_SEED, 9002]  # programs of both sets stay out of the 
 DEMO_SELFPLAY = {"world": "mini", "world_options": DEMO_WORLD, "proposals_per_type": 2, "solver_tasks_per_type": 6,
                  "solver_samples": 4, "max_new_tokens": 40, "heldout_per_type": 200, "heldout_seed": SELECTION_SEED,
                  "seed_tasks_per_type": 1000, "seed_share": 0.5, "exclude_heldout": HELDOUT_SEEDS}
-DEMO_EVAL = {"per_type": 400, "heldout_seed": 9002}  # the reported figures: the `eval` verb's default set
+DEMO_EVAL = {"per_type": 400, "heldout_seed": REPORTED_SEED}  # the reported figures: the `eval` verb's default set
 PRETRAIN = {"batch_size": 32, "lr": 3e-3, "warmup_steps": 50, "schedule": "constant", "eval_every": 100,
             "save_every": 100, "keep_last": 2, "early_stopping_patience": 5, "sample_tokens": 0}
 # Robust to the end: the learning rate anneals to 0 over the phase's time limit (at a constant 2e-4 a late update
@@ -53,8 +58,14 @@ BASE_SELFPLAY = {"world": "auto", "proposals_per_type": 2, "solver_tasks_per_typ
                  "max_new_tokens": 128, "heldout_per_type": 50, "heldout_seed": SELECTION_SEED,
                  "seed_tasks_per_type": 64, "exclude_heldout": HELDOUT_SEEDS}
 BASE_TRAIN = {"batch_size": 32, "micro_batch_size": 8, "lr": 5e-6, "eval_every": 20, "save_every": 20, "threads": 0}
-BASE_EVAL = {"per_type": 0, "heldout_seed": 9002}  # the world's default count (python: 100 per type)
+BASE_EVAL = {"per_type": 0, "heldout_seed": REPORTED_SEED}  # the world's default count (python: 100 per type)
 CONTROL_LR = 1e-3  # continued pretraining anneals from here to 0 over the control's time (the strongest plain use)
+# What each figure of the summary measures, and the controls in the order they run.
+ARMS = {"before": "the base", "final": "self-play's final checkpoint",
+        "best": "self-play's best checkpoint by its selection set", "solver_rl": "solver-only RL's final checkpoint",
+        "control": "the plain-training control's final checkpoint"}
+CONTROL_ARMS = (("solver_rl", "solver-only RL on the world's generated tasks (no proposer)"),
+                ("control", "continued pretraining on the seed corpus"))
 
 
 def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpus_tasks: int = 12000,
@@ -111,7 +122,7 @@ class Demo:
     def run(self, base: str, minutes: float, corpus_tasks: int, pretrain_share: float, pretrain_steps: int,
             control: bool, train_overrides: dict[str, Any]) -> Iterator[Event]:
         start = time.monotonic()
-        phases = 3 + (0 if base else 3) + int(control)
+        phases = 3 + (0 if base else 3) + (len(CONTROL_ARMS) if control else 0)
         phase = 0
         if not base:
             yield Log("info", f"1/{phases} seed corpus: {corpus_tasks} mini tasks with answers, and propose examples "
@@ -150,13 +161,15 @@ class Demo:
             return
         self.results.setdefault("best", self.results["final"])
         if control:
-            phase += 1
-            what = "fine-tuning on seed tasks" if self.dataset is None else "continued pretraining on the seed corpus"
-            yield Log("info", f"{phase}/{phases} control: {what} from the same start for the same "
-                      f"{selfplay_seconds / 60:.1f} minutes")
-            done = yield from self.control(base, selfplay_seconds, train_overrides)
-            if not done or (yield from self.evaluate("control", [done])) is None:
-                return
+            for arm, what in CONTROL_ARMS:
+                phase += 1
+                what = what if arm == "solver_rl" or self.dataset is not None else "fine-tuning on generated tasks"
+                yield Log("info", f"{phase}/{phases} control: {what} from the same start for the same "
+                          f"{selfplay_seconds / 60:.1f} minutes")
+                done = yield from (self.solver_only(base, selfplay_seconds) if arm == "solver_rl"
+                                   else self.control(base, selfplay_seconds, train_overrides))
+                if not done or (yield from self.evaluate(arm, [done])) is None:
+                    return
         yield from self.finish(start, base)
 
     def finish(self, start: float, base: str) -> Iterator[Event]:
@@ -164,14 +177,16 @@ class Demo:
                                    for name, rates in self.results.items()}
         summary["intervals"] = {name: {t: rates.get(f"solve_rate/{t}/ci95") for t in TASK_TYPES}
                                 for name, rates in self.results.items()}
+        summary["heldout_in_training"] = {name: {t: rates.get(f"heldout_in_training/{t}") for t in TASK_TYPES}
+                                          for name, rates in self.results.items()}
         summary.update({"minutes": (time.monotonic() - start) / 60.0, "base": base, "world": self.world,
-                        "steps": dict(self.steps), "after": summary["best"],
+                        "steps": dict(self.steps), "arms": {k: v for k, v in ARMS.items() if k in self.results},
                         "selfplay_run": str(self.out / "selfplay"), "heldout": dict(self.eval_options)})
         if self.dataset is not None:
             summary["pretrain_run"] = str(self.out / "pretrain")
-        for name in ("final", "best", "control"):
-            if name in summary and name in self.results:
-                yield Log("info", f"held-out solve rate, {name}: " + ", ".join(
+        for name in ("final", "best", "solver_rl", "control"):
+            if name in self.results:
+                yield Log("info", f"held-out solve rate, {ARMS[name]}: " + ", ".join(
                     f"{t} {summary['before'][t]:.2f} -> {summary[name][t]:.2f}" for t in TASK_TYPES))
         step = self.steps.get("selfplay", 0)
         yield Finished("completed", step=step, message=f"self-play demo finished (self-play step {step})",
@@ -179,12 +194,13 @@ class Demo:
 
     # -- phases ----------------------------------------------------------------------------------------
     def corpus(self, count: int) -> Iterator[Event]:
-        from desktop_app.engine.evaluate.heldout import heldout_programs
         from desktop_app.engine.tasks import get_world
+        from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol
 
         world = get_world("mini", **DEMO_WORLD)
-        heldout = max(int(self.selfplay_options["heldout_per_type"]), int(self.eval_options["per_type"]))
-        exclude = {p for kind in TASK_TYPES for p in heldout_programs(world, kind, HELDOUT_SEEDS, heldout)}
+        protocol = HeldoutProtocol(world, (REPORTED_SEED,), SELECTION_SEED, int(self.eval_options["per_type"]),
+                                   int(self.selfplay_options["heldout_per_type"]))
+        exclude = protocol.reserved
         folder = self.out / "corpus"
         folder.mkdir()
         shards = 8  # several files: the dataset's validation split takes whole documents from all of them
@@ -255,6 +271,18 @@ class Demo:
         if finished is None:
             return None
         return time.monotonic() - start, finished.result
+
+    def solver_only(self, base: str, budget_s: float) -> Iterator[Event]:
+        """Solver-only RL: self-play's run with no proposer (the solver practises the world's generated tasks),
+        the same start, settings and wall time; returns its final checkpoint."""
+        from desktop_app.engine.specs import RunConfig, TrainSpec
+
+        spec = TrainSpec.from_dict({**self.selfplay_train, "time_budget_s": phase_budget(budget_s, {})})
+        config = RunConfig(base_model=base, dataset=str(self.dataset or ""), objective="selfplay",
+                           method_options={**self.selfplay_options, "proposer": False}, train=spec.to_dict(),
+                           seed=self.seed)
+        finished = yield from self._train(config, "solver_rl")
+        return finished.result.get("checkpoint", "") if finished is not None else ""
 
     def control(self, base: str, budget_s: float, overrides: dict[str, Any]) -> Iterator[Event]:
         """The same wall time spent on plain training from the same start; returns its final checkpoint."""

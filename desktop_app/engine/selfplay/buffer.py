@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 from desktop_app.engine.tasks.base import Task
+from desktop_app.engine.tasks.heldout_protocol import program_shape
 
 
 class TaskBuffer:
@@ -15,10 +17,20 @@ class TaskBuffer:
         self.capacity = capacity
         self.tasks: list[Task] = []
         self._keys: set[tuple[str, tuple[str, ...]]] = set()
+        self._programs: Counter[str] = Counter()  # tasks per program, and per shape (programs equal up to constants)
+        self._shapes: Counter[str] = Counter()
         self.history: list[dict[str, Any]] = []  # newest last: proposals with verdicts (the UI browser)
 
     def __len__(self) -> int:
         return len(self.tasks)
+
+    @property
+    def distinct_programs(self) -> int:
+        return len(self._programs)
+
+    @property
+    def distinct_shapes(self) -> int:
+        return len(self._shapes)
 
     def add(self, task: Task) -> bool:
         key = (task.program, task.inputs)
@@ -26,10 +38,18 @@ class TaskBuffer:
             return False
         self._keys.add(key)
         self.tasks.append(task)
+        self._count(task, 1)
         if len(self.tasks) > self.capacity:  # the oldest go first; seeds stay useful as references anyway
             old = self.tasks.pop(0)
             self._keys.discard((old.program, old.inputs))
+            self._count(old, -1)
         return True
+
+    def _count(self, task: Task, change: int) -> None:
+        for counter, key in ((self._programs, task.program), (self._shapes, program_shape(task.program))):
+            counter[key] += change
+            if counter[key] <= 0:
+                del counter[key]
 
     def sample(self, k: int, rng: random.Random) -> list[Task]:
         if not self.tasks:
@@ -46,8 +66,11 @@ class TaskBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.capacity = int(state.get("capacity", self.capacity))
         self.tasks, self._keys = [], set()
+        self._programs.clear()
+        self._shapes.clear()
         for data in state.get("tasks", []):
             task = Task.from_json(data)
             self.tasks.append(task)
             self._keys.add((task.program, task.inputs))
+            self._count(task, 1)
         self.history = list(state.get("history", []))

@@ -62,6 +62,7 @@ class Validation:
     task: Task | None
     reason: str = ""
     format_error: bool = False  # the proposal could not even be parsed (gets the format penalty)
+    trivial: bool = False  # a runnable program refused as trivial (constant output, or the identity in disguise)
 
     @property
     def valid(self) -> bool:

@@ -124,6 +124,8 @@ class MiniWorld(TaskWorld):
         shown = min(int(self.options.get("shown", 3)), wanted) if task_type == "induction" else 0
         if task_type == "induction" and len(set(outputs[: max(shown, 2)])) == 1:
             return None  # the shown pairs all alike: they would not tell the solver anything
+        if trivial_reason(program, dict(zip(inputs, outputs, strict=True)), next(iter(inputs.values()))):
+            return None  # what a proposer may not propose is no seed or held-out task either
         return Task(self.name, task_type, program.source, tuple(inputs), tuple(outputs), "", shown)
 
     # -- prompts -----------------------------------------------------------------------------------
@@ -209,6 +211,9 @@ class MiniWorld(TaskWorld):
             outputs.append(out)
         if len(set(texts)) != len(texts):
             return Validation(None, "the inputs must all differ")
+        why = trivial_reason(program, dict(zip(texts, outputs, strict=True)), values[0])
+        if why:
+            return Validation(None, f"trivial: {why}", trivial=True)
         shown = max(1, len(texts) // 2) if task_type == "induction" else 0
         return Validation(Task(self.name, task_type, program.source, tuple(texts), tuple(outputs), message, shown))
 
@@ -293,6 +298,44 @@ class MiniWorld(TaskWorld):
         rng.shuffle(examples)
         atomic_write_text(Path(path), "\n".join(examples))
         return tasks
+
+
+# Inputs a proposed program also runs on, to tell a real task from a trivial one (of the proposal's input kind).
+PROBES: dict[str, tuple[Any, ...]] = {"int": (-7, -1, 0, 1, 2, 5, 13),
+                                      "list": ([], [0], [3], [1, 2], [4, -2, 7], [5, 5, 1, 8], [9, 0, 3, 2, 6])}
+MIN_INPUTS_TO_JUDGE = 3  # fewer inputs that run tell too little to call a program trivial
+
+
+def _probes(example: Any) -> tuple[Any, ...]:
+    if type(example) is int:
+        return PROBES["int"]
+    if type(example) is list and all(type(v) is int for v in example):
+        return PROBES["list"]
+    return ()  # other mini values (None, bools, nested lists): judged on the given inputs alone
+
+
+def trivial_reason(program: Any, seen: dict[str, str], example: Any) -> str:
+    """Why a program is no task ("" when it is one): on its given inputs (literal -> output literal) and the probe
+    inputs of their kind that it runs on, its output is always the same (it does not depend on the input), or
+    always the input itself (the identity, however it is written, e.g. `x if COND else x`)."""
+    runs = dict(seen)
+    outputs = set(runs.values())
+    identity = all(given == out for given, out in runs.items())
+    for value in _probes(example):
+        if len(outputs) > 1 and not identity:
+            return ""  # the usual case: decided after a probe or two
+        try:
+            given = to_literal(value, ANSWER_LIMITS)
+            out = runs.setdefault(given, to_literal(program.run(value), ANSWER_LIMITS))
+        except (MiniError, LiteralError):
+            continue
+        outputs.add(out)
+        identity = identity and given == out
+    if len(runs) < MIN_INPUTS_TO_JUDGE:
+        return ""
+    if len(outputs) == 1:
+        return f"the output is {_short(next(iter(outputs)))} whatever the input"
+    return "the output is always the input (the identity)" if identity else ""
 
 
 def _short(text: Any, limit: int = 60) -> str:

@@ -30,6 +30,7 @@ from desktop_app.engine.tasks.base import (
     unparseable,
     wrong,
 )
+from desktop_app.engine.tasks.python_programs import LETTERS, random_args, random_program
 
 ANSWER_LIMITS = LiteralLimits(max_chars=2_000, max_depth=8, max_items=500, max_int_digits=30, max_str_chars=500)
 MAX_OUTPUT_CHARS = 1_000
@@ -37,41 +38,101 @@ FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 CALL = re.compile(r"^\s*f\((.*)\)\s*$", re.S)
 TASK_LIMITS = Limits(cpu_seconds=1, wall_seconds=2, memory_mb=128, output_bytes=16384, stdout_chars=256)
 
-# Seed programs: templates with random constants, run through the sandbox to get their outputs.
-TEMPLATES: list[tuple[str, str]] = [
-    ("int", "def f(x):\n    return x * {a} + {b}\n"),
-    ("int", "def f(x):\n    total = 0\n    for i in range(abs(x) % 20):\n        total += i * {a}\n    return total\n"),
-    ("int", "def f(x):\n    if x % {m} == 0:\n        return x // {m}\n    return x * {a} - {b}\n"),
-    ("int", "def f(n):\n    digits = [int(c) for c in str(abs(n))]\n    return sum(digits) * {a}\n"),
-    ("list", "def f(xs):\n    return [v * {a} for v in xs if v % {m} != 0]\n"),
-    ("list", "def f(xs):\n    return sorted(xs, reverse=True)[:{k}]\n"),
-    ("list", "def f(xs):\n    out = []\n    for v in xs:\n        if not out or v > out[-1]:\n"
-             "            out.append(v)\n    return out\n"),
-    ("list", "def f(xs):\n    return sum(v for v in xs if v > {b}) - len(xs)\n"),
-    ("list", "def f(xs):\n    acc = {b}\n    for i, v in enumerate(xs):\n"
-             "        acc = acc * {a} + v if i % 2 else acc - v\n    return acc\n"),
-    ("list", "def f(xs):\n    return [xs[i] + xs[i + 1] for i in range(len(xs) - 1)]\n"),
-    ("str", "def f(s):\n    return s[::-1].upper() + str(len(s) * {a})\n"),
-    ("str", "def f(s):\n    counts = {{}}\n    for ch in s:\n        counts[ch] = counts.get(ch, 0) + 1\n"
-            "    return sorted(counts.items())\n"),
-    ("str", "def f(s):\n    return ''.join(chr((ord(c) - 97 + {k}) % 26 + 97) for c in s)\n"),
-    ("str", "def f(s):\n    vowels = 'aeiou'\n    return tuple(i for i, c in enumerate(s) if c in vowels)\n"),
-    ("pair", "def f(a, b):\n    while b:\n        a, b = b, a % b\n    return a * {a}\n"),
-    ("pair", "def f(s, n):\n    return [s[i:i + n] for i in range(0, len(s), n)] if n > 0 else [s]\n"),
-]
+GEN_OUTPUT_CHARS = 120  # outputs of generated tasks, as literal text: short enough to trace and to write
+DRAFT_BATCH = 64  # generated drafts validated per sandbox batch (one job each)
+PROBES = 4  # extra inputs of a draft's own shape run in its job: a task whose output ignores them is trivial
+# The Absolute Zero seed: the identity, which `validate` accepts only when its caller allows it (allow_identity).
+IDENTITY_SEED = "def f(x):\n    return x\n"
 
 
-def _random_args(kind: str, rng: random.Random) -> str:
-    if kind == "int":
-        return repr(rng.randint(-30, 60))
-    if kind == "list":
-        return repr([rng.randint(-9, 20) for _ in range(rng.randint(0, 7))])
-    letters = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 8)))
-    if kind == "str":
-        return repr(letters)
-    if "s, n" in kind:
-        return f"{letters!r}, {rng.randint(0, 4)}"
-    return f"{rng.randint(1, 200)}, {rng.randint(0, 120)}"
+@dataclass(frozen=True)
+class Draft:
+    """A program and its inputs before the sandbox has run them: a generated one, or a model's proposal."""
+
+    program: str
+    inputs: tuple[str, ...]
+    message: str = ""
+    generated: bool = False  # generated tasks: short outputs, and induction's shown pairs not all alike
+    probes: tuple[str, ...] = ()  # argument lists for the triviality check (default: probe_inputs of the inputs)
+    identity_ok: bool = False  # the caller validates the seed (the identity): only a constant output is trivial
+
+
+def _refused_trivial(reason: str) -> Validation:
+    return Validation(None, f"trivial: {reason}", trivial=True)
+
+
+def probe_inputs(program: str, args: list[tuple]) -> list[tuple]:
+    """PROBES argument lists of the first input's shape (as many arguments, of the same types and signs, values at
+    most about as large: in the program's domain and no slower to run), from a stream seeded by the draft, so the
+    same draft always gets the same probes."""
+    if not args:
+        return []
+    rng = random.Random(f"probe\x00{program}\x00{args[0]!r}")
+    return [tuple(mirror(value, rng, turn) for value in args[0]) for turn in range(PROBES)]
+
+
+def mirror(value: Any, rng: random.Random, turn: int = 0) -> Any:
+    """A random value like `value`: the same type, sign, character classes and at most about its size (bools: the
+    other one on even turns, so that probes differ from a lone bool)."""
+    if isinstance(value, bool):
+        return value == bool(turn % 2)
+    if isinstance(value, (int, float)):
+        size = max(10, abs(value))
+        drawn = rng.randint(1, size) if isinstance(value, int) else round(rng.uniform(0, size), 2)
+        return -drawn if value < 0 else drawn if value > 0 else rng.randint(0, 10) * type(value)(1)
+    if isinstance(value, str):
+        kept = value[: rng.randint(max(1, len(value) - 2), max(1, len(value)))]
+        return "".join(_like_char(c, rng) for c in kept) if value else rng.choice(LETTERS)
+    if isinstance(value, (list, tuple)):
+        items = value or [0]
+        size = len(value) if isinstance(value, tuple) else rng.randint(1 if value else 0, max(3, len(value)))
+        made = [mirror(items[i % len(items)], rng, turn + i) for i in range(size)]
+        return made if isinstance(value, list) else tuple(made)
+    if isinstance(value, dict):
+        return {mirror(k, rng, turn): mirror(v, rng, turn) for k, v in value.items()}
+    return value
+
+
+def _like_char(c: str, rng: random.Random) -> str:
+    for group in (LETTERS, LETTERS.upper(), "0123456789"):
+        if c in group:
+            return rng.choice(group)
+    return c
+
+
+def triviality(args: list[tuple], runs: list[Any], identity_ok: bool = False) -> str:
+    """Why a program is trivial, or '': `runs` are its CallResults on the argument lists `args` (a draft's inputs,
+    then its probes). Trivial: every call returns the same value (the output ignores the input), or (unless
+    identity_ok) every call returns one argument unchanged (the identity; with several arguments, the same one every
+    time). A call that fails makes the output depend on the input: not trivial."""
+    if not runs or not all(r.ok for r in runs):
+        return ""
+    if all(same_value(r.value, runs[0].value) for r in runs):
+        return f"f returns {to_literal(runs[0].value)[:60]} whatever its input"
+    for p in range(0 if identity_ok or not args else len(args[0])):
+        if all(len(a) > p and same_value(r.value, a[p]) for a, r in zip(args, runs, strict=False)):
+            return "f returns its input unchanged" if len(args[0]) == 1 else f"f returns its argument {p + 1} unchanged"
+    return ""
+
+
+def _output_texts(draft: Draft, calls: tuple[Any, ...]) -> list[str] | str:
+    """The output texts of a draft's inputs (each ran twice, first in `calls`), or why they make no task."""
+    limit = GEN_OUTPUT_CHARS if draft.generated else MAX_OUTPUT_CHARS
+    outputs = []
+    for k, given in enumerate(draft.inputs):
+        first, second = calls[2 * k], calls[2 * k + 1]
+        if not (first.ok and second.ok):
+            return f"f({given}) failed: {first.error or second.error}"
+        if not same_value(first.value, second.value):
+            return "not deterministic: two runs of the same input disagree"
+        try:
+            text = to_literal(first.value, ANSWER_LIMITS)
+        except LiteralError as exc:
+            return f"output not usable: {exc}"
+        if len(text) > limit:
+            return f"output too long ({len(text)} > {limit} characters)"
+        outputs.append(text)
+    return outputs
 
 
 def extract_code(text: str) -> str | None:
@@ -119,77 +180,83 @@ class PythonWorld(TaskWorld):
     # -- generation --------------------------------------------------------------------------------
     def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
         check_type(self, task_type)
-        excluded = set(exclude)
-        rng = random.Random(f"python-{task_type}-{seed}")
+        return self._generate(task_type, count, random.Random(f"python-{task_type}-{seed}"), set(exclude))
+
+    def heldout_set(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
+        """Fixed evaluation tasks: their own random stream (so never the training stream's for the same seed), and
+        no program in `exclude`. Training leaves out these programs (pass them as `generate`'s `exclude`)."""
+        check_type(self, task_type)
+        return self._generate(task_type, count, random.Random(f"python-heldout-{task_type}-{seed}"), set(exclude))
+
+    def _generate(self, task_type: str, count: int, rng: random.Random, exclude: set[str]) -> list[Task]:
+        """One task per program, drafted in fixed batches: the first tasks do not depend on `count`."""
         tasks: list[Task] = []
-        seen: set[tuple[str, tuple[str, ...]]] = set()
-        attempts = 0
-        while len(tasks) < count and attempts < 50 * count + 50:
-            wanted = min(64, 2 * (count - len(tasks)))
-            attempts += wanted
+        seen = set(exclude)
+        for _ in range(2 + 50 * count // DRAFT_BATCH):
+            if len(tasks) >= count:
+                break
             drafts = []
-            for _ in range(wanted):
-                kind, template = rng.choice(TEMPLATES)
-                program = template.format(a=rng.randint(2, 9), b=rng.randint(0, 20), m=rng.randint(2, 5),
-                                          k=rng.randint(1, 4))
-                if kind == "pair":
-                    kind = "pair s, n" if "s, n" in program else "pair"
-                n_inputs = 6 if task_type == "induction" else 1
-                drafts.append((program, tuple(_random_args(kind, rng) for _ in range(n_inputs))))
-            fresh = []
-            for draft in drafts:
-                if draft not in seen:
-                    seen.add(draft)
-                    fresh.append(draft)
-            drafts = fresh
-            for validation in self._validate_drafts(task_type, drafts):
-                if validation.valid and len(tasks) < count and validation.task.program not in excluded:
-                    tasks.append(validation.task)
+            for _ in range(DRAFT_BATCH):
+                draft = self._draft(task_type, rng)
+                if draft is not None and draft.program not in seen:
+                    seen.add(draft.program)
+                    drafts.append(draft)
+            made = [v.task for v in self._validate_drafts(task_type, drafts) if v.task is not None]
+            tasks += made[: count - len(tasks)]
         return tasks
 
-    def _validate_drafts(self, task_type: str, drafts: list[tuple[str, tuple[str, ...]]],
-                         message: str = "") -> list[Validation]:
+    def _draft(self, task_type: str, rng: random.Random) -> Draft | None:
+        program = random_program(rng)
+        wanted = 6 if task_type == "induction" else 1
+        inputs: dict[str, None] = {}
+        for _ in range(3 * wanted):
+            inputs.setdefault(random_args(program.kind, rng))
+            if len(inputs) == wanted:
+                # probes from the kind's own inputs: in the program's domain (a pair's k stays positive)
+                probe_rng = random.Random(f"probe\x00{program.source}")
+                probes = tuple(random_args(program.kind, probe_rng) for _ in range(PROBES))
+                return Draft(program.source, tuple(inputs), generated=True, probes=probes)
+        return None
+
+    def _validate_drafts(self, task_type: str, drafts: list[Draft]) -> list[Validation]:
+        """Screen every draft, then run them all in one batch: one job per draft with each input twice (a program
+        that is not deterministic disagrees with itself) and PROBES inputs of the same shape (triviality)."""
         verdicts: list[Validation | None] = [None] * len(drafts)
         jobs, where = [], []
-        for i, (program, inputs) in enumerate(drafts):
+        for i, draft in enumerate(drafts):
             try:
-                tree = screen_source(program, self.executor.allowed_modules())
+                tree = screen_source(draft.program, self.executor.allowed_modules())
                 if not any(isinstance(n, ast.FunctionDef) and n.name == "f" for n in tree.body):
                     raise ScreenError("the program does not define a function f")
-                for text in inputs:
-                    parse_args(text)
+                args = [parse_args(text) for text in draft.inputs]
+                probes = [parse_args(text) for text in draft.probes] or probe_inputs(draft.program, args)
+                calls = tuple(x for text in draft.inputs for x in (text, text)) + tuple(map(_args_text, probes))
             except (ScreenError, LiteralError) as exc:
                 verdicts[i] = Validation(None, str(exc))
                 continue
-            # each input twice in one run: a program that is not deterministic disagrees with itself
-            jobs.append(Job(program, calls=tuple(x for text in inputs for x in (text, text)), limits=TASK_LIMITS))
-            where.append(i)
-        for i, result in zip(where, self.executor.run(jobs) if jobs else [], strict=False):
-            program, inputs = drafts[i]
-            verdicts[i] = self._task_from_run(task_type, program, inputs, result, message)
+            jobs.append(Job(draft.program, calls=calls, limits=TASK_LIMITS))
+            where.append((i, args + probes))
+        for (i, args), result in zip(where, self.executor.run(jobs) if jobs else [], strict=False):
+            verdicts[i] = self._task_from_run(task_type, drafts[i], result, args)
         return [v if v is not None else Validation(None, "not checked") for v in verdicts]
 
-    def _task_from_run(self, task_type: str, program: str, inputs: tuple[str, ...], result: Any,
-                       message: str) -> Validation:
+    def _task_from_run(self, task_type: str, draft: Draft, result: Any, args: list[tuple]) -> Validation:
+        """The task of a draft's run (`args`: its inputs' argument lists, then its probes'), or why there is none."""
         if result.status != "ok":
             return Validation(None, f"{result.status}: {result.reason}")
-        outputs = []
-        for k in range(len(inputs)):
-            first, second = result.calls[2 * k], result.calls[2 * k + 1]
-            if not (first.ok and second.ok):
-                return Validation(None, f"f({inputs[k]}) failed: {first.error or second.error}")
-            if not same_value(first.value, second.value):
-                return Validation(None, "not deterministic: two runs of the same input disagree")
-            try:
-                text = to_literal(first.value, ANSWER_LIMITS)
-            except LiteralError as exc:
-                return Validation(None, f"output not usable: {exc}")
-            if len(text) > MAX_OUTPUT_CHARS:
-                return Validation(None, f"output too long ({len(text)} > {MAX_OUTPUT_CHARS} characters)")
-            outputs.append(text)
-        normalized = tuple(_args_text(parse_args(text)) for text in inputs)
-        shown = max(1, len(inputs) // 2) if task_type == "induction" else 0
-        return Validation(Task("python", task_type, program, normalized, tuple(outputs), message, shown))
+        outputs = _output_texts(draft, result.calls)
+        if isinstance(outputs, str):
+            return Validation(None, outputs)
+        shown = max(1, len(draft.inputs) // 2) if task_type == "induction" else 0
+        if draft.generated and task_type == "induction" and len(set(outputs[: max(shown, 2)])) == 1:
+            return Validation(None, "the shown pairs are all alike: they tell the solver nothing")
+        n = len(draft.inputs)
+        why = triviality(args, [result.calls[2 * k] for k in range(n)] + list(result.calls[2 * n:]),
+                         identity_ok=draft.identity_ok)
+        if why:
+            return _refused_trivial(why)
+        normalized = tuple(_args_text(parse_args(text)) for text in draft.inputs)
+        return Validation(Task("python", task_type, draft.program, normalized, tuple(outputs), draft.message, shown))
 
     # -- prompts -----------------------------------------------------------------------------------
     def _render(self, task: Task) -> str:
@@ -206,9 +273,12 @@ class PythonWorld(TaskWorld):
                    "`Input: f(ARGS)`. f must be deterministic and use only the standard library.")
         return f"Examples:\n\n{shown}\n\n{ask}\n"
 
-    def validate(self, task_type: str, proposals: list[str]) -> list[Validation]:
+    def validate(self, task_type: str, proposals: list[str], *, allow_identity: bool = False) -> list[Validation]:
+        """Parse every proposal and validate them all in one sandbox batch. A trivial program is refused: its output
+        ignores its input, or it returns its input unchanged; allow_identity (the caller's own seed, IDENTITY_SEED,
+        never a model's proposal) lets the identity through."""
         check_type(self, task_type)
-        drafts, where, messages = [], [], []
+        drafts, where = [], []
         verdicts: list[Validation | None] = [None] * len(proposals)
         for i, text in enumerate(proposals):
             code = extract_code(text)
@@ -221,11 +291,10 @@ class PythonWorld(TaskWorld):
             calls = calls[:6] if task_type == "induction" else calls[:1]
             message = next((line.split(":", 1)[1].strip() for line in text.splitlines()
                             if line.startswith("Message:")), "")
-            drafts.append((code, tuple(calls)))
-            messages.append(message)
+            drafts.append(Draft(code, tuple(calls), message, identity_ok=allow_identity))
             where.append(i)
-        for i, (draft, message) in zip(where, zip(drafts, messages, strict=False), strict=False):
-            verdicts[i] = self._validate_drafts(task_type, [draft], message)[0]
+        for i, verdict in zip(where, self._validate_drafts(task_type, drafts), strict=True):
+            verdicts[i] = verdict
         return [v if v is not None else Validation(None, "not checked") for v in verdicts]
 
     def solve_prompt(self, task: Task) -> str:

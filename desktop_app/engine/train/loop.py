@@ -106,6 +106,8 @@ def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = No
     try:
         yield from _run(run, _start(run, resume, accept_config_change))
     finally:
+        if run.objective is not None:  # its workers (self-play's sandbox executor), whatever the ending
+            run.objective.close()
         if run.metrics is not None:
             run.metrics.close()
         apply_threads(previous_threads)
@@ -215,7 +217,7 @@ def _build(run: Run, device: torch.device, precision: Any, base_info: Any,
     if objective is None:
         from desktop_app.engine.objectives import make_objective
 
-        objective = make_objective(config.objective)
+        objective = run.objective = make_objective(config.objective)
     wrapped = dist_mod.wrap(model, forward_model, objective.loss, dist, device)
     notes += [Log("info", n) for n in wrapped.notes]
     optimizer, why = _optimizer(run, model, device, prepared.quantized, loaded)

@@ -33,7 +33,7 @@ class Run:
     run_dir: Path
     controls: Controls
     spec: TrainSpec
-    objective: Objective | None  # overrides the config's (tests, the self-play demo)
+    objective: Objective | None  # the caller's (tests), else the config's once made; train() closes it
     interactive: bool
     state: TrainerState = field(default_factory=TrainerState)
     metrics: MetricsWriter | None = None  # process 0 writes metrics.jsonl

@@ -50,7 +50,7 @@ def columns_of(rows: dict[str, dict[str, Any]]) -> list[str]:
     """The numeric figures any row has, the familiar ones first (intervals and counts go into their cells)."""
     found = {k for metrics in rows.values() for k, v in metrics.items()
              if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("tasks/")
-             and k not in ("questions", "text_tokens", "text_bytes")}
+             and k not in ("questions", "text_tokens", "text_bytes", "text_documents")}
     return [c for c in COLUMN_ORDER if c in found] + sorted(found - set(COLUMN_ORDER))
 
 
@@ -58,6 +58,8 @@ def cell_text(metrics: dict[str, Any], column: str) -> str:
     value = metrics.get(column)
     if not isinstance(value, (int, float)):
         return ""
+    if isinstance(value, int) and not isinstance(value, bool):  # counts: held-out programs the run trained on
+        return str(value)
     text = f"{value:.4g}" if column in ("perplexity", "bits_per_byte") else f"{value:.3f}"
     interval = metrics.get(f"{column}/ci95")
     if isinstance(interval, list) and len(interval) == 2:

@@ -23,7 +23,9 @@ _SINGLE = {
     "reward_margin": ("reward_margin", "Reward margin (chosen − rejected)", "reward"),
     "preference_accuracy": ("preference_accuracy", "Preference accuracy", "share right"),
     "reward": ("reward", "Mean reward", "reward"),
-    "proposal_validity": ("proposal_validity", "Proposal validity", "share valid"),
+    "proposal_validity": ("proposal_validity", "Proposals: valid, trivial, held-out", "share of proposals"),
+    "proposals_trivial": ("proposal_validity", "Proposals: valid, trivial, held-out", "share of proposals"),
+    "proposals_heldout": ("proposal_validity", "Proposals: valid, trivial, held-out", "share of proposals"),
     "format_errors": ("format_errors", "Format errors", "share of answers"),
     "kl": ("kl", "KL to the reference", "nats"),
     "entropy": ("entropy", "Entropy", "nats per token"),
@@ -32,13 +34,16 @@ _SINGLE = {
     "checks_per_s": ("checks_per_s", "Answer checks", "checks / s"),
     "check_share": ("check_share", "Time spent checking", "share of the step"),
 }
-_SINGLE_LABELS = {"rewards_chosen": "chosen", "rewards_rejected": "rejected"}
+_SINGLE_LABELS = {"rewards_chosen": "chosen", "rewards_rejected": "rejected", "proposal_validity": "valid",
+                  "proposals_trivial": "trivial (refused)", "proposals_heldout": "held-out program (not trained)"}
 # Families: prefix -> (panel key, title, y-axis label); the rest of the name labels the curve.
 _FAMILIES = (
     ("heldout_solve_rate", "heldout_solve_rate", "Held-out solve rate", "share solved"),
     ("solve_rate", "solve_rate", "Solve rate (training)", "share solved"),
     ("learnability", "learnability", "Learnability", "learnability"),
     ("buffer", "buffer", "Task buffer size", "tasks"),
+    ("programs", "programs", "Distinct programs in the buffer", "programs"),
+    ("shapes", "shapes", "Distinct program shapes in the buffer (equal up to constants)", "shapes"),
     ("reward", "reward_by_role", "Reward per role × task type", "reward"),
 )
 _REWARD_PARTS = ("reward_parts", "Reward functions (unweighted)", "reward")

@@ -39,7 +39,7 @@ ALL = "All"
 MAX_ROUNDS = 2000  # rounds kept in memory (older ones drop off the browser, never off the disk)
 MAX_ROWS = 500  # proposal rows shown at once (newest first)
 GOOD = {"valid", "correct", "ok"}
-NEUTRAL = {"duplicate"}
+NEUTRAL = {"duplicate", "held-out"}  # held-out: a valid task with a held-out program, rewarded but never trained on
 
 PROPOSAL_COLUMNS = ("Round", "Type", "Verdict", "Solve rate", "Reward", "Program", "Inputs → outputs", "Reason")
 ROLLOUT_COLUMNS = ("Role", "Type", "Verdict", "Reward", "Prompt", "Answer")
@@ -105,6 +105,30 @@ def _item(text: str, tooltip: str = "", color: str | None = None, align_right: b
     if align_right:
         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     return item
+
+
+def buffer_summary(rounds: list[dict[str, Any]]) -> str:
+    """The buffers at the last round that reports them: proposals refused as trivial (over the rounds read and in
+    the last one), held-out programs proposed, and distinct programs (and shapes: programs equal up to constants)
+    per task type. Empty for logs written before these figures existed."""
+    figures = [r["buffers"] for r in rounds if isinstance(r.get("buffers"), dict)]
+    if not figures:
+        return ""
+    last = figures[-1]
+    proposals = sum(int(f.get("proposals", 0)) for f in figures)
+    trivial = sum(int(f.get("trivial", 0)) for f in figures)
+    hits = sum(int(f.get("heldout_hits", 0)) for f in figures)
+    parts = []
+    if proposals:
+        share = trivial / proposals
+        latest = int(last.get("trivial", 0)) / max(1, int(last.get("proposals", 0)))
+        parts.append(f"proposals refused as trivial: {share:.0%} ({latest:.0%} in the last round)")
+        parts.append(f"held-out programs proposed: {hits} (rewarded, never practised)")
+    programs, shapes = last.get("programs") or {}, last.get("shapes") or {}
+    if programs:
+        parts.append("distinct programs in the buffers: " + ", ".join(
+            f"{t} {n:,} ({shapes.get(t, 0):,} shapes)" for t, n in programs.items()))
+    return " · ".join(parts)
 
 
 def verdict_color(verdict: str) -> str:
@@ -371,7 +395,8 @@ class TaskBrowser(QWidget):
         self.rollouts_title.setText(f"Rollouts of round {last}: {len(rollouts)} match the filters"
                                     if last is not None else "Rollouts of the last round")
         if self.rounds:
-            self.summary.setText(f"{len(self.rounds)} round(s) read")
+            figures = buffer_summary(self.rounds)
+            self.summary.setText(f"{len(self.rounds)} round(s) read" + (f" · {figures}" if figures else ""))
             self.summary.setToolTip(str(self.log.path) if self.log else "")
         elif self.run_dir is not None:
             self.summary.setText("No self-play round written yet")

@@ -42,7 +42,7 @@ def test_two_models_one_json_object_each_with_what_was_asked(runs, tmp_path: Pat
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "the cat", "answer": "sat"}\n{"prompt": "a dog", "answers": ["ran", "sat"]}\n')
     code, out, err = run_cli(a, b / "checkpoints" / "step-00000004", "--world", "mini", "--per-type", "5",
-                             "--samples", "2", "--qa", qa, "--text", dataset, "--max-text-tokens", "300", "--json")
+                             "--samples", "2", "--qa", qa, "--text", dataset, "--max-text-bytes", "1200", "--json")
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["model"] for r in rows] == [str(a), str(b / "checkpoints" / "step-00000004")]
@@ -63,11 +63,36 @@ def test_two_models_one_json_object_each_with_what_was_asked(runs, tmp_path: Pat
 
 def test_without_json_a_table_and_only_what_was_asked(runs, run_cli) -> None:
     dataset, a, b = runs
-    code, out, err = run_cli(a, b, "--text", dataset, "--max-text-tokens", "200", "--no-save")
+    code, out, err = run_cli(a, b, "--text", dataset, "--max-text-bytes", "800", "--no-save")
     assert code == 0, err
     header, *lines = out.strip().splitlines()
     assert header.split()[:3] == ["model", "bits_per_byte", "perplexity"] and len(lines) == 2
     assert "solve_rate" not in out  # no world asked, none measured
+
+
+def test_eval_says_how_many_held_out_programs_a_runs_records_hold(runs, run_cli, tmp_path: Path) -> None:
+    """A run trained on English text holds none of them; a run whose self-play log says it practised two of them
+    is reported with both, per type, with a warning."""
+    import shutil
+
+    from desktop_app.engine.tasks.mini_world import MiniWorld
+
+    _, a, _ = runs
+    code, out, err = run_cli(a, "--world", "mini", "--per-type", "6", "--json", "--no-save")
+    assert code == 0, err
+    row = json.loads(out)
+    assert {t: row[f"heldout_in_training/{t}"] for t in TYPES} == dict.fromkeys(TYPES, 0)
+    leaky = tmp_path / "leaky"
+    shutil.copytree(a, leaky)
+    held = MiniWorld().heldout_set("abduction", 6, 9002)
+    (leaky / "selfplay.jsonl").write_text(json.dumps({"round": 1, "proposals": [
+        {"program": held[0].program, "verdict": "valid"}, {"program": held[3].program, "verdict": "duplicate"},
+        {"program": held[4].program, "verdict": "held-out"}]}) + "\n")
+    code, out, err = run_cli(leaky, "--world", "mini", "--per-type", "6", "--no-save")
+    assert code == 0, err
+    assert "trained on held-out programs" in err and "abduction 2 of 6" in err
+    header, line = out.strip().splitlines()
+    assert line[header.index("heldout_in_training/abduction"):].split()[0] == "2"
 
 
 def test_greedy_pass_at_1_matches_a_second_run_on_one_thread(runs, run_cli) -> None:

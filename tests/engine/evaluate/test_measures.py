@@ -1,21 +1,17 @@
-"""The measurements one by one: bits per byte against a hand computation, question files and answer matching,
-pass@k and intervals from scripted answers."""
+"""The measurements one by one: question files and answer matching, pass@k and intervals from scripted answers
+(perplexity and bits per byte: test_perplexity.py)."""
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
 import pytest
-import torch
-import torch.nn.functional as F
 
 from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.evaluate import heldout
 from desktop_app.engine.evaluate.heldout import TypeResult, drain, solve_heldout, wilson
-from desktop_app.engine.evaluate.perplexity import score_text
 from desktop_app.engine.evaluate.qa import matches, read_questions
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.selfplay.prompting import make_prompter
@@ -30,24 +26,6 @@ def model_and_tokenizer():
     tokenizer = hf_tokenizer(train_tokenizer([TEXT] * 4, "byte-bpe", 300, min_frequency=1))
     model = build_model(ModelSpec("llama", len(tokenizer), 32, 1, 2, 2, 64, 512), seed=0).eval()
     return model, tokenizer
-
-
-def test_bits_per_byte_is_the_summed_loss_in_bits_over_the_bytes(model_and_tokenizer, tmp_path: Path) -> None:
-    model, tokenizer = model_and_tokenizer
-    (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
-    result = drain(score_text(model, tokenizer, [str(tmp_path / "a.txt")], max_tokens=10_000, context=512))
-    ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids[:-1]])).logits[0].float()
-    nats = float(F.cross_entropy(logits, torch.tensor(ids[1:]), reduction="sum"))
-    assert result["text_tokens"] == len(ids) - 1
-    assert result["bits_per_byte"] == pytest.approx(nats / math.log(2) / len(TEXT.encode()), rel=1e-4)
-    assert result["perplexity"] == pytest.approx(math.exp(nats / (len(ids) - 1)), rel=1e-4)
-    # several windows (a short context) score every token after the first once, with the same total
-    windows = drain(score_text(model, tokenizer, [str(tmp_path)], max_tokens=10_000, context=16, batch=3))
-    assert windows["text_tokens"] == len(ids) - 1 and windows["bits_per_byte"] > 0
-    with pytest.raises(UserError, match="does not exist"):
-        drain(score_text(model, tokenizer, [str(tmp_path / "nope.txt")]))
 
 
 def test_question_files_are_read_or_refused_by_line(tmp_path: Path) -> None:

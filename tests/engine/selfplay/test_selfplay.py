@@ -63,11 +63,11 @@ def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None
 
     objective.decodes = []  # (prompts, samples) of every decode
 
-    def fake(prompts: list[str], samples: int, seed: int, max_lines: int, temperature=None, finished=None) -> list[str]:
+    def fake(prompts: list[list[int]], samples: int, seed: int, max_lines: int,
+             finished=None) -> tuple[list[list[int]], list[str]]:
         objective.decodes.append((len(prompts), samples))
         texts = [queue.pop(0) for _ in range(len(prompts) * samples)]
-        objective._last_ids = ([[1, 2]] * len(prompts), [[3]] * len(texts))
-        return texts
+        return [[3]] * len(texts), texts
 
     objective._sample = fake
 
@@ -184,13 +184,14 @@ def test_bad_options_are_clear_errors(options: dict, needle: str) -> None:
 
 
 def test_recipe_options_seed_share_task_baseline_and_held_out_programs(tmp_path: Path, tokenizer) -> None:
-    from desktop_app.engine.evaluate.heldout import heldout_programs
-
     objective = _set_up(tmp_path, tokenizer, task_types=["deduction"], seed_tasks_per_type=30,
                            exclude_heldout=[9001, 9002], seed_share=1.0, solver_baseline="task",
                            proposals_per_type=1, solver_tasks_per_type=2, solver_samples=2)
     world, seeds = objective.world, objective.seed_tasks["deduction"]
-    kept_out = heldout_programs(world, "deduction", [9001, 9002], 2)
+    kept_out = objective.protocol.reserved  # the eval verb's set and the run's selection set, of every type
+    for kind in world.types:
+        assert {t.program for t in objective.protocol.reported(kind)} <= kept_out
+        assert {t.program for t in objective.protocol.selection_sets[kind]} <= kept_out
     identity = "f = lambda x: x"  # the one seed every buffer starts with, wherever else it appears
     assert len(seeds) == 31 and not {t.program for t in seeds if t.program != identity} & kept_out
     objective.buffers["deduction"].add(DED)  # a task that is not a seed: seed_share 1 never draws it

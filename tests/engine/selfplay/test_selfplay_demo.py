@@ -1,5 +1,6 @@
 """A shortened CPU demonstration: seed corpus -> pretrain (best checkpoint handed on) -> self-play as a real
-"selfplay" run -> the control, each measured by the evaluation module on one held-out set."""
+"selfplay" run -> the two controls (solver-only RL, continued pretraining), each measured by the evaluation module
+on one held-out set whose programs are in none of the training streams."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ TYPES = ("deduction", "abduction", "induction")
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # ~2.5 minutes on a quiet 2-core machine
-def test_the_demo_plays_a_real_selfplay_run_and_measures_base_final_best_and_control(tmp_path: Path) -> None:
+def test_the_demo_plays_a_real_selfplay_run_and_measures_base_final_best_and_controls(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     events = list(run_demo(out, minutes=60, corpus_tasks=2000, pretrain_steps=250, selfplay_steps=100,
                            eval_every=25, control=True, train_overrides={"precision": "fp32", "threads": 1},
@@ -28,9 +29,12 @@ def test_the_demo_plays_a_real_selfplay_run_and_measures_base_final_best_and_con
     assert finished.type == "finished" and finished.reason == "completed", finished
     result = finished.result
     assert finished.step == 100 == result["steps"]["selfplay"]  # the window shows "completed at step 100"
-    for name in ("before", "final", "best", "control"):
+    arms = ("before", "final", "best", "solver_rl", "control")
+    for name in arms:
         assert set(result[name]) == set(TYPES) and all(math.isfinite(v) for v in result[name].values()), name
-    print({name: result[name] for name in ("before", "final", "best", "control")})
+        assert result["heldout_in_training"][name] == dict.fromkeys(TYPES, 0), name  # `eval` found none
+    assert set(result["arms"]) == set(arms) and "after" not in result
+    print({name: result[name] for name in arms})
     mean = {name: sum(result[name].values()) / 3 for name in ("before", "final")}
     # the final self-play checkpoint solves at least one more of the 300 held-out tasks than the base did
     assert mean["final"] >= mean["before"] + 1 / 300, result
@@ -43,11 +47,14 @@ def test_the_demo_plays_a_real_selfplay_run_and_measures_base_final_best_and_con
     assert selfplay.base_model.endswith(Path(result["pretrain_run"]).name + "/checkpoints/" +
                                         Path(selfplay.base_model).name)
     assert RunConfig.load(out / "control" / "run.json").objective == "causal_lm"
+    solver_rl = RunConfig.load(out / "solver_rl" / "run.json")
+    assert solver_rl.objective == "selfplay" and solver_rl.method_options["proposer"] is False
+    assert solver_rl.base_model == selfplay.base_model and solver_rl.train_spec().time_budget_s > 0
     # the pretraining ran on validation loss and handed on its best checkpoint; self-play started from it
     pretrain = RunConfig.load(out / "pretrain" / "run.json")
     assert pretrain.train_spec().early_stopping_patience > 0 and pretrain.train_spec().time_budget_s > 0
     evals = [e for e in events if e.type == "eval" and "heldout_solve_rate/deduction" in e.metrics]
-    assert len(evals) == 4
+    assert len(evals) >= 4 + 1  # self-play's every 25 steps, solver-only RL's at least at its end
     assert (out / "selfplay" / "selfplay.jsonl").exists()
     # the seed corpus holds the tasks asked for (and proposal examples), not the held-out sets' size
     splits = json.loads((out / "dataset" / "manifest.json").read_text())["splits"]
@@ -55,7 +62,33 @@ def test_the_demo_plays_a_real_selfplay_run_and_measures_base_final_best_and_con
     # every measurement is kept in its run's evaluations file, on the same held-out set
     kept = read_results(out / "selfplay")
     assert kept and all(r["spec"]["heldout_seed"] == 9002 and r["metrics"]["tasks/deduction"] == 100 for r in kept)
-    assert read_results(out / "pretrain") and read_results(out / "control")
+    assert read_results(out / "pretrain") and read_results(out / "control") and read_results(out / "solver_rl")
+    assert_no_reported_program_in_any_training_stream(out)
+
+
+def assert_no_reported_program_in_any_training_stream(out: Path) -> None:
+    """The corpus files, every checkpoint's task buffers, the tasks self-play's log says it practised and the
+    prepared dataset (continued pretraining's data) hold none of the reported set's programs, nor the selection
+    set's; the selection set shares none with the reported set."""
+    from desktop_app.engine.evaluate.leakage import TrainingPrograms, buffer_programs, dataset_programs, logged_programs
+    from desktop_app.engine.run_folder import list_committed, trainer_state
+    from desktop_app.engine.tasks import get_world
+    from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol, programs_in_text
+
+    world = get_world("mini", references=2)
+    protocol = HeldoutProtocol(world, (9002,), 9001, 0, 200)
+    streams = {f"corpus {p.name}": programs_in_text(p.read_text()) for p in sorted((out / "corpus").iterdir())}
+    for arm in ("selfplay", "solver_rl"):
+        for checkpoint in list_committed(out / arm):
+            streams[f"{arm} {checkpoint.name}"] = buffer_programs(trainer_state(checkpoint))
+        if arm == "selfplay":  # solver-only RL proposes nothing
+            streams[f"{arm} log"] = logged_programs(out / arm)
+    found = TrainingPrograms()
+    dataset_programs(out / "dataset", found)
+    streams.update(found.sources)
+    assert len(streams) >= 8 + 4 and all(streams.values()), {k: len(v) for k, v in streams.items()}
+    assert {name: protocol.count_in(keys) for name, keys in streams.items()} == dict.fromkeys(streams, 0)
+    assert not protocol.reported_programs & {t.program for ts in protocol.selection_sets.values() for t in ts}
 
 
 def test_a_demo_refuses_a_used_folder_and_a_missing_base(tmp_path: Path) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
 
-from desktop_app.engine.tasks import Task, get_world
+from desktop_app.engine.tasks import Task, get_world, python_world
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, PENALTY_UNPARSEABLE, REWARD_CORRECT
+from desktop_app.engine.tasks.python_programs import Program
+from desktop_app.engine.tasks.python_world import GEN_OUTPUT_CHARS, IDENTITY_SEED, PythonWorld
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses the sandboxed executor")
 
@@ -130,3 +133,105 @@ def test_prompts_show_what_the_solver_needs_and_hide_held_out_pairs(world) -> No
     prompt = world.solve_prompt(INDUCTION)
     assert "f(3) = 7" in prompt and "f(10)" not in prompt and "x * 2" not in prompt
     assert "Examples" in world.propose_prompt("deduction", [DEDUCTION], rng=None)
+
+
+# -- generation at scale, held-out sets, triviality --------------------------------------------------------------
+def shape(program: str) -> str:
+    """Numbers and strings blanked: programs equal up to their constants share a shape."""
+    return re.sub(r"\d+", "N", re.sub(r'"[^"]*"|\'[^\']*\'', "S", program))
+
+
+def test_heldout_size_is_a_hundred_per_type() -> None:
+    assert PythonWorld.heldout_size == 100
+
+
+def test_heldout_set_has_its_own_stream(world) -> None:
+    held = world.heldout_set("deduction", 20, seed=7)
+    assert len(held) == 20 and held == world.heldout_set("deduction", 20, seed=7)
+    train = world.generate("deduction", 20, seed=7)
+    assert not {t.program for t in held} & {t.program for t in train}
+    assert held[:10] == world.heldout_set("deduction", 10, seed=7)  # the first tasks do not depend on the count
+
+
+@pytest.mark.parametrize("task_type", ["deduction", "abduction", "induction"])
+def test_a_hundred_heldout_programs_are_kept_out_of_a_thousand_training_tasks(world, task_type: str) -> None:
+    held = world.heldout_set(task_type, 100, seed=3)
+    kept_out = {t.program for t in held}
+    train = world.generate(task_type, 1_000, seed=3, exclude=kept_out)
+    assert len(kept_out) == 100 and len(train) == 1_000 and len({t.program for t in train}) == 1_000
+    assert not kept_out & {t.program for t in train}
+    # nor are they the training programs with other constants, but for a few (measured: 2-4 of 100)
+    assert sum(shape(p) in {shape(t.program) for t in train} for p in kept_out) <= 15
+    tasks = held + train
+    checks = world.check(tasks, [world.reference_answer(t) for t in tasks])
+    assert all(c.correct for c in checks), next(c for c in checks if not c.correct)
+    assert all(len(o) <= GEN_OUTPUT_CHARS for t in tasks for o in t.outputs)
+    if task_type == "induction":
+        assert all(t.shown == 3 and len(set(t.inputs)) == 6 for t in tasks)
+
+
+def proposal(program: str, *calls: str) -> str:
+    return f"```python\n{program}```\n" + "\n".join(f"Input: f({c})" for c in calls)
+
+
+TRIVIAL = {
+    "constant": ("def f(x):\n    return 7\n", "3"),
+    "constant, computed": ("def f(s):\n    n = len(s)\n    return n * 0 + 4\n", "'abc'"),
+    "identity behind a constant condition": ("def f(x):\n    return x if 1 > 0 else x\n", "5"),
+    "identity behind a real condition": ("def f(x):\n    return x if x > 3 else x\n", "5"),
+    "identity via a loop": ("def f(xs):\n    out = []\n    for v in xs:\n        out.append(v)\n    return out\n",
+                            "[1, 2, 3]"),
+    "identity, renamed": ("def f(y):\n    return y\n", "[1, 2, 3]"),
+    "one argument of two, unchanged": ("def f(xs, k):\n    return xs[:k + 99]\n", "[4, 5], 1"),
+}
+NOT_TRIVIAL = {
+    "constant": ("def f(x):\n    return x + 7\n", "3"),
+    "constant, computed": ("def f(s):\n    n = len(s)\n    return n * 2 + 4\n", "'abc'"),
+    "identity behind a constant condition": ("def f(x):\n    return x + 1 if 1 > 0 else x\n", "5"),
+    "identity behind a real condition": ("def f(x):\n    return x if x > 3 else -x\n", "5"),
+    "identity via a loop": ("def f(xs):\n    out = []\n    for v in xs:\n        out.append(v + 1)\n    return out\n",
+                            "[1, 2, 3]"),
+    "identity, renamed": ("def f(y):\n    return y[::-1]\n", "[1, 2, 3]"),
+    "one argument of two, unchanged": ("def f(xs, k):\n    return xs[:k]\n", "[4, 5], 1"),
+}
+
+
+@pytest.mark.parametrize("name", list(TRIVIAL))
+def test_trivial_proposals_are_refused_and_their_nontrivial_twins_pass(world, name: str) -> None:
+    trivial, fine = world.validate("deduction", [proposal(*TRIVIAL[name]), proposal(*NOT_TRIVIAL[name])])
+    assert not trivial.valid and trivial.reason.startswith("trivial: ") and not trivial.format_error, trivial
+    assert getattr(trivial, "trivial", True)
+    assert fine.valid, fine
+
+
+def test_a_trivial_induction_proposal_is_refused(world) -> None:
+    (verdict,) = world.validate("induction", [proposal("def f(x):\n    return 0 * x\n", "1", "2", "3", "4")])
+    assert verdict.reason.startswith("trivial: ")
+
+
+def test_the_seed_identity_validates_when_its_caller_allows_it(world) -> None:
+    # the Absolute Zero seed (objectives/selfplay.py): the caller's own task, never a model's proposal
+    single = proposal(IDENTITY_SEED, "[1, 2, 3]")
+    induction = proposal(IDENTITY_SEED, "1", "[2, 3]", "'ab'", "4") + "\nMessage: identity"
+    (seed,) = world.validate("deduction", [single], allow_identity=True)
+    assert seed.valid and seed.task.program == IDENTITY_SEED and seed.task.outputs == ("[1, 2, 3]",)
+    (seed,) = world.validate("induction", [induction], allow_identity=True)
+    assert seed.valid and seed.task.outputs == ("1", "[2, 3]", "'ab'", "4") and seed.task.message == "identity"
+    assert world.check([seed.task], [world.reference_answer(seed.task)])[0].correct
+    (proposed,) = world.validate("deduction", [single])  # the same text from a proposer: trivial
+    assert proposed.reason == "trivial: f returns its input unchanged"
+    (constant,) = world.validate("deduction", [proposal("def f(x):\n    return 1\n", "2")], allow_identity=True)
+    assert constant.reason.startswith("trivial: ")  # allow_identity lets the identity through, nothing else
+
+
+def test_generation_drops_trivial_drafts(world, monkeypatch) -> None:
+    made = iter(range(10_000))
+
+    def alternate(rng):  # a constant program, then one that reads its input, and so on
+        n = next(made)
+        body = f"return {n}" if n % 2 == 0 else f"return x * 2 + {n}"
+        return Program(f"def f(x):\n    {body}\n", "int")
+
+    monkeypatch.setattr(python_world, "random_program", alternate)
+    tasks = world.generate("deduction", 10, seed=1)
+    assert len(tasks) == 10 and all("x * 2" in t.program for t in tasks)

@@ -1,0 +1,94 @@
+"""What one self-play round collects: the decodes, the proposals and their fate, the episodes with their rewards, and
+the round's statistics (objectives/selfplay.py plays the round in named steps and fills these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch
+from desktop_app.engine.selfplay.rewards import grouped_advantages
+from desktop_app.engine.tasks.base import Task, Validation
+
+
+@dataclass
+class Decoded:
+    """One decode's prompts and replies: prompt ids, completion ids and texts (prompt-major, `samples` each)."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    texts: list[str]
+
+    def part(self, start: int, count: int, samples: int) -> Decoded:
+        """Prompts start..start+count and their replies."""
+        replies = slice(start * samples, (start + count) * samples)
+        return Decoded(self.prompt_ids[start:start + count], self.completion_ids[replies], self.texts[replies])
+
+
+@dataclass
+class Proposals:
+    """One task type's proposals of a round: the prompts, the decode, the world's verdicts, and what became of
+    the valid ones: `fresh` tasks go to the solver and the buffer; `judged` ones hit a held-out program, so they
+    are solved only to reward the proposer and never become solver tasks."""
+
+    prompts: list[str]
+    decoded: Decoded
+    verdicts: list[Validation]
+    fresh: list[Task] = field(default_factory=list)
+    judged: list[Task] = field(default_factory=list)
+
+
+@dataclass
+class RoundStats:
+    """Counts and clocks of one round."""
+
+    proposals: int = 0
+    valid: int = 0
+    trivial: int = 0
+    heldout_hits: int = 0
+    answers: int = 0
+    format_errors: int = 0
+    generated_tokens: int = 0
+    lengths: list[int] = field(default_factory=list)
+    decode_s: float = 0.0
+    check_s: float = 0.0
+    by_type: dict[str, float] = field(default_factory=dict)
+
+    def summary(self, rewards: list[float], episodes: int) -> dict[str, float]:
+        busy = self.decode_s + self.check_s
+        return {**self.by_type,
+                "reward": sum(rewards) / max(1, len(rewards)),
+                "proposal_validity": self.valid / max(1, self.proposals),
+                "proposals_trivial": self.trivial / max(1, self.proposals),
+                "proposals_heldout": self.heldout_hits / max(1, self.proposals),
+                "format_errors": self.format_errors / max(1, self.answers),
+                "response_length": sum(self.lengths) / max(1, len(self.lengths)),
+                "rollout_tokens_per_s": self.generated_tokens / max(self.decode_s, 1e-9),
+                "checks_per_s": (self.answers + self.proposals) / max(self.check_s, 1e-9),
+                "check_share": self.check_s / max(busy, 1e-9), "episodes": float(episodes)}
+
+
+@dataclass
+class Round:
+    """The episodes of a round with their rewards and advantage groups, and the rollouts shown in the window."""
+
+    index: int
+    episodes: list[Episode] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    groups: list[tuple[str, ...]] = field(default_factory=list)
+    rollouts: list[dict[str, Any]] = field(default_factory=list)
+    stats: RoundStats = field(default_factory=RoundStats)
+
+    def add(self, episode: Episode, reward: float, group: tuple[str, ...]) -> None:
+        self.episodes.append(episode)
+        self.rewards.append(reward)
+        self.groups.append(group)
+        self.stats.lengths.append(len(episode.completion))
+        self.stats.generated_tokens += len(episode.completion)
+
+    def batch(self) -> EpisodeBatch:
+        """The episodes that teach (advantage normalised per group, not 0, a completion), at least one."""
+        for episode, advantage in zip(self.episodes, grouped_advantages(self.rewards, self.groups), strict=True):
+            episode.advantage = advantage
+        kept = [e for e in self.episodes if e.advantage != 0.0 and e.completion] or self.episodes[:1]
+        return EpisodeBatch(kept, self.stats.summary(self.rewards, len(kept)))

@@ -1,0 +1,266 @@
+"""The held-out protocol: the reported and selection sets are disjoint by program; a proposer's task with a
+held-out program is judged and rewarded but never practised; trivial proposals are refused; solver-only RL plays
+no proposer; the controls' data, `tasks` files and a run's records hold no held-out program; train() closes its
+objective however it ends."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from desktop_app.engine.data.tokenization import train_tokenizer
+from desktop_app.engine.evaluate.leakage import training_programs
+from desktop_app.engine.events import Controls
+from desktop_app.engine.model.architecture import build_model
+from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.selfplay import LOG_NAME, SelfPlayObjective
+from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
+from desktop_app.engine.tasks import Task
+from desktop_app.engine.tasks.heldout_protocol import (
+    REPORTED_SEED,
+    SELECTION_SEED,
+    HeldoutProtocol,
+    program_key,
+    program_shape,
+    programs_in_text,
+)
+from desktop_app.engine.tasks.mini_world import MiniWorld
+
+DED = Task("mini", "deduction", "f = lambda x: x + 1", ("3",), ("4",))
+
+
+@pytest.fixture(scope="module")
+def world() -> MiniWorld:
+    return MiniWorld(options={"depth": 2})
+
+
+@pytest.fixture(scope="module")
+def tokenizer(world: MiniWorld):
+    texts = [world.example_text(t) for kind in ("deduction", "abduction") for t in world.generate(kind, 50, 1)]
+    return train_tokenizer(texts, "bpe", 96, min_frequency=2)
+
+
+def _objective(tmp_path: Path, tokenizer, **options) -> SelfPlayObjective:
+    objective = SelfPlayObjective({"task_types": ["deduction"], "proposals_per_type": 3, "solver_tasks_per_type": 1,
+                                   "solver_samples": 2, "seed_tasks_per_type": 0, "heldout_per_type": 20,
+                                   "world_options": {"depth": 2}, **options})
+    ctx = TrainContext(run_dir=tmp_path, config=RunConfig(), train_spec=TrainSpec(), device=torch.device("cpu"),
+                       autocast=contextlib.nullcontext, seed=0, store=SimpleNamespace(context_length=128),
+                       tokenizer=tokenizer)
+    objective.setup(ctx, build_model(ModelSpec("llama", tokenizer.get_vocab_size(), 32, 1, 2, 2, 64, 128), seed=0))
+    return objective
+
+
+def _script(objective: SelfPlayObjective, texts: list[str]) -> list[tuple[int, int]]:
+    """Sampling replaced by fixed texts, in decode order; returns (prompts, samples) of every decode."""
+    decodes: list[tuple[int, int]] = []
+
+    def fake(prompts, samples, seed, max_lines, finished=None):
+        decodes.append((len(prompts), samples))
+        out = [texts.pop(0) for _ in range(len(prompts) * samples)]
+        return [[3]] * len(out), out
+
+    objective._sample = fake
+    return decodes
+
+
+def test_the_selection_set_never_shares_a_program_with_the_reported_set(world: MiniWorld) -> None:
+    protocol = HeldoutProtocol(world, (REPORTED_SEED,), SELECTION_SEED, 0, 200)
+    reported = {t.program for kind in world.types for t in protocol.reported(kind)}
+    selection = {t.program for kind in world.types for t in protocol.selection_sets[kind]}
+    assert len(selection) >= 200 and not reported & selection
+    # without the protocol the two streams overlap (the issue measured 38-44 shared programs per type)
+    plain = {t.program for kind in world.types for t in world.heldout_set(kind, 200, SELECTION_SEED)}
+    assert plain & reported
+    assert protocol.reserved == reported | selection
+    # a held-out program is found however it is spelled
+    program = next(iter(sorted(reported)))
+    assert protocol.holds(program.replace(" ", "  ")) and protocol.holds(program)
+    assert not protocol.holds("f = lambda x: x * 1234567")
+
+
+def test_keys_shapes_and_programs_in_text() -> None:
+    assert program_key("f = lambda x:(x+1)") == program_key("f = lambda x: x + 1") == "f = lambda x: x + 1"
+    assert program_shape("f = lambda x: x + 1") == program_shape("f = lambda x: x + 7") != program_shape(
+        "f = lambda x: x - 7")
+    text = ("f(1)=2\nf= lambda x: (x + 1)\n# mini deduction tasks\nf = lambda x: x*2\ninput: 3\n"
+            "```python\ndef f(s):\n    return s[::-1]  # reversed\n```\n")
+    assert programs_in_text(text) == {"f = lambda x: x + 1", "f = lambda x: x * 2", "def f(s):\n    return s[::-1]"}
+
+
+def test_a_held_out_proposal_is_rewarded_but_never_practised_and_trivial_ones_are_refused(
+        tmp_path: Path, tokenizer, world: MiniWorld) -> None:
+    objective = _objective(tmp_path, tokenizer)
+    assert objective.protocol is not None
+    held = objective.protocol.reported("deduction")[0]
+    objective.buffers["deduction"].add(DED)
+    # proposals: a held-out program, the identity in disguise, a new task (f = lambda x: x + 5 on 9 -> 14);
+    # the solver sees the new task (trained) and then the held-out one (judged only), 2 answers each
+    decodes = _script(objective, [" " + world.proposal_text(held), " f = lambda x: x if 2 > 1 else x\ninput: 4",
+                                  " f = lambda x: x + 5\ninput: 9",
+                                  " 14", " 7", " " + world.reference_answer(held), " junk"])
+    batch = objective.play_round(1)
+    assert decodes == [(3, 1), (2, 2)]
+    buffer = objective.buffers["deduction"]
+    assert [t.program for t in buffer.tasks] == ["f = lambda x: x", DED.program, "f = lambda x: x + 5"]
+    solver = [e for e in batch if e.role == "solver"]
+    prompts = {tuple(e.prompt) for e in solver}
+    assert len(prompts) == 1  # only the new task's answers teach the solver
+    history = {entry["program"].splitlines()[0]: entry for entry in buffer.history}
+    assert history[held.program]["verdict"] == "held-out" and history[held.program]["solve_rate"] == 0.5
+    assert history[held.program]["reward"] == 0.5  # learnability of a task solved half the time
+    trivial = next(e for e in buffer.history if e["verdict"] == "trivial")
+    assert trivial["reward"] == -0.5 and "identity" in trivial["reason"]
+    stats = batch.stats
+    assert stats["proposals_trivial"] == pytest.approx(1 / 3) and stats["proposals_heldout"] == pytest.approx(1 / 3)
+    assert stats["proposal_validity"] == pytest.approx(2 / 3)
+    assert stats["solve_rate/deduction"] == 0.5  # the trained task only: 14 right, 7 wrong
+    assert stats["programs/deduction"] == 3 and stats["shapes/deduction"] == 2  # x + 1 and x + 5 share one
+    line = json.loads((tmp_path / LOG_NAME).read_text().splitlines()[-1])
+    assert line["buffers"]["trivial"] == 1 and line["buffers"]["heldout_hits"] == 1
+    assert line["buffers"]["programs"] == {"deduction": 3}
+
+
+def test_solver_only_rl_plays_no_proposer(tmp_path: Path, tokenizer) -> None:
+    objective = _objective(tmp_path, tokenizer, proposer=False, seed_tasks_per_type=5, solver_tasks_per_type=3)
+    seeds = objective.seed_tasks["deduction"]
+    decodes = _script(objective, [" 1"] * 6)
+    batch = objective.play_round(1)
+    assert decodes == [(3, 2)]  # no proposer decode
+    assert {e.role for e in batch} <= {"solver"} and "reward/proposer/deduction" not in batch.stats
+    assert len(objective.buffers["deduction"]) == len(seeds)
+    assert not objective.protocol.reserved & {t.program for t in seeds}
+
+
+def test_solver_only_needs_seed_tasks() -> None:
+    from desktop_app.engine.errors import UserError
+
+    with pytest.raises(UserError, match="seed_tasks_per_type"):
+        SelfPlayObjective({"proposer": False, "seed_tasks_per_type": 0})
+
+
+def test_your_seed_tasks_with_a_held_out_program_are_left_out_with_a_note(tmp_path: Path, tokenizer,
+                                                                           world: MiniWorld) -> None:
+    held = world.heldout_set("deduction", 1, REPORTED_SEED)[0]
+    objective = _objective(tmp_path, tokenizer, seeds=[held.to_json(), DED.to_json()])
+    assert [t.program for t in objective.seed_tasks["deduction"]] == ["f = lambda x: x", DED.program]
+    assert any("held-out program" in n.message for n in objective.notes)
+
+
+def test_a_runs_records_are_scanned_for_held_out_programs(tmp_path: Path, world: MiniWorld) -> None:
+    """A run folder whose checkpoint buffers, self-play log and data files hold programs: each is found, and so is
+    what its base run trained on."""
+    base = tmp_path / "base"
+    (base / "checkpoints" / "step-00000002").mkdir(parents=True)
+    data = tmp_path / "chats.jsonl"
+    held = world.heldout_set("abduction", 3, REPORTED_SEED)
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": world.solve_prompt(held[0])}]}) + "\n")
+    (base / "run.json").write_text(json.dumps({"data": [str(data)]}))
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoints" / "step-00000004"
+    checkpoint.mkdir(parents=True)
+    for folder in (checkpoint, base / "checkpoints" / "step-00000002"):
+        (folder / "manifest.json").write_text("{}")
+        (folder / "trainer_state.json").write_text(json.dumps({"data": {"buffers": {}}}))
+    (checkpoint / "trainer_state.json").write_text(json.dumps(
+        {"data": {"buffers": {"deduction": {"tasks": [held[1].to_json()]}}}}))
+    (run / "run.json").write_text(json.dumps({"base_model": str(base / "checkpoints" / "step-00000002")}))
+    (run / LOG_NAME).write_text(json.dumps({"round": 1, "proposals": [
+        {"program": held[2].program, "verdict": "valid"},
+        {"program": world.heldout_set("induction", 1, REPORTED_SEED)[0].program, "verdict": "held-out"}]}) + "\n")
+    found = training_programs(checkpoint)
+    assert found is not None and found.count(held) == 3
+    assert found.count(world.heldout_set("induction", 1, REPORTED_SEED)) == 0  # judged, never practised
+    assert training_programs(tmp_path / "chats.jsonl") is None  # not a run: nothing known of its training
+
+
+def test_the_fine_tuning_control_and_tasks_files_hold_no_held_out_program(tmp_path: Path, world: MiniWorld,
+                                                                          capsys) -> None:
+    from desktop_app.cli import main
+    from desktop_app.engine.recipes.seed_chats import write_seed_chats
+
+    path = write_seed_chats(tmp_path / "chats.jsonl", "", {"world": "mini", "heldout_per_type": 50}, 0, per_type=400)
+    protocol = HeldoutProtocol(world, (REPORTED_SEED,), SELECTION_SEED, 0, 50)
+    assert protocol.count_in(programs_in_text(path.read_text().replace("\\n", "\n"))) == 0
+    assert main(["tasks", "--world", "mini", "--type", "induction", "--count", "500"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 500 and protocol.count_in(r["program"] for r in rows) == 0
+    assert main(["tasks", "--world", "mini", "--type", "induction", "--count", "5", "--heldout"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["program"] for r in rows] == [t.program for t in protocol.reported("induction", 5)]
+
+
+class _Counting:
+    """Wraps an objective, counting close() calls."""
+
+    def __init__(self, inner, fail_at: int = 0):
+        self.inner, self.closed, self.fail_at, self.calls = inner, 0, fail_at, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def loss(self, model, micro):
+        self.calls += 1
+        if self.fail_at and self.calls >= self.fail_at:
+            raise RuntimeError("boom")
+        return self.inner.loss(model, micro)
+
+    def close(self) -> None:
+        self.closed += 1
+        self.inner.close()
+
+
+@pytest.mark.parametrize("ending", ["completed", "stopped", "raised"])
+def test_train_closes_its_objective_however_it_ends(tmp_path: Path, ending: str) -> None:
+    from train_helpers import make_dataset, tiny_config
+
+    from desktop_app.engine.objectives.causal_lm import CausalLMObjective
+    from desktop_app.engine.train.loop import train
+
+    dataset = make_dataset(tmp_path / "ds")
+    objective = _Counting(CausalLMObjective(), fail_at=2 if ending == "raised" else 0)
+    controls = Controls()
+    events = train(tiny_config(dataset, steps=3, batch_size=4), tmp_path / "run", controls, objective=objective)
+    if ending == "raised":
+        with pytest.raises(RuntimeError, match="boom"):
+            list(events)
+    else:
+        for event in events:
+            if ending == "stopped" and event.type == "step":
+                controls.stop.set()
+    assert objective.closed == 1
+
+
+def test_a_python_world_self_play_run_leaves_no_sandbox_behind(tmp_path: Path, monkeypatch) -> None:
+    from train_helpers import make_dataset, tiny_config
+
+    import desktop_app.engine.tasks.python_world as python_world
+    from desktop_app.engine.train.loop import train
+
+    made, servers = [], []
+
+    class Spy(python_world.Executor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.closed = False
+            made.append(self)
+
+        def close(self) -> None:
+            self.closed = True
+            servers.append(self._proc)  # the fork server, if it was started
+            super().close()
+
+    monkeypatch.setattr(python_world, "Executor", Spy)
+    dataset = make_dataset(tmp_path / "ds", context=128)
+    options = {"world": "python", "task_types": ["deduction"], "proposals_per_type": 1, "solver_tasks_per_type": 1,
+               "solver_samples": 2, "max_new_tokens": 4, "heldout_per_type": 2, "seed_tasks_per_type": 2}
+    events = list(train(tiny_config(dataset, steps=1, batch_size=4), tmp_path / "run",
+                        objective=SelfPlayObjective(options)))
+    assert events[-1].reason == "completed"
+    assert made and all(e.closed for e in made)
+    assert any(servers) and all(proc.poll() is not None for proc in servers if proc is not None)
