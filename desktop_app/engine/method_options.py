@@ -245,6 +245,11 @@ class SelfPlayOptions(SpecMixin):
                        "solver-only RL on the world's generated seed tasks, with the same reward and update (the "
                        "control that shows what the proposer adds).", label="The model proposes tasks",
                        advanced=True)
+    max_tasks_per_shape: int = f(4, "A proposal is a duplicate (no reward, not added) when its program is one the "
+                                 "run has seen, or when this many buffer tasks already share its shape: programs "
+                                 "equal up to their constants (0 = no limit on shapes). Repeating one easy program "
+                                 "then stops paying, which keeps the proposer from collapsing.", minimum=0,
+                                 label="Most buffer tasks of one shape", zero="no limit", advanced=True)
     seed_share: float = f(0.0, "Share of the solver's tasks drawn from the seed tasks (the world's own generator, the "
                           "kind of the seed corpus) rather than from the whole buffer, which the proposer's tasks fill "
                           "as play goes on (0 = the whole buffer, as Absolute Zero samples).", minimum=0.0,
@@ -277,6 +282,7 @@ class SelfPlayOptions(SpecMixin):
                      f"{self.solver_samples!r}")
         check_count(p, "references", self.references)
         check_count(p, "seed_tasks_per_type", self.seed_tasks_per_type)
+        check_count(p, "max_tasks_per_shape", self.max_tasks_per_shape)
         _rollout_problems(p, self)
         if isinstance(self.temperature, (int, float)) and self.temperature <= 0:
             p.append("temperature must be above 0 for self-play (greedy rollouts cannot explore)")

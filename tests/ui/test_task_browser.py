@@ -115,8 +115,8 @@ def test_browser_sums_up_trivial_proposals_held_out_hits_and_distinct_programs(q
     first, second = _round(1), _round(2)
     first["buffers"] = {"proposals": 4, "trivial": 1, "heldout_hits": 0, "programs": {"deduction": 10},
                         "shapes": {"deduction": 7}, "tasks": {"deduction": 10}}
-    second["buffers"] = {"proposals": 4, "trivial": 3, "heldout_hits": 1, "programs": {"deduction": 11},
-                         "shapes": {"deduction": 7}, "tasks": {"deduction": 11}}
+    second["buffers"] = {"proposals": 4, "trivial": 3, "heldout_hits": 1, "duplicates": 2,
+                         "programs": {"deduction": 11}, "shapes": {"deduction": 7}, "tasks": {"deduction": 11}}
     second["proposals"].append({"type": "deduction", "program": "x if 1 else x", "verdict": "trivial",
                                 "reward": -0.5, "reason": "trivial: the output is always the input"})
     _write(run / LOG_NAME, [_round(0), first, second])
@@ -126,6 +126,7 @@ def test_browser_sums_up_trivial_proposals_held_out_hits_and_distinct_programs(q
     text = browser.summary.text()
     assert "3 round(s) read" in text and "refused as trivial: 50% (75% in the last round)" in text
     assert "held-out programs proposed: 1" in text and "deduction 11 (7 shapes)" in text
+    assert "duplicates: 25% (no reward)" in text
     browser.verdict_box.setCurrentText("trivial")
     assert browser.proposals.rowCount() == 1 and browser.proposals.item(0, 2).text() == "trivial"
     _write(run / LOG_NAME, [_round(0)])

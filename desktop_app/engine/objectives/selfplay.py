@@ -40,9 +40,9 @@ from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_refer
 from desktop_app.engine.selfplay.prompting import TaskPrompter, default_world, make_prompter
 from desktop_app.engine.selfplay.rewards import learnability
 from desktop_app.engine.selfplay.rollout import RoundSource, sample_completions
-from desktop_app.engine.selfplay.round import Decoded, Proposals, Round
+from desktop_app.engine.selfplay.round import DUPLICATE, HELD_OUT, INVALID, NEW, TRIVIAL, Decoded, Proposals, Round
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
-from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol
+from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol, program_key, program_shape
 
 LOG_NAME = "selfplay.jsonl"
 
@@ -55,10 +55,12 @@ class SelfPlaySource(RoundSource):
         self.o = objective
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "buffers": {t: b.state_dict() for t, b in self.o.buffers.items()}}
+        return {**super().state_dict(), "buffers": {t: b.state_dict() for t, b in self.o.buffers.items()},
+                "proposed_heldout": sorted(self.o.proposed_heldout)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        self.o.proposed_heldout = set(state.get("proposed_heldout", []))
         for task_type, buffer_state in state.get("buffers", {}).items():
             if task_type in self.o.buffers:
                 self.o.buffers[task_type].load_state_dict(buffer_state)
@@ -84,6 +86,7 @@ class SelfPlayObjective(Objective):
         self.last_rollouts: list[dict[str, Any]] = []
         self.log_path: Path | None = None
         self.protocol: HeldoutProtocol | None = None
+        self.proposed_heldout: set[str] = set()  # held-out programs proposed so far (a repeat earns nothing)
 
     # -- seam ----------------------------------------------------------------------------------------
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
@@ -214,17 +217,42 @@ class SelfPlayObjective(Objective):
         for t in o.task_types:
             verdicts = world.validate(t, [prompter.proposal(text) for text in decoded[t].texts])
             out[t] = proposals = Proposals(prompts[t], decoded[t], verdicts)
+            earlier: list[Task] = []  # this round's new and held-out proposals so far
             for verdict in verdicts:
-                if verdict.valid and verdict.task is not None:
-                    judged = self.protocol is not None and self.protocol.holds(verdict.task.program)
-                    (proposals.judged if judged else proposals.fresh).append(verdict.task)
+                fate, reason = self._fate(t, verdict, earlier)
+                proposals.fates.append(fate)
+                proposals.reasons.append(reason)
             rnd.stats.proposals += len(verdicts)
-            rnd.stats.valid += len(proposals.fresh) + len(proposals.judged)
-            rnd.stats.trivial += sum(v.trivial for v in verdicts)
-            rnd.stats.heldout_hits += len(proposals.judged)
+            rnd.stats.valid += sum(v.valid for v in verdicts)
+            rnd.stats.trivial += proposals.fates.count(TRIVIAL)
+            rnd.stats.heldout_hits += proposals.fates.count(HELD_OUT)
+            rnd.stats.duplicates += proposals.fates.count(DUPLICATE)
         rnd.stats.decode_s += checked - start
         rnd.stats.check_s += time.perf_counter() - checked
         return out
+
+    def _fate(self, task_type: str, verdict: Any, earlier: list[Task]) -> tuple[str, str]:
+        """What becomes of one proposal, and why: refused by the world (invalid, trivial); a program the run has
+        seen (in the buffer, proposed before, or by an `earlier` proposal this round) or one more of a shape the
+        buffer (with this round's new tasks) holds `max_tasks_per_shape` of: a duplicate, no reward, so repeating
+        one easy program stops paying; a held-out program: judged and rewarded once, never a solver task; else new."""
+        task = verdict.task
+        if not verdict.valid or task is None:
+            return (TRIVIAL if verdict.trivial else INVALID), verdict.reason
+        key, buffer = program_key(task.program), self.buffers[task_type]
+        if key in self.proposed_heldout or buffer.holds_program(task.program) \
+                or any(program_key(t.program) == key for t in earlier):
+            return DUPLICATE, "a program this run has seen: no reward"
+        earlier.append(task)
+        if self.protocol is not None and self.protocol.holds(task.program):
+            self.proposed_heldout.add(key)
+            return HELD_OUT, "a held-out program: rewarded once, never a solver task"
+        cap, shape = int(self.options.max_tasks_per_shape), program_shape(task.program)
+        crowd = buffer.shape_count(task.program) + sum(program_shape(t.program) == shape for t in earlier[:-1])
+        if cap and crowd >= cap:
+            earlier.pop()
+            return DUPLICATE, f"{cap} buffer tasks already share its shape (equal up to constants): no reward"
+        return NEW, ""
 
     def _solver_tasks(self, task_type: str, proposals: Proposals | None, rng: random.Random) -> list[Task]:
         """The type's tasks that train the solver: its fresh proposals first (their learnability needs a solve
@@ -278,30 +306,29 @@ class SelfPlayObjective(Objective):
         return rates
 
     def _score_proposer(self, rnd: Round, task_type: str, proposals: Proposals, rates: dict[int, float]) -> None:
-        """score and record the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a valid task, the format
-        penalty for an invalid or trivial one; fresh tasks enter the buffer."""
+        """score and record the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a new task or a held-out
+        program's first proposal, nothing for a duplicate, the format penalty for an invalid or trivial one; new
+        tasks enter the buffer."""
         buffer, decoded = self.buffers[task_type], proposals.decoded
-        for i, verdict in enumerate(proposals.verdicts):
+        for i, (verdict, fate, reason) in enumerate(zip(proposals.verdicts, proposals.fates, proposals.reasons,
+                                                        strict=True)):
             task = verdict.task
-            if verdict.valid and task is not None:
-                rate = rates.get(id(task), 0.0)
-                reward = learnability(rate)
-                if task in proposals.judged:
-                    fate, reason = "held-out", "a held-out program: rewarded, never a solver task"
-                else:
-                    fate, reason = ("valid" if buffer.add(task) else "duplicate"), ""
+            if fate in (INVALID, TRIVIAL) or task is None:
+                reward = PENALTY_FORMAT
+                buffer.record({"round": rnd.index, "type": task_type, "program": decoded.texts[i][:300],
+                               "verdict": fate, "reason": reason, "reward": reward})
+            else:
+                rate = rates.get(id(task)) if fate != DUPLICATE else None
+                reward = learnability(rate) if rate is not None else 0.0
+                if fate == NEW:
+                    buffer.add(task)
                 buffer.record({"round": rnd.index, "type": task_type, "program": task.program,
                                "inputs": list(task.inputs), "outputs": list(task.outputs), "verdict": fate,
                                "solve_rate": rate, "reward": reward, **({"reason": reason} if reason else {})})
-            else:
-                reward, fate = PENALTY_FORMAT, "trivial" if verdict.trivial else "invalid"
-                buffer.record({"round": rnd.index, "type": task_type, "program": decoded.texts[i][:300],
-                               "verdict": fate, "reason": verdict.reason, "reward": reward})
             rnd.add(Episode(decoded.prompt_ids[i], decoded.completion_ids[i], 0.0, "proposer", task_type), reward,
                     ("proposer", task_type))
             rnd.rollouts.append({"role": "proposer", "type": task_type, "prompt": proposals.prompts[i],
-                                 "answer": decoded.texts[i], "verdict": fate, "reward": reward,
-                                 "reason": verdict.reason})
+                                 "answer": decoded.texts[i], "verdict": fate, "reward": reward, "reason": reason})
 
     def _type_stats(self, rnd: Round, task_type: str, rates: list[float]) -> None:
         """A type's figures of the round: mean rewards per role, solve rate and learnability of the trained tasks,
@@ -342,7 +369,7 @@ class SelfPlayObjective(Objective):
             return
         proposals = [entry for b in self.buffers.values() for entry in b.history if entry["round"] == rnd.index]
         figures = {"proposals": rnd.stats.proposals, "trivial": rnd.stats.trivial,
-                   "heldout_hits": rnd.stats.heldout_hits,
+                   "heldout_hits": rnd.stats.heldout_hits, "duplicates": rnd.stats.duplicates,
                    "programs": {t: b.distinct_programs for t, b in self.buffers.items()},
                    "shapes": {t: b.distinct_shapes for t, b in self.buffers.items()},
                    "tasks": {t: len(b) for t, b in self.buffers.items()}}

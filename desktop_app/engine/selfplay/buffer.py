@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from desktop_app.engine.tasks.base import Task
-from desktop_app.engine.tasks.heldout_protocol import program_shape
+from desktop_app.engine.tasks.heldout_protocol import program_key, program_shape
 
 
 class TaskBuffer:
@@ -17,7 +17,7 @@ class TaskBuffer:
         self.capacity = capacity
         self.tasks: list[Task] = []
         self._keys: set[tuple[str, tuple[str, ...]]] = set()
-        self._programs: Counter[str] = Counter()  # tasks per program, and per shape (programs equal up to constants)
+        self._programs: Counter[str] = Counter()  # tasks per program (by key), and per shape (equal up to constants)
         self._shapes: Counter[str] = Counter()
         self.history: list[dict[str, Any]] = []  # newest last: proposals with verdicts (the UI browser)
 
@@ -31,6 +31,14 @@ class TaskBuffer:
     @property
     def distinct_shapes(self) -> int:
         return len(self._shapes)
+
+    def holds_program(self, program: str) -> bool:
+        """Is a task of this program (however it is spelled) in the buffer?"""
+        return program_key(program) in self._programs
+
+    def shape_count(self, program: str) -> int:
+        """How many of the buffer's tasks have this program's shape (programs equal up to constants)."""
+        return self._shapes.get(program_shape(program), 0)
 
     def add(self, task: Task) -> bool:
         key = (task.program, task.inputs)
@@ -46,7 +54,7 @@ class TaskBuffer:
         return True
 
     def _count(self, task: Task, change: int) -> None:
-        for counter, key in ((self._programs, task.program), (self._shapes, program_shape(task.program))):
+        for counter, key in ((self._programs, program_key(task.program)), (self._shapes, program_shape(task.program))):
             counter[key] += change
             if counter[key] <= 0:
                 del counter[key]

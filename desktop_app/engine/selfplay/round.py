@@ -25,17 +25,34 @@ class Decoded:
         return Decoded(self.prompt_ids[start:start + count], self.completion_ids[replies], self.texts[replies])
 
 
+# What becomes of a proposal (the task browser's verdicts): refused by the world, or valid and then new (to the
+# solver and the buffer), a held-out program (solved only to reward the proposer), or a repeat (no reward).
+INVALID, TRIVIAL, NEW, HELD_OUT, DUPLICATE = "invalid", "trivial", "valid", "held-out", "duplicate"
+
+
 @dataclass
 class Proposals:
-    """One task type's proposals of a round: the prompts, the decode, the world's verdicts, and what became of
-    the valid ones: `fresh` tasks go to the solver and the buffer; `judged` ones hit a held-out program, so they
-    are solved only to reward the proposer and never become solver tasks."""
+    """One task type's proposals of a round: the prompts, the decode, the world's verdicts, and each one's fate
+    (`fates[i]`, with `reasons[i]`): NEW tasks go to the solver and the buffer; HELD_OUT ones are solved only to
+    reward the proposer and never become solver tasks; a DUPLICATE (a program the run has seen, or one more of a
+    shape the buffer holds enough of) earns nothing and is not solved."""
 
     prompts: list[str]
     decoded: Decoded
     verdicts: list[Validation]
-    fresh: list[Task] = field(default_factory=list)
-    judged: list[Task] = field(default_factory=list)
+    fates: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def tasks(self, fate: str) -> list[Task]:
+        return [v.task for v, f in zip(self.verdicts, self.fates, strict=True) if f == fate and v.task is not None]
+
+    @property
+    def fresh(self) -> list[Task]:
+        return self.tasks(NEW)
+
+    @property
+    def judged(self) -> list[Task]:
+        return self.tasks(HELD_OUT)
 
 
 @dataclass
@@ -46,6 +63,7 @@ class RoundStats:
     valid: int = 0
     trivial: int = 0
     heldout_hits: int = 0
+    duplicates: int = 0
     answers: int = 0
     format_errors: int = 0
     generated_tokens: int = 0
@@ -61,6 +79,7 @@ class RoundStats:
                 "proposal_validity": self.valid / max(1, self.proposals),
                 "proposals_trivial": self.trivial / max(1, self.proposals),
                 "proposals_heldout": self.heldout_hits / max(1, self.proposals),
+                "proposals_duplicate": self.duplicates / max(1, self.proposals),
                 "format_errors": self.format_errors / max(1, self.answers),
                 "response_length": sum(self.lengths) / max(1, len(self.lengths)),
                 "rollout_tokens_per_s": self.generated_tokens / max(self.decode_s, 1e-9),

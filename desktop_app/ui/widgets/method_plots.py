@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.live_plot import LivePlots, pg
 
+_PROPOSALS = ("proposal_validity", "Proposals: valid, trivial, held-out, duplicate", "share of proposals")
 # Panels that take single names: name (or its val_/eval_ twin) -> (panel key, title, y-axis label).
 _SINGLE = {
     "rewards_chosen": ("dpo_rewards", "DPO rewards: chosen vs rejected", "reward"),
@@ -23,9 +24,10 @@ _SINGLE = {
     "reward_margin": ("reward_margin", "Reward margin (chosen − rejected)", "reward"),
     "preference_accuracy": ("preference_accuracy", "Preference accuracy", "share right"),
     "reward": ("reward", "Mean reward", "reward"),
-    "proposal_validity": ("proposal_validity", "Proposals: valid, trivial, held-out", "share of proposals"),
-    "proposals_trivial": ("proposal_validity", "Proposals: valid, trivial, held-out", "share of proposals"),
-    "proposals_heldout": ("proposal_validity", "Proposals: valid, trivial, held-out", "share of proposals"),
+    "proposal_validity": _PROPOSALS,
+    "proposals_trivial": _PROPOSALS,
+    "proposals_heldout": _PROPOSALS,
+    "proposals_duplicate": _PROPOSALS,
     "format_errors": ("format_errors", "Format errors", "share of answers"),
     "kl": ("kl", "KL to the reference", "nats"),
     "entropy": ("entropy", "Entropy", "nats per token"),
@@ -35,7 +37,8 @@ _SINGLE = {
     "check_share": ("check_share", "Time spent checking", "share of the step"),
 }
 _SINGLE_LABELS = {"rewards_chosen": "chosen", "rewards_rejected": "rejected", "proposal_validity": "valid",
-                  "proposals_trivial": "trivial (refused)", "proposals_heldout": "held-out program (not trained)"}
+                  "proposals_trivial": "trivial (refused)", "proposals_heldout": "held-out program (not trained)",
+                  "proposals_duplicate": "duplicate (no reward)"}
 # Families: prefix -> (panel key, title, y-axis label); the rest of the name labels the curve.
 _FAMILIES = (
     ("heldout_solve_rate", "heldout_solve_rate", "Held-out solve rate", "share solved"),

@@ -264,3 +264,34 @@ def test_a_python_world_self_play_run_leaves_no_sandbox_behind(tmp_path: Path, m
     assert events[-1].reason == "completed"
     assert made and all(e.closed for e in made)
     assert any(servers) and all(proc.poll() is not None for proc in servers if proc is not None)
+
+
+def test_repeating_a_program_or_a_crowded_shape_earns_nothing(tmp_path: Path, tokenizer, world: MiniWorld) -> None:
+    """The collapse the held-out protocol revealed (a proposer repeating `x + x`, a held-out program, for its
+    learnability): a program the run has seen, a held-out program proposed again, or one more of a shape the buffer
+    holds `max_tasks_per_shape` of is a duplicate: no reward, not solved, not added."""
+    objective = _objective(tmp_path, tokenizer, proposals_per_type=4, max_tasks_per_shape=2)
+    held = objective.protocol.reported("deduction")[0]
+    objective.buffers["deduction"].add(DED)  # x + 1: the shape "x + N" once
+    # (x + 41 and x + 42: constants the generator never writes, so neither is a held-out program)
+    texts = [" " + world.proposal_text(held), " f = lambda x: x + 1\ninput: 5", " f = lambda x: x + 41\ninput: 5",
+             " f = lambda x: x + 42\ninput: 5",
+             " 46", " 1", " " + world.reference_answer(held), " junk"]  # x + 41 on 5, then the held-out program
+    decodes = _script(objective, texts)
+    batch = objective.play_round(1)
+    assert decodes == [(4, 1), (2, 2)]  # the duplicates are not solved
+    fates = {e["program"]: (e["verdict"], e["reward"]) for e in objective.buffers["deduction"].history}
+    assert fates[held.program] == ("held-out", 0.5)
+    assert fates["f = lambda x: x + 1"][0] == "duplicate" and fates["f = lambda x: x + 1"][1] == 0.0  # in the buffer
+    assert fates["f = lambda x: x + 41"] == ("valid", 0.5)
+    assert fates["f = lambda x: x + 42"] == ("duplicate", 0.0)  # x + 1 and x + 41 fill the shape's 2 places
+    assert batch.stats["proposals_duplicate"] == 0.5 and batch.stats["proposals_heldout"] == 0.25
+    # the held-out program proposed again in a later round earns nothing, and the run remembers it across a resume
+    _script(objective, [" " + world.proposal_text(held), " x", " y", " z", " 1", " 2"])
+    objective.play_round(2)
+    assert objective.buffers["deduction"].history[-4]["verdict"] == "duplicate"
+    source = objective.batch_source(None)
+    state = source.state_dict()
+    objective.proposed_heldout = set()
+    source.load_state_dict(json.loads(json.dumps(state)))
+    assert objective.proposed_heldout == {held.program}
