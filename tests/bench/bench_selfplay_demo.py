@@ -113,6 +113,23 @@ def trivial_share(run_dir: Path) -> dict[str, float]:
     return out
 
 
+def rescan(demo: Path) -> dict[str, dict[str, int]]:
+    """Held-out programs in each arm's training records, counted again from the run folders (what `eval` reports
+    as heldout_in_training, with this version's scan), per arm and type, on the 400 reported tasks per type."""
+    from desktop_app.engine import run_folder
+    from desktop_app.engine.evaluate.leakage import training_programs
+    from desktop_app.engine.tasks import get_world
+    from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol
+
+    protocol = HeldoutProtocol(get_world("mini", references=2))
+    reported = {t: protocol.reported(t, 400) for t in TYPES}
+    out = {}
+    for arm, run in (("before", "pretrain"), ("final", "selfplay"), ("solver_rl", "solver_rl"), ("control", "control")):
+        found = training_programs(run_folder.latest_checkpoint(demo / run))
+        out[arm] = {t: found.count(tasks) for t, tasks in reported.items()} if found is not None else {}
+    return out
+
+
 def machine() -> dict[str, object]:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
@@ -127,8 +144,13 @@ def main() -> None:
     parser.add_argument("--wait-load", type=float, default=0.0, help="wait for the 1-minute load to fall below this")
     parser.add_argument("--plot", default="", help="draw the held-out curves of every seed into this PNG")
     parser.add_argument("--json", default="", help="also write the raw results (with date and machine) here")
+    parser.add_argument("--rescan", action="store_true",
+                        help="only count again the held-out programs in the training records of the seeds in --out")
     args = parser.parse_args()
     out = Path(args.out)
+    if args.rescan:
+        print(json.dumps({seed: rescan(out / f"seed-{seed}") for seed in args.seeds}))
+        return
     out.mkdir(parents=True, exist_ok=True)
     results: dict[int, dict] = {}
     for seed in args.seeds:

@@ -19,7 +19,10 @@ from desktop_app.engine.tasks.base import Task
 from desktop_app.engine.tasks.heldout_protocol import program_key, programs_in_text
 
 SELFPLAY_LOG = "selfplay.jsonl"  # objectives/selfplay.LOG_NAME (that module loads torch)
-TRAINED_VERDICTS = ("valid", "duplicate")  # proposals that entered a buffer (or were there): solver tasks
+# Proposals that entered a buffer: solver tasks. A duplicate never does (a repeat of a task already there, or since the
+# duplicate rule a program the run has seen, held-out ones included, which is not even solved); a held-out proposal
+# is solved only to reward the proposer.
+TRAINED_VERDICTS = ("valid",)
 MAX_DATASET_TOKENS = 20_000_000  # larger datasets are not decoded for the scan (said in `skipped`)
 MAX_FILE_BYTES = 200_000_000
 MAX_BASES = 8  # runs followed back through their base models

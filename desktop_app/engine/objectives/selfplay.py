@@ -9,7 +9,8 @@ Each optimizer step, the batch source plays one round with the current model, in
   solve    S tasks per type (the new valid proposals first, then buffer tasks) get N solver samples
            each, again all types in one batch; the world checks every answer by value;
   score    solver: 1 / 0 / -0.5 (format) / -1 (unparseable); proposer: learnability 1 - solve rate
-           (0 at 0 or 1), -0.5 for an invalid or trivial proposal; advantages normalised per (role, type) (TRR++);
+           (0 at 0 or 1), -0.5 for an invalid or trivial proposal, 0 for a duplicate (a program the run has seen,
+           or one more of a crowded shape); advantages normalised per (role, type) (TRR++);
   record   new tasks enter the buffers; the round's line goes to selfplay.jsonl (the window's task browser).
 Without a proposer (`proposer: false`) a round is solver-only RL on the world's generated seed tasks: the same
 reward and update, so comparing the two isolates what the proposer adds.
@@ -203,8 +204,8 @@ class SelfPlayObjective(Objective):
         return batch
 
     def _propose(self, rnd: Round, rng: random.Random, seed: int) -> dict[str, Proposals]:
-        """propose + validate: every type's proposals in one decode, judged by the world; the valid ones sorted
-        into fresh tasks and held-out hits (a reserved program: judged and rewarded, never a solver task)."""
+        """propose + validate: every type's proposals in one decode, judged by the world, each given its fate
+        (`_fate`: invalid, trivial, duplicate, held-out or new)."""
         assert self.world is not None and self.prompter is not None
         o, world, prompter = self.options, self.world, self.prompter
         prompts = {t: [world.propose_prompt(t, self.buffers[t].sample(int(o.references), rng), rng)

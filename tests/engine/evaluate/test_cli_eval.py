@@ -72,7 +72,7 @@ def test_without_json_a_table_and_only_what_was_asked(runs, run_cli) -> None:
 
 def test_eval_says_how_many_held_out_programs_a_runs_records_hold(runs, run_cli, tmp_path: Path) -> None:
     """A run trained on English text holds none of them; a run whose self-play log says it practised two of them
-    is reported with both, per type, with a warning."""
+    is reported with both, per type, with a warning (a held-out or duplicate proposal was never practised)."""
     import shutil
 
     from desktop_app.engine.tasks.mini_world import MiniWorld
@@ -86,8 +86,9 @@ def test_eval_says_how_many_held_out_programs_a_runs_records_hold(runs, run_cli,
     shutil.copytree(a, leaky)
     held = MiniWorld().heldout_set("abduction", 6, 9002)
     (leaky / "selfplay.jsonl").write_text(json.dumps({"round": 1, "proposals": [
-        {"program": held[0].program, "verdict": "valid"}, {"program": held[3].program, "verdict": "duplicate"},
-        {"program": held[4].program, "verdict": "held-out"}]}) + "\n")
+        {"program": held[0].program, "verdict": "valid"}, {"program": held[3].program, "verdict": "valid"},
+        {"program": held[4].program, "verdict": "held-out"}, {"program": held[5].program, "verdict": "duplicate"}]})
+        + "\n")
     code, out, err = run_cli(leaky, "--world", "mini", "--per-type", "6", "--no-save")
     assert code == 0, err
     assert "trained on held-out programs" in err and "abduction 2 of 6" in err

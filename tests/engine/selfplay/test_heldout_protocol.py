@@ -172,10 +172,11 @@ def test_a_runs_records_are_scanned_for_held_out_programs(tmp_path: Path, world:
     (run / "run.json").write_text(json.dumps({"base_model": str(base / "checkpoints" / "step-00000002")}))
     (run / LOG_NAME).write_text(json.dumps({"round": 1, "proposals": [
         {"program": held[2].program, "verdict": "valid"},
-        {"program": world.heldout_set("induction", 1, REPORTED_SEED)[0].program, "verdict": "held-out"}]}) + "\n")
+        {"program": world.heldout_set("induction", 1, REPORTED_SEED)[0].program, "verdict": "held-out"},
+        {"program": world.heldout_set("induction", 2, REPORTED_SEED)[1].program, "verdict": "duplicate"}]}) + "\n")
     found = training_programs(checkpoint)
     assert found is not None and found.count(held) == 3
-    assert found.count(world.heldout_set("induction", 1, REPORTED_SEED)) == 0  # judged, never practised
+    assert found.count(world.heldout_set("induction", 2, REPORTED_SEED)) == 0  # judged or repeated, never practised
     assert training_programs(tmp_path / "chats.jsonl") is None  # not a run: nothing known of its training
 
 
