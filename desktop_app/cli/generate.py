@@ -70,16 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import threading
 
-    from desktop_app.engine.specs import GenerateSpec
-
-    temperature = args.temperature
-    if temperature is None:  # beam search is deterministic: its default is 0, sampling's is the spec's
-        temperature = 0.0 if args.beams > 1 else GenerateSpec().temperature
-    spec = GenerateSpec(max_new_tokens=args.max_new_tokens, temperature=temperature, top_k=args.top_k,
-                        top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                        stop=list(args.stop), samples=args.samples, seed=args.seed, chat=args.chat,
-                        num_beams=args.beams, length_penalty=args.length_penalty,
-                        early_stopping=args.early_stopping).check()
+    spec = _spec(args)
     from desktop_app.engine.errors import UserError
 
     if args.threads < 0:
@@ -88,24 +79,17 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--system needs --chat (a system message only exists in a chat conversation)")
 
     from desktop_app.engine.generate.decode import stream_text
-    from desktop_app.engine.generate.prompts import context_length, fit_messages
     from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(args.model, device=args.device)
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    prompt: Any = args.prompt
-    if args.system is not None:
-        # One conversation (a one-item list of prompts); fitted so the system prompt is never cut.
-        messages = [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
-        prompt = [fit_messages(loaded.tokenizer, messages, context_length(loaded.model),
-                               reply_tokens=spec.max_new_tokens)[0]]
+    prompt = _prompt(args, loaded, spec)
     stop = threading.Event()
     results: dict[int, dict] = {}
     texts: dict[int, str] = {}
-    multi = spec.samples > 1
     out = sys.stdout
-    if multi and not args.json:
+    if spec.samples > 1 and not args.json:
         out.write("--- sample 0 ---\n")
     try:
         for event in stream_text(loaded, prompt, spec, stop, threads=args.threads or "auto"):
@@ -119,6 +103,39 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         stop.set()
         raise
+    _print_results(args, results, texts)
+    return 0
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    """The checked GenerateSpec of the arguments."""
+    from desktop_app.engine.specs import GenerateSpec
+
+    temperature = args.temperature
+    if temperature is None:  # beam search is deterministic: its default is 0, sampling's is the spec's
+        temperature = 0.0 if args.beams > 1 else GenerateSpec().temperature
+    return GenerateSpec(max_new_tokens=args.max_new_tokens, temperature=temperature, top_k=args.top_k,
+                        top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                        stop=list(args.stop), samples=args.samples, seed=args.seed, chat=args.chat,
+                        num_beams=args.beams, length_penalty=args.length_penalty,
+                        early_stopping=args.early_stopping).check()
+
+
+def _prompt(args: argparse.Namespace, loaded: Any, spec: Any) -> Any:
+    """The prompt text, or with --system one conversation (a one-item list of prompts) fitted to the context so
+    that the system prompt is never cut."""
+    if args.system is None:
+        return args.prompt
+    from desktop_app.engine.generate.prompts import context_length, fit_messages
+
+    messages = [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
+    return [fit_messages(loaded.tokenizer, messages, context_length(loaded.model),
+                         reply_tokens=spec.max_new_tokens)[0]]
+
+
+def _print_results(args: argparse.Namespace, results: dict[int, dict], texts: dict[int, str]) -> None:
+    """After the stream: one JSON object per sample with --json, else the samples after the first."""
+    out = sys.stdout
     if args.json:
         for i in sorted(results):
             out.write(json.dumps({"sample": i, **results[i]}, ensure_ascii=False) + "\n")
@@ -128,4 +145,3 @@ def run(args: argparse.Namespace) -> int:
             if i:
                 out.write(f"--- sample {i} ---\n{texts[i]}\n")
     out.flush()
-    return 0

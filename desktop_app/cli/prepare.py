@@ -10,6 +10,7 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 TOKENIZER_CHOICES = ("byte-bpe", "bpe", "wordpiece", "unigram")
@@ -49,22 +50,10 @@ def _spec(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.events import Controls, FileVerdict, Finished, Log, Progress
+    from desktop_app.engine.events import Controls
 
     controls = Controls()
-    if args.append:
-        from desktop_app.engine.data.prepare import append_to_dataset
-
-        given = [name for name in ("tokenizer", "tokenizer_file", "vocab_size", "min_frequency", "context",
-                                   "overlap", "val_fraction", "seed") if getattr(args, name) is not None]
-        if given:
-            raise UserError(f"--append uses the dataset's own settings; drop --{given[0].replace('_', '-')}")
-        events = append_to_dataset(args.out, args.paths, controls)
-    else:
-        from desktop_app.engine.data.prepare import prepare_dataset
-
-        events = prepare_dataset(args.paths, args.out, _spec(args), controls)
+    events = _events(args, controls)
 
     # Ctrl-C: ask the engine to stop at the next batch (it cleans up); a second Ctrl-C aborts.
     def on_sigint(signum: int, frame: Any) -> None:
@@ -74,43 +63,93 @@ def run(args: argparse.Namespace) -> int:
         print("\nstopping (press Ctrl-C again to abort)...", file=sys.stderr)
 
     old_handler = signal.signal(signal.SIGINT, on_sigint)
-    bar = None
-    finished: Finished | None = None
-    show_bar = not args.quiet
-    reported: set[str] = set()  # the engine repeats verdicts at the end (with token counts)
     try:
-        from tqdm import tqdm
-
-        stage = ""
-        for event in events:
-            if isinstance(event, Progress) and show_bar:
-                if event.stage != stage:
-                    if bar is not None:
-                        bar.close()
-                    stage = event.stage
-                    unit_scale = event.unit in ("bytes", "chars")
-                    bar = tqdm(total=event.total or None, desc=stage, unit="B" if unit_scale else event.unit,
-                               unit_scale=unit_scale, file=sys.stderr, leave=False, dynamic_ncols=True)
-                bar.n = event.done
-                if event.total:
-                    bar.total = event.total
-                bar.refresh()
-            elif isinstance(event, FileVerdict) and event.verdict != "ok" and event.path not in reported:
-                reported.add(event.path)
-                if not args.json:
-                    _write(bar, f"skipped {event.path}: {event.verdict} ({event.reason})")
-            elif isinstance(event, Log) and event.level != "info":
-                _write(bar, f"{event.level}: {event.message}")
-            elif isinstance(event, Finished):
-                finished = event
+        finished = _show(events, args)
     finally:
-        if bar is not None:
-            bar.close()
         signal.signal(signal.SIGINT, old_handler)
-
     if finished is None:  # pragma: no cover - the engine always ends with Finished
         print("error: preparation ended without a result", file=sys.stderr)
         return 1
+    return _report(finished, args)
+
+
+def _events(args: argparse.Namespace, controls: Any) -> Iterator[Any]:
+    """The engine's events for these arguments: a new dataset, or files appended to one (its own settings)."""
+    from desktop_app.engine.errors import UserError
+
+    if args.append:
+        from desktop_app.engine.data.prepare import append_to_dataset
+
+        given = [name for name in ("tokenizer", "tokenizer_file", "vocab_size", "min_frequency", "context",
+                                   "overlap", "val_fraction", "seed") if getattr(args, name) is not None]
+        if given:
+            raise UserError(f"--append uses the dataset's own settings; drop --{given[0].replace('_', '-')}")
+        return append_to_dataset(args.out, args.paths, controls)
+    from desktop_app.engine.data.prepare import prepare_dataset
+
+    return prepare_dataset(args.paths, args.out, _spec(args), controls)
+
+
+def _show(events: Iterator[Any], args: argparse.Namespace) -> Any:
+    """Run the events: a progress bar per stage on stderr (unless --quiet), skipped files and warnings as lines;
+    returns the Finished event (None if there was none)."""
+    from desktop_app.engine.events import FileVerdict, Finished, Log, Progress
+
+    bar = _StageBar()
+    finished: Finished | None = None
+    reported: set[str] = set()  # the engine repeats verdicts at the end (with token counts)
+    try:
+        for event in events:
+            if isinstance(event, Progress) and not args.quiet:
+                bar.show(event)
+            elif isinstance(event, FileVerdict) and event.verdict != "ok" and event.path not in reported:
+                reported.add(event.path)
+                if not args.json:
+                    bar.write(f"skipped {event.path}: {event.verdict} ({event.reason})")
+            elif isinstance(event, Log) and event.level != "info":
+                bar.write(f"{event.level}: {event.message}")
+            elif isinstance(event, Finished):
+                finished = event
+    finally:
+        bar.close()
+    return finished
+
+
+class _StageBar:
+    """A tqdm bar on stderr for the stage of the work in progress (a new one when the stage changes)."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.stage = ""
+
+    def show(self, event: Any) -> None:
+        from tqdm import tqdm
+
+        if event.stage != self.stage:
+            self.close()
+            self.stage = event.stage
+            unit_scale = event.unit in ("bytes", "chars")
+            self.bar = tqdm(total=event.total or None, desc=self.stage, unit="B" if unit_scale else event.unit,
+                            unit_scale=unit_scale, file=sys.stderr, leave=False, dynamic_ncols=True)
+        self.bar.n = event.done
+        if event.total:
+            self.bar.total = event.total
+        self.bar.refresh()
+
+    def write(self, line: str) -> None:
+        """A line on stderr that does not break the bar."""
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _report(finished: Any, args: argparse.Namespace) -> int:
+    """Print the result (one JSON object with --json, else a summary) and return the exit status."""
     result = dict(finished.result)
     result["status"] = finished.reason
     result["message"] = finished.message
@@ -125,13 +164,6 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print(f"error: {finished.message}", file=sys.stderr)
     return 1
-
-
-def _write(bar: Any, line: str) -> None:
-    if bar is not None:
-        bar.write(line, file=sys.stderr)
-    else:
-        print(line, file=sys.stderr)
 
 
 def _print_summary(result: dict[str, Any]) -> None:

@@ -26,11 +26,15 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.command_line import TRAIN_FLAGS, add_train_flags
 from desktop_app.cli.reporting import StopSignals, consume, consume_quietly
 from desktop_app.engine.methods import FINETUNE_METHODS
+from desktop_app.engine.train.request import RunRequest, prepare_run
+
+if TYPE_CHECKING:
+    from desktop_app.engine.specs import RunConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,22 +90,12 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {field: getattr(args, field) for field in TRAIN_FLAGS if getattr(args, field) is not None}
 
 
-def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
+def build_config(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, list[str]]:
     """(RunConfig, run_dir, resume?, notes) from the parsed flags; raises UserError on bad input."""
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.specs import RunConfig
-    from desktop_app.engine.train.setup import config_from_preset
 
-    if args.preset and not args.dataset:
-        raise UserError("--preset goes with --dataset; a run config or a resumed run already has its model")
-    finetune_flags = [f"--{f.replace('_', '-')}" for f in _FINETUNE_FLAGS if getattr(args, f) not in (None, [])]
-    if args.option:
-        finetune_flags.append("--option")
-    if getattr(args, "allow_download", False) and not args.base:
-        raise UserError("--allow-download goes with --base ORGANISATION/NAME (a Hugging Face Hub model to fine-tune)")
-    if finetune_flags and not args.base:
-        raise UserError(f"{', '.join(finetune_flags)} go with --base MODEL (fine-tuning); a run config, pipeline or "
-                        "resumed run already says how it trains")
+    _check_flag_combinations(args)
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "run.json").is_file():
@@ -115,54 +109,44 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Path, bool, list[str]]:
         return config, run_dir, True, []
     if not args.out:
         raise UserError("--out RUN_DIR is required: the folder that will hold run.json, metrics and checkpoints")
-    run_dir = Path(args.out)
     if args.base:
-        return finetune_config(args), run_dir, False, []
+        return finetune_config(args), Path(args.out), False, []
+    prepared = prepare_run(run_request(args))
+    return prepared.config, Path(args.out), False, prepared.notes
+
+
+def _check_flag_combinations(args: argparse.Namespace) -> None:
+    """Flags that only go with others, named in the words of the command line."""
+    from desktop_app.engine.errors import UserError
+
+    if args.preset and not args.dataset:
+        raise UserError("--preset goes with --dataset; a run config or a resumed run already has its model")
+    finetune_flags = [f"--{f.replace('_', '-')}" for f in _FINETUNE_FLAGS if getattr(args, f) not in (None, [])]
+    if args.option:
+        finetune_flags.append("--option")
+    if getattr(args, "allow_download", False) and not args.base:
+        raise UserError("--allow-download goes with --base ORGANISATION/NAME (a Hugging Face Hub model to fine-tune)")
+    if finetune_flags and not args.base:
+        raise UserError(f"{', '.join(finetune_flags)} go with --base MODEL (fine-tuning); a run config, pipeline or "
+                        "resumed run already says how it trains")
+
+
+def run_request(args: argparse.Namespace) -> RunRequest:
+    """The engine's request for `--config run.json` or `--dataset DIR [--preset P]` (the flags translated, nothing
+    decided: the engine fits, defaults and checks)."""
+    from desktop_app.engine.specs import load_json
+
     if args.config:
         config_path = Path(args.config)
-        config = RunConfig.load(config_path)
-        if config.dataset and not Path(config.dataset).is_absolute() and not Path(config.dataset).exists():
-            candidate = config_path.parent / config.dataset
-            if candidate.exists():
-                config.dataset = str(candidate.resolve())  # run.json must work from any directory
-        config = _relative_to(config, config_path.parent)
-        overrides = _overrides(args)
-        if overrides or args.seed is not None:
-            train = {**config.train, **overrides}
-            config = config.replace(train=train, seed=args.seed if args.seed is not None else config.seed)
-        config.check()
-        return config, run_dir, False, []
-    seed = 1337 if args.seed is None else args.seed
-    config, notes = config_from_preset(args.dataset, args.preset or "tiny", seed=seed, **_overrides(args))
-    return config, run_dir, False, notes
+        return RunRequest(config=load_json(config_path), config_folder=str(config_path.parent),
+                          train=_overrides(args), seed=args.seed)
+    return RunRequest(dataset=args.dataset, preset=args.preset or "tiny", train=_overrides(args), seed=args.seed)
 
 
-def _relative_to(config: Any, folder: Path) -> Any:
-    """A run config's relative base model and data paths, taken from the config file's folder when they do not
-    exist from the current directory (run.json must work from any directory)."""
-    def fix(value: str) -> str:
-        p = Path(value).expanduser()
-        if p.is_absolute() or p.exists() or not (folder / p).exists():
-            return value
-        return str((folder / p).resolve())
-
-    changes: dict[str, Any] = {}
-    if config.base_model:
-        changes["base_model"] = fix(config.base_model)
-    if config.data:
-        changes["data"] = [fix(d) for d in config.data]
-    if isinstance(config.method_options, dict) and isinstance(config.method_options.get("val_data"), list):
-        changes["method_options"] = {**config.method_options,
-                                     "val_data": [fix(d) for d in config.method_options["val_data"]]}
-    return config.replace(**changes) if changes else config
-
-
-def finetune_config(args: argparse.Namespace) -> Any:
+def finetune_config(args: argparse.Namespace) -> RunConfig:
     """The RunConfig of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.method_options import parse_option
-    from desktop_app.engine.methods import default_lr
-    from desktop_app.engine.specs import RunConfig, TrainSpec
 
     if not args.method:
         raise UserError("--base needs --method: sft, lora, qlora, dpo, grpo or selfplay")
@@ -176,51 +160,46 @@ def finetune_config(args: argparse.Namespace) -> Any:
     if args.reward_file and args.method != "grpo":
         raise UserError("--reward-file goes with --method grpo")
     objective = args.method if args.method in ("dpo", "grpo", "selfplay") else "sft"
+    options: dict[str, Any] = dict(parse_option(objective, assignment) for assignment in args.option)
+    if args.world:
+        options["world"] = args.world
+    if args.reward_file:
+        options["reward_file"] = args.reward_file
+    request = RunRequest(objective=objective, base_model=_base_folder(args), data=list(args.data or []),
+                         adapter=_adapter(args), method_options=options, train=_overrides(args), seed=args.seed)
+    return prepare_run(request).config
+
+
+def _adapter(args: argparse.Namespace) -> dict[str, Any]:
+    """The adapter flags as an AdapterSpec dict (--method lora / qlora imply theirs)."""
+    from desktop_app.engine.errors import UserError
+
     implied = {"lora": "lora", "qlora": "qlora"}.get(args.method)
     if implied and args.adapter not in (None, implied):
         raise UserError(f"--method {args.method} trains {implied} adapters; --adapter {args.adapter} contradicts it "
                         f"(use --method sft --adapter {args.adapter})")
     kind = implied or args.adapter or "none"
-    adapter: dict[str, Any] = {"kind": kind}
     lora_flags = {"rank": args.lora_rank, "alpha": args.lora_alpha, "dropout": args.lora_dropout}
     if args.target_modules:
         lora_flags["target_modules"] = [t.strip() for t in args.target_modules.split(",") if t.strip()]
     given = {k: v for k, v in lora_flags.items() if v is not None}
     if given and kind == "none":
         raise UserError("--lora-* and --target-modules need adapters: use --method lora or qlora, or --adapter")
-    adapter.update(given)
-    options: dict[str, Any] = {}
-    for assignment in args.option:
-        key, value = parse_option(objective, assignment)
-        options[key] = value
-    if args.world:
-        options["world"] = args.world
-    if args.reward_file:
-        reward = Path(args.reward_file).expanduser()
-        if not reward.is_file():
-            raise UserError(f"reward file {reward} does not exist")
-        options["reward_file"] = str(reward.resolve())
-    if isinstance(options.get("val_data"), list):
-        options["val_data"] = [str(Path(d).expanduser().resolve()) for d in options["val_data"]]
-    train = _overrides(args)
-    train.setdefault("lr", default_lr(objective, kind))
-    missing = [d for d in args.data or [] if not Path(d).expanduser().exists()]
-    if missing:
-        raise UserError(f"data file {missing[0]} does not exist")
+    return {"kind": kind, **given}
+
+
+def _base_folder(args: argparse.Namespace) -> str:
+    """--base as a local folder: fetched from the Hub first with --allow-download (the user's explicit choice)."""
     base = Path(args.base).expanduser()
     if getattr(args, "allow_download", False) and not base.exists():
         from desktop_app.engine.finetune.base_model import download_base
 
-        base = download_base(args.base)
-    elif not base.exists():
+        return str(download_base(args.base))
+    if not base.exists():
         from desktop_app.engine.model.folders import resolve_base
 
         resolve_base(args.base)  # says what is wrong (a Hub id without --allow-download, a missing folder)
-    config = RunConfig(base_model=str(base.resolve()), objective=objective,
-                       data=[str(Path(d).expanduser().resolve()) for d in args.data or []], adapter=adapter,
-                       method_options=options, train=TrainSpec(**train).to_dict(),
-                       seed=1337 if args.seed is None else args.seed)
-    return config.check()
+    return str(base)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -136,6 +137,19 @@ def _cpu_has_fast_bf16() -> bool:
     # so demand a clear matmul win: measured on an AMX Xeon, 7x faster bf16 matmuls gave 1.6-2x
     # faster training steps (12M and 28M models, 1 thread).
     return cpu_bf16_speedup() >= 2.0
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), for benchmark records."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "?"
 
 
 def cpu_cores() -> int:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 class Event:
     type: ClassVar[str] = "event"
     # Written to a run's metrics.jsonl as it happens; False for what only describes the work in progress
-    # (progress bars, where the run lives, history replayed from disk).
+    # (Transient: progress bars, where the run lives, history replayed from disk).
     recorded: ClassVar[bool] = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -24,11 +24,17 @@ class Event:
 
 
 @dataclass
-class Progress(Event):
+class Transient(Event):
+    """An event that only describes the work in progress: never written to metrics.jsonl (recorded False)."""
+
+    recorded: ClassVar[bool] = False
+
+
+@dataclass
+class Progress(Transient):
     """Generic progress of a stage of long work (ingest, tokenizer training, encoding, saving...)."""
 
     type: ClassVar[str] = "progress"
-    recorded: ClassVar[bool] = False
     stage: str
     done: float
     total: float  # 0 when unknown
@@ -128,25 +134,23 @@ class Finished(Event):
 
 
 @dataclass
-class RunFolder(Event):
+class RunFolder(Transient):
     """The run folder that the events after it belong to: a run starts (or resumes), a pipeline stage or a demo
     phase begins. A view starts a fresh display for it (the curve of a resumed run comes next, as History)."""
 
     type: ClassVar[str] = "run_folder"
-    recorded: ClassVar[bool] = False
     path: str
     method: str = "pretraining"  # the method's key (methods.py): which plots fit it
     resumed: bool = False
 
 
 @dataclass
-class History(Event):
+class History(Transient):
     """Records a run wrote before: a resumed run's curve up to its checkpoint, a finished run shown again, or what a
     watched run's metrics.jsonl grew by. `records` are in their metrics.jsonl form; `events()` gives them back as
     the events they were, so they are shown exactly as live ones."""
 
     type: ClassVar[str] = "history"
-    recorded: ClassVar[bool] = False
     run_dir: str
     records: list[dict[str, Any]] = field(default_factory=list)
     live: bool = False  # a run another process trains right now (watched): its end and its log lines count
@@ -156,11 +160,10 @@ class History(Event):
 
 
 @dataclass
-class StageStarted(Event):
+class StageStarted(Transient):
     """A pipeline stage begins (its RunFolder follows)."""
 
     type: ClassVar[str] = "stage"
-    recorded: ClassVar[bool] = False
     index: int
     name: str
     run_dir: str
@@ -168,20 +171,18 @@ class StageStarted(Event):
 
 
 @dataclass
-class DatasetReady(Event):
+class DatasetReady(Transient):
     """A dataset was prepared on the way (e.g. the sample corpus before a first run)."""
 
     type: ClassVar[str] = "dataset"
-    recorded: ClassVar[bool] = False
     path: str
 
 
 @dataclass
-class Reset(Event):
+class Reset(Transient):
     """A watched metrics.jsonl was cut back (a resume) or replaced (a new run): what follows starts again."""
 
     type: ClassVar[str] = "reset"
-    recorded: ClassVar[bool] = False
 
 
 class Controls:

@@ -8,6 +8,7 @@ method_options.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -486,15 +487,27 @@ class RunConfig(SpecMixin):
         if not self.model and not self.base_model:
             p.append("a run needs either a model spec or a base model")
         if self.model:
-            try:
-                p += [f"model: {m}" for m in self.model_spec().validate()]
-            except SpecError as exc:
-                p += [f"model: {m}" for m in exc.problems]
-        try:
-            p += [f"train: {m}" for m in self.train_spec().validate()]
-        except SpecError as exc:
-            p += [f"train: {m}" for m in exc.problems]
+            p += _nested_problems("model", lambda: self.model_spec().validate())
+        p += _nested_problems("train", lambda: self.train_spec().validate())
         check_choice(p, "objective", self.objective, OBJECTIVES)
+        p += self._method_problems()
+        p += _nested_problems("adapter", self._adapter_problems)
+        if self.objective in OBJECTIVES:
+            try:
+                options = self.options()
+                if options is not None:
+                    p += [f"method_options: {m}" for m in options.validate()]
+            except SpecError as exc:
+                p += [m if m.startswith("method_options") else f"method_options: {m}" for m in exc.problems]
+        p += _nested_problems("distributed", lambda: self.distributed_spec().validate())
+        sha = self.base_model_sha256
+        if sha and (not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
+            p.append("base_model_sha256 must be 64 lowercase hex digits (or empty)")
+        return p
+
+    def _method_problems(self) -> list[str]:
+        """What the objective needs and the config lacks: a base model, data files (or none), a dataset."""
+        p: list[str] = []
         if self.objective in RL_OBJECTIVES:
             if not self.base_model:
                 p.append(f"the {self.objective} method improves a base model: set base_model (a run, checkpoint, "
@@ -519,27 +532,13 @@ class RunConfig(SpecMixin):
         elif self.data:
             p.append(f"data files are for fine-tuning methods ({', '.join(FINETUNE_OBJECTIVES)}); pretraining "
                      "reads the prepared dataset")
-        try:
-            adapter = self.adapter_spec()
-            p += [f"adapter: {m}" for m in adapter.validate()]
-            if adapter.kind != "none" and not self.base_model:
-                p.append(f"adapter: {adapter.kind} trains adapters on a base model: set base_model")
-        except SpecError as exc:
-            p += [f"adapter: {m}" for m in exc.problems]
-        if self.objective in OBJECTIVES:
-            try:
-                options = self.options()
-                if options is not None:
-                    p += [f"method_options: {m}" for m in options.validate()]
-            except SpecError as exc:
-                p += [m if m.startswith("method_options") else f"method_options: {m}" for m in exc.problems]
-        try:
-            p += [f"distributed: {m}" for m in self.distributed_spec().validate()]
-        except SpecError as exc:
-            p += [f"distributed: {m}" for m in exc.problems]
-        sha = self.base_model_sha256
-        if sha and (not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
-            p.append("base_model_sha256 must be 64 lowercase hex digits (or empty)")
+        return p
+
+    def _adapter_problems(self) -> list[str]:
+        adapter = self.adapter_spec()
+        p = list(adapter.validate())
+        if adapter.kind != "none" and not self.base_model:
+            p.append(f"{adapter.kind} trains adapters on a base model: set base_model")
         return p
 
     def save(self, path: str | Path) -> None:
@@ -548,3 +547,11 @@ class RunConfig(SpecMixin):
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
         return cls.from_dict(load_json(path))
+
+
+def _nested_problems(name: str, validate: Callable[[], list[str]]) -> list[str]:
+    """A nested spec's problems (`validate` parses and checks it), each prefixed with the spec's name."""
+    try:
+        return [f"{name}: {m}" for m in validate()]
+    except SpecError as exc:
+        return [f"{name}: {m}" for m in exc.problems]

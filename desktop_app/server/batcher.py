@@ -37,8 +37,10 @@ from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.generate.beam_search import BeamSearch
 from desktop_app.engine.generate.buckets import bucket_at_most
 from desktop_app.engine.generate.prompts import context_length
+from desktop_app.engine.generate.rows import Row
+from desktop_app.engine.generate.settings import BeamSettings, DecodeLimits, Vocab
 from desktop_app.engine.generate.static_cache import check_fits, kv_bytes_per_row, rows_that_fit
-from desktop_app.engine.generate.text_stream import TextStream
+from desktop_app.engine.generate.text_stream import TextStream, text_decoder
 from desktop_app.engine.generate.threads import short_gil_switch
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import RowSampler, SamplingParams, sample_rows
@@ -104,37 +106,28 @@ class GenerationRequest:
 
 
 class _Row:
-    """One choice being decoded."""
+    """One choice being decoded: its request, its sampler and the engine's per-row bookkeeping (rows.py)."""
 
-    __slots__ = ("budget", "eos", "generated", "index", "request", "sampler", "stream")
+    __slots__ = ("index", "request", "sampler", "state")
 
-    def __init__(self, request: GenerationRequest, index: int, budget: int, sampler: RowSampler, stream: TextStream,
-                 eos: set[int]):
-        self.request, self.index, self.budget = request, index, budget
-        self.sampler, self.stream, self.eos = sampler, stream, eos
-        self.generated: list[int] = []
+    def __init__(self, request: GenerationRequest, index: int, sampler: RowSampler, state: Row):
+        self.request, self.index, self.sampler, self.state = request, index, sampler, state
 
     def push(self, token: int, out: list[Any]) -> bool:
         """Take the chosen token; append what to tell the client to `out`; True when the choice ended."""
-        self.generated.append(token)
-        if token in self.eos:
-            self._piece(self.stream.finish(), out)
-            return self._done("stop", out)
-        self._piece(self.stream.push(token), out)
-        if self.stream.stopped:
-            return self._done("stop", out)
-        if len(self.generated) >= self.budget:
-            self._piece(self.stream.finish(), out)
-            return self._done("length", out)
-        return False
+        state = self.state
+        self._piece(state.push(token), out)
+        if state.reason is None and state.full:
+            self._piece(state.end("length"), out)
+        if state.reason is None:
+            return False
+        # An end id or a stop string is OpenAI's "stop"; the budget "length".
+        out.append(Done(self.index, "length" if state.reason == "length" else "stop", len(state.ids), state.text))
+        return True
 
     def _piece(self, text: str, out: list[Any]) -> None:
         if text:
             out.append(Piece(self.index, text))
-
-    def _done(self, reason: str, out: list[Any]) -> bool:
-        out.append(Done(self.index, reason, len(self.generated), self.stream.text))
-        return True
 
 
 def _dispatch(group: list[tuple[GenerationRequest, list[Any]]]) -> None:
@@ -149,45 +142,59 @@ def _cache_rows_for(model: Any, columns: int, budget_mb: int) -> int:
     return max(1, int(budget_mb * (1 << 20) // max(1, per_row)))
 
 
+def _decode_cache(model: Any, pad_id: int, max_rows: int, static: bool | None, cache_mb: int) -> SlotCache | FixedBatch:
+    """The batch's cache. static: the engine's static path (GraphSlotCache; None = on CUDA for the models it covers),
+    rows sized from the free GPU memory; else continuous batching on a lean runner (`cache_mb` of cache), or, for
+    models the lean runners do not cover, a fixed batch through transformers' forward."""
+    device = next(model.parameters()).device
+    context = context_length(model)
+    if static is None:
+        static = device.type == "cuda" and GraphSlotCache.supports(model)
+    if static:  # CUDA: the static decoder's graph buckets, rows sized from the free GPU memory
+        columns = 2 * (context or 1)
+        fit = rows_that_fit(model, columns)
+        if fit is not None and bucket_at_most(fit) < 1:
+            check_fits(model, 1, columns)  # raises the one-line message
+        rows = max_rows if fit is None else min(max_rows, bucket_at_most(fit))
+        cache = GraphSlotCache(model, rows, pad_id)
+        log.info("decoding on the static path (%s): up to %d rows", cache.reason, rows)
+        return cache
+    if SlotCache.supports(model):
+        return SlotCache(model, min(max_rows, _cache_rows_for(model, 2 * (context or 1), cache_mb)), pad_id)
+    return FixedBatch(model, max_rows, pad_id)
+
+
+@dataclass(frozen=True)
+class BatcherLimits:
+    """Sizes of the batcher: `cache_mb` of KV cache for the CPU's rows, at most `max_queue` requests waiting, and
+    `max_tokens_cap`, the token budget when the model states no context length."""
+
+    cache_mb: int = DEFAULT_CACHE_MB
+    max_queue: int = DEFAULT_MAX_QUEUE
+    max_tokens_cap: int = 4096
+
+
 class Batcher:
     """The decode thread and its queue. `submit` from any thread; `close` ends it (pending and running
     requests get Failed, status 503). `static`: decode on the engine's static path (GraphSlotCache); None
-    = on CUDA for the models it covers, with rows sized from the free GPU memory (cache_mb sizes the CPU's)."""
+    = on CUDA for the models it covers, with rows sized from the free GPU memory (limits.cache_mb sizes the
+    CPU's)."""
 
-    def __init__(self, loaded: Any, *, max_rows: int = DEFAULT_MAX_ROWS, cache_mb: int = DEFAULT_CACHE_MB,
-                 max_queue: int = DEFAULT_MAX_QUEUE, threads: int | None = None, max_tokens_cap: int = 4096,
-                 static: bool | None = None):
+    def __init__(self, loaded: Any, *, max_rows: int = DEFAULT_MAX_ROWS, threads: int | None = None,
+                 static: bool | None = None, limits: BatcherLimits = BatcherLimits()):
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.device = next(self.model.parameters()).device
         self.context = context_length(self.model)
         vocab = getattr(self.model.config, "vocab_size", None)
         self.vocab_size = int(vocab) if isinstance(vocab, int) else 0
-        self.max_tokens_cap = max_tokens_cap  # the budget when the model states no context length
+        self.max_tokens_cap = limits.max_tokens_cap  # the budget when the model states no context length
         self.eos = {chat: set(stop_token_ids(self.tokenizer, self.model, chat=chat)) for chat in (False, True)}
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else next(iter(self.eos[False]), 0)
-        backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is not None:  # the Rust tokenizer directly: the Python wrapper costs per call
-            self._decode: Callable[[Any], str] = lambda ids: backend.decode(list(ids), skip_special_tokens=True)
-        else:
-            self._decode = lambda ids: self.tokenizer.decode(list(ids), skip_special_tokens=True)
-        if static is None:
-            static = self.device.type == "cuda" and GraphSlotCache.supports(self.model)
-        if static:  # CUDA: the static decoder's graph buckets, rows sized from the free GPU memory
-            columns = 2 * (self.context or 1)
-            fit = rows_that_fit(self.model, columns)
-            if fit is not None and bucket_at_most(fit) < 1:
-                check_fits(self.model, 1, columns)  # raises the one-line message
-            rows = max_rows if fit is None else min(max_rows, bucket_at_most(fit))
-            self.cache: SlotCache | FixedBatch = GraphSlotCache(self.model, rows, self.pad_id)
-            log.info("decoding on the static path (%s): up to %d rows", self.cache.runner.graphs.reason, rows)
-        elif SlotCache.supports(self.model):
-            rows = min(max_rows, _cache_rows_for(self.model, 2 * (self.context or 1), cache_mb))
-            self.cache = SlotCache(self.model, rows, self.pad_id)
-        else:
-            self.cache = FixedBatch(self.model, max_rows, self.pad_id)
+        self._decode = text_decoder(self.tokenizer)
+        self.cache = _decode_cache(self.model, self.pad_id, max_rows, static, limits.cache_mb)
         self.capacity = self.cache.capacity
-        self.max_queue = max_queue
+        self.max_queue = limits.max_queue
         self.threads = DecodeThreads(self.model, threads)
         self.rows: list[_Row | None] = []
         self.logits: torch.Tensor | None = None
@@ -212,35 +219,28 @@ class Batcher:
 
     def submit(self, request: GenerationRequest) -> None:
         if request.params.num_beams > 1:
-            self._submit_beams(request)
+            rows = len(request.prompts) * request.params.num_beams
+            if rows > MAX_BEAM_ROWS:
+                raise ApiError(400, f"this beam search needs {rows} decode rows (prompts x num_beams) but the server "
+                                    f"runs at most {MAX_BEAM_ROWS} per request: ask for fewer beams or prompts",
+                               param="num_beams")
+            self._enqueue(request, beams=True)
             return
         if request.rows_needed > self.capacity:
             raise ApiError(400, f"this request needs {request.rows_needed} decode rows (prompts x n) but the server "
                                 f"decodes at most {self.capacity} at once: ask for fewer choices or prompts",
                            param="n")
-        with self._cv:
-            if self._closed:
-                raise ApiError(503, "the server is shutting down", type="server_error")
-            if len(self._pending) >= self.max_queue:
-                raise ApiError(429, f"too many requests waiting ({self.max_queue}); retry in a moment",
-                               code="rate_limit_exceeded")
-            self._pending.append(request)
-            self.stats["requests"] += 1
-            self._cv.notify()
+        self._enqueue(request, beams=False)
 
-    def _submit_beams(self, request: GenerationRequest) -> None:
-        rows = len(request.prompts) * request.params.num_beams
-        if rows > MAX_BEAM_ROWS:
-            raise ApiError(400, f"this beam search needs {rows} decode rows (prompts x num_beams) but the server runs "
-                                f"at most {MAX_BEAM_ROWS} per request: ask for fewer beams or prompts",
-                           param="num_beams")
+    def _enqueue(self, request: GenerationRequest, beams: bool) -> None:
         with self._cv:
+            queue = self._beam_pending if beams else self._pending  # (close() replaces them, under the lock)
             if self._closed:
                 raise ApiError(503, "the server is shutting down", type="server_error")
-            if len(self._beam_pending) >= self.max_queue:
+            if len(queue) >= self.max_queue:
                 raise ApiError(429, f"too many requests waiting ({self.max_queue}); retry in a moment",
                                code="rate_limit_exceeded")
-            self._beam_pending.append(request)
+            queue.append(request)
             self.stats["requests"] += 1
             self._cv.notify()
 
@@ -317,18 +317,19 @@ class Batcher:
                 taken.append(request)
         return taken
 
+    def _budget(self, max_tokens: int, prompt_length: int) -> int:
+        """The engine's budget (stream_text's): what fits in the context after the prompt (huge max_tokens are
+        capped)."""
+        if self.context:
+            return max(1, min(max_tokens, self.context - prompt_length))
+        return min(max_tokens, self.max_tokens_cap)
+
     def _start_beams(self, request: GenerationRequest) -> BeamSearch:
         p = request.params
-        longest = max(len(ids) for ids in request.prompts)
-        # The engine's budget (stream_text's): what fits in the context after the longest prompt.
-        if self.context:
-            budget = max(1, min(p.max_tokens, self.context - longest))
-        else:
-            budget = min(p.max_tokens, self.max_tokens_cap)
-        return BeamSearch(self.model, request.prompts, num_beams=p.num_beams, budget=budget,
-                          length_penalty=p.length_penalty, early_stopping=p.early_stopping, eos=self.eos[request.chat],
-                          pad=self.pad_id, decode=self._decode, stop=p.stop, num_return=p.n,
-                          repetition_penalty=p.repetition_penalty, tokens=len(self.tokenizer))
+        budget = self._budget(p.max_tokens, max(len(ids) for ids in request.prompts))
+        beams = BeamSettings(p.num_beams, p.length_penalty, p.early_stopping, p.n, p.repetition_penalty)
+        return BeamSearch(self.model, request.prompts, beams, DecodeLimits(budget, self.eos[request.chat], p.stop),
+                          Vocab(self._decode, self.pad_id, len(self.tokenizer)))
 
     def _beam_steps(self, new: list[GenerationRequest]) -> None:
         """One step of every running beam search; a search that ended hands its request the choices."""
@@ -395,20 +396,16 @@ class Batcher:
             p = request.params
             for i, ids in enumerate(request.prompts):
                 prompts.append(ids)
-                # The engine's budget: what fits in the context after the prompt (huge max_tokens are capped).
-                if self.context:
-                    budget = max(1, min(p.max_tokens, self.context - len(ids)))
-                else:
-                    budget = min(p.max_tokens, self.max_tokens_cap)
+                limits = DecodeLimits(self._budget(p.max_tokens, len(ids)), self.eos[request.chat], p.stop)
                 for k in range(p.n):
                     index = i * p.n + k
                     # A seed gives each choice its own reproducible stream; no seed = fresh randomness.
                     seed = p.seed + index if p.seed is not None else secrets.randbits(63)
                     sampler = RowSampler(p, seed, self.vocab_size, self.device, ids, len(self.tokenizer))
-                    stream = TextStream(self._decode, p.stop, context_ids=ids)
-                    new_rows.append(_Row(request, index, budget, sampler, stream, self.eos[request.chat]))
+                    stream = TextStream(self._decode, limits.stop, context_ids=ids)
+                    new_rows.append(_Row(request, index, sampler, Row(limits, stream)))
                     prompt_of_row.append(len(prompts) - 1)
-        logits = self.cache.admit(prompts, prompt_of_row, max(r.budget for r in new_rows))
+        logits = self.cache.admit(prompts, prompt_of_row, max(r.state.limits.budget for r in new_rows))
         self.logits = logits if self.logits is None or not self.rows else torch.cat([self.logits, logits])
         self.rows.extend(new_rows)
 

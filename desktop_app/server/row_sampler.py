@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from desktop_app.engine.generate.sampling import Sampler
+from desktop_app.engine.generate.settings import SamplingSettings
 
 
 @dataclass
@@ -39,6 +40,10 @@ class SamplingParams:
     length_penalty: float = 1.0
     early_stopping: bool | str = False
 
+    def sampling(self, tokens: int = 0) -> SamplingSettings:
+        """The engine's sampling settings of this request (`tokens`: the tokenizer's size, see SamplingSettings)."""
+        return SamplingSettings(self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty, tokens)
+
     @property
     def plain_greedy(self) -> bool:
         return (self.temperature <= 0.0 and self.repetition_penalty == 1.0 and self.presence_penalty == 0.0
@@ -52,9 +57,7 @@ class RowSampler:
                  prompt_ids: list[int], tokens: int = 0):
         self.plain_greedy = params.plain_greedy
         self.presence, self.frequency = float(params.presence_penalty), float(params.frequency_penalty)
-        self.sampler = Sampler(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                               min_p=params.min_p, repetition_penalty=params.repetition_penalty, seed=seed, batch=1,
-                               vocab_size=vocab_size, device=device, tokens=tokens)
+        self.sampler = Sampler(params.sampling(tokens), seed=seed, batch=1, vocab_size=vocab_size, device=device)
         self.sampler.observe_prompt([prompt_ids])
         self.counts = (torch.zeros(1, vocab_size, device=device)
                        if (self.presence or self.frequency) and vocab_size > 0 else None)

@@ -19,8 +19,9 @@ bucket): the batcher's choice on CUDA.
 `FixedBatch` is the fallback for models the lean runners do not cover (transformers' own forward and
 DynamicCache): requests that arrive together still decode as one batch, later ones wait for the next.
 
-This module is the only one that knows the runner's attributes; tests/server check that rows decoded
-this way give the same greedy tokens as the engine's own stream_text.
+It works on the runner through the runner's own methods (`cache_view`, `use_rows`; the static decoder's
+`row_state`, `feed`, `logits_step`); tests/server check that rows decoded this way give the same greedy
+tokens as the engine's own stream_text.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class SlotCache:
         self.starts = [0] * capacity  # first column holding a real token, per row
         self.n = 0
         self.length = 0  # columns in use (the next token of every row goes to this column)
-        self._views_n = -1
 
     @staticmethod
     def supports(model: Any) -> bool:
@@ -83,9 +83,8 @@ class SlotCache:
                 self._shift(width - self.length)
             n, m, end = self.n, len(rows), self.length
             index = torch.tensor(rows, dtype=torch.long, device=self.device)
-            k, v = self.runner.k_cache, self.runner.v_cache
-            k[:, n:n + m, :, end - width:end] = pre.k_cache[:, index, :, :width]
-            v[:, n:n + m, :, end - width:end] = pre.v_cache[:, index, :, :width]
+            for cache, prefilled in zip(self.runner.cache_view(), pre.cache_view(), strict=True):
+                cache[:, n:n + m, :, end - width:end] = prefilled[:, index, :, :width]
             for j, r in enumerate(rows):
                 start = end - len(prompts[r])
                 self.valid[n + j, :start] = False
@@ -105,10 +104,9 @@ class SlotCache:
             to = torch.tensor(holes, dtype=torch.long, device=self.device)
             src = torch.tensor(movers, dtype=torch.long, device=self.device)
             end = self.length
-            k, v = self.runner.k_cache, self.runner.v_cache
             with torch.inference_mode():
-                k[:, to, :, :end] = k[:, src, :, :end]
-                v[:, to, :, :end] = v[:, src, :, :end]
+                for cache in self.runner.cache_view():
+                    cache[:, to, :, :end] = cache[:, src, :, :end]
                 self.valid[to] = self.valid[src]
                 self.positions[to] = self.positions[src]
             for a, b in zip(movers, holes, strict=True):
@@ -122,26 +120,20 @@ class SlotCache:
         """Feed each live row its chosen token; logits of the next one [n, vocab]."""
         if self.length + 1 > self.columns:
             self._compact()
-        r, n = self.runner, self.n
+        n = self.n
         if n == 1 and self.starts[0] > 0:
             self._compact()  # one row: shifting it to column 0 costs one row's copy and saves the mask below
-        if self._views_n != n:  # narrowed views of the first n rows (the runner reads these attributes)
-            r.k_layers = list(r.k_cache[:, :n].unbind(0))
-            r.v_layers = list(r.v_cache[:, :n].unbind(0))
-            self._views_n = n
-        r.batch, r.length = n, self.length
-        r.positions = self.positions[:n]  # step() advances positions in place
         # No row padded on the left: no attention mask at all (the engine's fast path for one new token).
-        r.valid = None if not any(self.starts[:n]) else self.valid[:n]
+        self.runner.use_rows(n, self.length, self.positions[:n], None if not any(self.starts[:n]) else self.valid[:n])
         with torch.inference_mode():
-            logits = r.step(torch.tensor(next_ids, dtype=torch.long, device=self.device))
-        self.length = r.length
+            logits = self.runner.step(torch.tensor(next_ids, dtype=torch.long, device=self.device))
+        self.length += 1
         return logits
 
     def _shift(self, offset: int) -> None:
         """Move every live row `offset` columns right (> 0) or left (< 0)."""
         n, end = self.n, self.length
-        k, v = self.runner.k_cache, self.runner.v_cache
+        k, v = self.runner.cache_view()
         if offset > 0:
             k[:, :n, :, offset:offset + end] = k[:, :n, :, :end].clone()
             v[:, :n, :, offset:offset + end] = v[:, :n, :, :end].clone()
@@ -182,11 +174,16 @@ class GraphSlotCache(SlotCache):
         self.columns = 2 * context  # as SlotCache: a free stretch of >= context columns to shift into
         self.device = next(model.parameters()).device
         self.runner: Any = StaticDecoder(model, batch_bucket(capacity), self.columns, graphs=graphs)
-        self.valid, self.positions = self.runner.valid, self.runner.positions  # shared with the decoder
+        self.valid, self.positions = self.runner.row_state()  # shared with the decoder
         self.starts = [0] * capacity
         self.n = 0
         self.length = 0
-        self.logits = torch.zeros(self.runner.rows, self.runner.math.vocab, device=self.device)
+        self.logits = self.runner.logits_buffer()
+
+    @property
+    def reason(self) -> str:
+        """How the steps run: CUDA graphs, or why not."""
+        return self.runner.reason
 
     @staticmethod
     def supports(model: Any) -> bool:
@@ -222,12 +219,8 @@ class GraphSlotCache(SlotCache):
         rows = batch_bucket(n)
         length = d.length_bucket(self.length + 1)
         with torch.inference_mode():
-            d.tokens[:n] = torch.tensor(next_ids, dtype=torch.long, device=self.device)
-            d.column.fill_(self.length)
-
-            def step() -> None:
-                self.logits[:rows].copy_(d.step_logits(rows, length))
-            d.graphs.run(("logits", rows, length), step, d.snapshot())
+            d.feed(next_ids, self.length)
+            d.logits_step(rows, length, self.logits)
         self.length += 1
         return self.logits[:n]
 

@@ -233,42 +233,34 @@ def _base_model(ws: Any, value: str) -> Path:
 
 
 def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
-    """The RunConfig a request describes, and notes on what was adapted to the dataset."""
-    from desktop_app.engine.data.token_store import TokenStore
-    from desktop_app.engine.presets import preset
-    from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
-    from desktop_app.engine.train.setup import adapt_model_to_dataset
+    """The RunConfig a request describes, and notes on what was adapted to the dataset (the engine decides; this
+    only turns workspace names into paths)."""
+    from desktop_app.engine.train.request import RunRequest, prepare_run
 
     if body.config is not None:
         if any([body.dataset, body.preset, body.model, body.base_model, body.train]):
             raise ApiError(400, "give either 'config' (a whole run config) or dataset/preset/model/train, not both",
                            param="config")
-        config = RunConfig.from_dict(body.config)
-        config = config.replace(dataset=str(_inside(ws, "datasets", config.dataset, "config.dataset")))
-        if config.base_model:
-            config = config.replace(base_model=str(_base_model(ws, config.base_model)))
-        return config.check(), []
+        config = dict(body.config)
+        config["dataset"] = str(_inside(ws, "datasets", str(config.get("dataset", "")), "config.dataset"))
+        if config.get("base_model"):
+            config["base_model"] = str(_base_model(ws, str(config["base_model"])))
+        prepared = prepare_run(RunRequest(config=config))
+        return prepared.config, prepared.notes
     sources = [x for x in (body.preset, body.model, body.base_model) if x is not None]
     if len(sources) != 1:
         raise ApiError(400, "give exactly one of 'preset', 'model' (a spec object or the name of a created model) "
                             "or 'base_model' (a trained model to continue)", param="model")
-    dataset = _inside(ws, "datasets", body.dataset, "dataset")
-    train = TrainSpec.from_dict(body.train).check()
+    request = RunRequest(dataset=str(_inside(ws, "datasets", body.dataset, "dataset")), objective=body.objective,
+                         train=body.train, seed=body.seed)
     if body.base_model is not None:
-        base = _base_model(ws, body.base_model)
-        config = RunConfig(base_model=str(base), dataset=str(dataset), objective=body.objective,
-                           train=train.to_dict(), seed=body.seed)
-        return config.check(), []
-    if body.preset is not None:
-        spec = preset(body.preset)
-    elif isinstance(body.model, dict):
-        spec = ModelSpec.from_dict(body.model)
+        request.base_model = str(_base_model(ws, body.base_model))
+    elif body.preset is not None:
+        request.preset = body.preset
     else:
-        spec = _load_spec(ws, str(body.model))
-    spec, notes = adapt_model_to_dataset(spec, TokenStore(dataset))
-    config = RunConfig(model=spec.to_dict(), dataset=str(dataset), objective=body.objective, train=train.to_dict(),
-                       seed=body.seed)
-    return config.check(), notes
+        request.model = body.model if isinstance(body.model, dict) else _load_spec(ws, str(body.model)).to_dict()
+    prepared = prepare_run(request)
+    return prepared.config, prepared.notes
 
 
 @router.post("/runs", status_code=201, summary="Start a training run; returns its id")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, QUrl
@@ -22,9 +23,11 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPushButton,
     QTabWidget,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -34,13 +37,13 @@ from desktop_app.engine.workspace import Workspace
 from desktop_app.ui import gc_guard
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.data_tab import DataTab
-from desktop_app.ui.tabs.generate_tab import GenerateTab, checkpoint_folders
+from desktop_app.ui.tabs.generate_sources import checkpoint_folders
+from desktop_app.ui.tabs.generate_tab import GenerateTab
 from desktop_app.ui.tabs.library_tab import LibraryTab, resumable, run_outcome
 from desktop_app.ui.tabs.model_tab import ModelTab
 from desktop_app.ui.tabs.train_tab import TrainTab
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.elided_label import ElidedLabel
-from desktop_app.ui.widgets.train_setup import SAMPLE_DATASET
 
 log = logging.getLogger(__name__)
 
@@ -158,16 +161,18 @@ class MainWindow(QMainWindow):
         self.banner.setVisible(False)
         self.settings.setValue("welcome_dismissed", True)
 
-    def _make_actions(self) -> None:
-        def action(text: str, slot, shortcut: str | QKeySequence.StandardKey | None = None, tip: str = "") -> QAction:
-            act = QAction(text, self)
-            if shortcut is not None:
-                act.setShortcut(QKeySequence(shortcut))
-            act.setStatusTip(tip or text)
-            act.setToolTip(f"{tip or text}" + (f" ({act.shortcut().toString()})" if shortcut else ""))
-            act.triggered.connect(lambda _checked=False: slot())
-            return act
+    def _action(self, text: str, slot: Callable[[], object], shortcut: str | QKeySequence.StandardKey | None = None,
+                tip: str = "") -> QAction:
+        act = QAction(text, self)
+        if shortcut is not None:
+            act.setShortcut(QKeySequence(shortcut))
+        act.setStatusTip(tip or text)
+        act.setToolTip(f"{tip or text}" + (f" ({act.shortcut().toString()})" if shortcut else ""))
+        act.triggered.connect(lambda _checked=False: slot())
+        return act
 
+    def _make_actions(self) -> None:
+        action = self._action
         self.act_workspace = action("Open workspace…", self.choose_workspace, "Ctrl+Shift+W",
                                     "Choose the folder that holds datasets, models and runs")
         self.act_add_files = action("Add training files…", self._add_training_files, QKeySequence.StandardKey.Open,
@@ -197,31 +202,29 @@ class MainWindow(QMainWindow):
         for act, tab, _where in self.scoped_actions:
             act.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             tab.addAction(act)
+        self._make_menus()
+        self._make_toolbar()
 
+    def _make_menus(self) -> None:
         menu = self.menuBar()
-        m = menu.addMenu("&File")
-        for a in (self.act_workspace, self.act_open_ws_folder, None, self.act_add_files, self.act_save_spec, None,
-                  self.act_quit):
-            m.addSeparator() if a is None else m.addAction(a)
-        m = menu.addMenu("&Run")
-        for a in (self.act_train, self.act_pause, self.act_save_now, self.act_stop, None, self.act_generate):
-            m.addSeparator() if a is None else m.addAction(a)
+        _add_actions(menu.addMenu("&File"), self.act_workspace, self.act_open_ws_folder, None, self.act_add_files,
+                     self.act_save_spec, None, self.act_quit)
+        _add_actions(menu.addMenu("&Run"), self.act_train, self.act_pause, self.act_save_now, self.act_stop, None,
+                     self.act_generate)
         m = menu.addMenu("&View")
         for i, name in enumerate(("Model", "Data", "Train", "Generate", "Library")):
-            act = action(name, lambda i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
-            m.addAction(act)
+            m.addAction(self._action(name, lambda i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}"))
         self.view_actions = m.actions()
-        m = menu.addMenu("&Help")
-        for a in (self.act_docs, self.act_shortcuts, None, self.act_sandbox, self.act_logs, None, self.act_about):
-            m.addSeparator() if a is None else m.addAction(a)
+        _add_actions(menu.addMenu("&Help"), self.act_docs, self.act_shortcuts, None, self.act_sandbox, self.act_logs,
+                     None, self.act_about)
 
+    def _make_toolbar(self) -> None:
         tb = self.addToolBar("Main")
         tb.setObjectName("mainToolbar")
         tb.setMovable(False)
         tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-        for a in (self.act_workspace, self.act_add_files, None, self.act_train, self.act_pause, self.act_save_now,
-                  self.act_stop, None, self.act_generate):
-            tb.addSeparator() if a is None else tb.addAction(a)
+        _add_actions(tb, self.act_workspace, self.act_add_files, None, self.act_train, self.act_pause,
+                     self.act_save_now, self.act_stop, None, self.act_generate)
 
     def _make_status_bar(self) -> None:
         bar = self.statusBar()
@@ -245,11 +248,11 @@ class MainWindow(QMainWindow):
         c.status_message.connect(lambda text: self.statusBar().showMessage(text, 8000))
         c.workspace_changed.connect(lambda _ws: self._update_workspace_label())
         # Model -> Train: the spec (or base folder) to train.
-        self.model_tab.spec_changed.connect(self.train_tab.setup.set_model_spec)
-        self.model_tab.base_model_changed.connect(self.train_tab.setup.set_base_model)
-        self.train_tab.setup.set_model_spec(self.model_tab.current_spec())
+        self.model_tab.spec_changed.connect(self.train_tab.set_model_spec)
+        self.model_tab.base_model_changed.connect(self.train_tab.set_base_model)
+        self.train_tab.set_model_spec(self.model_tab.current_spec())
         # Data -> Train: a prepared dataset becomes the training dataset.
-        self.data_tab.dataset_ready.connect(self.train_tab.setup.select_dataset)
+        self.data_tab.dataset_ready.connect(self.train_tab.select_dataset)
         self.data_tab.dataset_ready.connect(lambda _p: c.workspace_items_changed.emit())
         # Train -> Generate / Library: new checkpoints appear in pickers.
         self.train_tab.run_changed.connect(lambda _p: c.workspace_items_changed.emit())
@@ -257,7 +260,7 @@ class MainWindow(QMainWindow):
         c.workspace_items_changed.connect(self.generate_tab.refresh_sources)
         c.workspace_items_changed.connect(self.library_tab.refresh)
         c.workspace_items_changed.connect(self.data_tab.refresh_datasets)
-        c.workspace_items_changed.connect(self.train_tab.setup.refresh_datasets)
+        c.workspace_items_changed.connect(self.train_tab.refresh_datasets)
         # Library -> others.
         self.library_tab.show_run_requested.connect(self._show_run)
         self.library_tab.generate_requested.connect(self._generate_from)
@@ -313,7 +316,7 @@ class MainWindow(QMainWindow):
         if kind == "device":
             self.device_label.setText(f"device: {value}")
         elif kind == "gpus":
-            self.train_tab.setup.set_gpu_count(int(value))
+            self.train_tab.set_gpu_count(int(value))
         elif kind == "preloaded":
             self.preloaded = True
 
@@ -394,8 +397,7 @@ class MainWindow(QMainWindow):
         """First-launch path: tiny preset + sample corpus, short evals; curves within a minute."""
         self.model_tab.set_base_model("")
         self.model_tab.preset_box.setCurrentText("tiny")
-        self.train_tab.setup.select_dataset(SAMPLE_DATASET)
-        self.train_tab.setup.use_quickstart_settings()
+        self.train_tab.use_quickstart_settings()
         self._start_training()
 
     def _stop_current(self) -> None:
@@ -456,7 +458,7 @@ class MainWindow(QMainWindow):
         return self.resume_run(run)
 
     def _use_dataset(self, path: str) -> None:
-        self.train_tab.setup.select_dataset(path)
+        self.train_tab.select_dataset(path)
         self.data_tab.show_stats(path)
         self.tabs.setCurrentWidget(self.data_tab)
 
@@ -556,6 +558,12 @@ class MainWindow(QMainWindow):
             if stop is not None:
                 stop()
         self.ctx.runner.shutdown()
+
+
+def _add_actions(target: QMenu | QToolBar, *actions: QAction | None) -> None:
+    """Add `actions` to a menu or toolbar in order, a separator for each None."""
+    for act in actions:
+        target.addSeparator() if act is None else target.addAction(act)
 
 
 def _open_folder(path: Path) -> None:

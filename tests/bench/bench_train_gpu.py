@@ -275,7 +275,7 @@ def train_config(spec: ModelSpec, dataset: Path, batch: int, mode: str, device: 
 
 def pretraining_case(case: str, spec: ModelSpec, batch: int, args: Any, tmp: Path, device: torch.device,
                      dtype: torch.dtype | None, peak: float) -> list[Result]:
-    from desktop_app.engine.model.fast_path import choose_kernels, prepare
+    from desktop_app.engine.model.fast_path import KernelRequest, choose_kernels, prepare
     from desktop_app.engine.objectives.causal_lm import mean_loss
 
     seq = spec.context_length
@@ -299,7 +299,7 @@ def pretraining_case(case: str, spec: ModelSpec, batch: int, args: Any, tmp: Pat
 
     def bare_ours() -> BareStep:
         model = build_model(spec, seed=0).to(device).train()
-        choice = choose_kernels(model, device, requested=args.modes[0], steps=100_000)
+        choice = choose_kernels(model, device, KernelRequest(requested=args.modes[0], steps=100_000))
         forward, _ = prepare(model, choice, tmp / "runs" / "bare")
         return BareStep(list(model.parameters()), lambda x, y: mean_loss(forward, x, y), batch_ids, device, dtype)
 

@@ -65,7 +65,7 @@ def run_config(dataset: Path, steps: int):
     from desktop_app.engine.data.token_store import TokenStore
     from desktop_app.engine.presets import preset
     from desktop_app.engine.specs import RunConfig, TrainSpec
-    from desktop_app.engine.train.setup import adapt_model_to_dataset
+    from desktop_app.engine.train.request import adapt_model_to_dataset
 
     spec, _ = adapt_model_to_dataset(preset("tiny"), TokenStore(dataset))
     train = TrainSpec(steps=steps, batch_size=16, eval_every=0, save_every=0, sample_tokens=0, warmup_steps=10)

@@ -1,5 +1,5 @@
 """Draw the held-out solve rate per task type during self-play and solver-only RL, over one or more demo folders,
-into a PNG (README): one panel per task type, minutes of the phase across (both arms get the same wall time).
+into a PNG (docs/selfplay.md): one panel per task type, minutes of the phase across (both arms get the same wall time).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python tests/bench/plot_selfplay_curve.py OUT.png DEMO [DEMO ...]
 

@@ -16,6 +16,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.beam_search import BeamSearch, beam_search
 from desktop_app.engine.generate.decode import stream_text
 from desktop_app.engine.generate.runners import make_runner
+from desktop_app.engine.generate.settings import BeamSettings, DecodeLimits, Vocab
 from desktop_app.engine.generate.threads import torch_threads
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.loading import LoadedModel
@@ -81,8 +82,8 @@ def test_same_sequences_and_scores_as_transformers(loaded, backend):
         eos = [greedy[2], greedy[6]] if eos_reachable else []
         for beams, lp, early in CASES:
             ref, ref_scores = _hf_beams(model, ids, beams, lp, early, eos, beams)
-            hyps = beam_search(model, [ids], num_beams=beams, budget=BUDGET, length_penalty=lp, early_stopping=early,
-                               eos=set(eos), pad=0, num_return=beams, backend=backend)[0]
+            hyps = beam_search(model, [ids], BeamSettings(beams, lp, early, num_return=beams),
+                               DecodeLimits(BUDGET, set(eos)), Vocab(pad=0), backend)[0]
             where = (prompt, eos, beams, lp, early)
             assert [h.token_ids for h in hyps] == ref, where
             assert [h.score for h in hyps] == pytest.approx(ref_scores, abs=1e-4), where
@@ -95,7 +96,7 @@ def test_same_sequences_and_scores_as_transformers(loaded, backend):
 def test_one_beam_is_greedy(loaded):
     for prompt in PROMPTS:
         ids = loaded.tokenizer(prompt)["input_ids"]
-        hyp = beam_search(loaded.model, [ids], num_beams=1, budget=BUDGET)[0][0]
+        hyp = beam_search(loaded.model, [ids], BeamSettings(1), DecodeLimits(BUDGET))[0][0]
         assert hyp.token_ids == _hf_greedy(loaded.model, ids)
         greedy = next(e for e in stream_text(loaded, prompt, GenerateSpec(max_new_tokens=BUDGET, temperature=0.0,
                                                                           num_beams=1)) if e.type == "generation")
@@ -109,7 +110,7 @@ def test_repetition_penalty_matches_transformers(loaded):
             ref = loaded.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                         max_new_tokens=BUDGET, do_sample=False, num_beams=3,
                                         repetition_penalty=penalty, eos_token_id=None, pad_token_id=0)
-        hyp = beam_search(loaded.model, [ids], num_beams=3, budget=BUDGET, repetition_penalty=penalty)[0][0]
+        hyp = beam_search(loaded.model, [ids], BeamSettings(3, repetition_penalty=penalty), DecodeLimits(BUDGET))[0][0]
         assert hyp.token_ids == ref[0, len(ids):].tolist()
 
 
@@ -117,10 +118,10 @@ def test_repetition_penalty_matches_transformers(loaded):
 def test_padded_batch_of_prompts_equals_one_at_a_time(loaded, backend):
     encoded = [loaded.tokenizer(p)["input_ids"] for p in PROMPTS]
     assert len({len(e) for e in encoded}) == len(encoded)  # left padding is really exercised
-    settings = dict(num_beams=3, budget=10, eos={45, 80, 163}, num_return=2, length_penalty=0.5, backend=backend)
-    batch = beam_search(loaded.model, encoded, **settings)
+    settings = (BeamSettings(3, 0.5, num_return=2), DecodeLimits(10, {45, 80, 163}), Vocab(), backend)
+    batch = beam_search(loaded.model, encoded, *settings)
     for i, ids in enumerate(encoded):
-        single = beam_search(loaded.model, [ids], **settings)[0]
+        single = beam_search(loaded.model, [ids], *settings)[0]
         assert [h.token_ids for h in batch[i]] == [h.token_ids for h in single]
         assert [h.prompt for h in batch[i]] == [i, i] and [h.rank for h in batch[i]] == [0, 1]
 
@@ -153,8 +154,8 @@ def test_stream_text_runs_beams(loaded):
     eos = stop_token_ids(loaded.tokenizer, loaded.model, chat=False)
     for p, prompt in enumerate(PROMPTS[:2]):
         ids = loaded.tokenizer(prompt)["input_ids"]
-        hyps = beam_search(loaded.model, [ids], num_beams=4, budget=BUDGET, length_penalty=0.5, eos=eos,
-                           pad=loaded.tokenizer.pad_token_id, num_return=3)[0]
+        hyps = beam_search(loaded.model, [ids], BeamSettings(4, 0.5, num_return=3), DecodeLimits(BUDGET, eos),
+                           Vocab(pad=loaded.tokenizer.pad_token_id))[0]
         for rank, hyp in enumerate(hyps):
             got = stats[p * 3 + rank]
             assert got.token_ids == hyp.token_ids and got.finish_reason == hyp.finish_reason
@@ -210,4 +211,4 @@ def test_bad_settings_are_refused_clearly(loaded):
                               (dict(num_beams=2, num_return=3), "returned beams"),
                               (dict(num_beams=2, early_stopping="maybe"), "early_stopping")]:
         with pytest.raises(UserError, match=message):
-            BeamSearch(loaded.model, [ids], budget=4, **settings)
+            BeamSearch(loaded.model, [ids], BeamSettings(**settings), DecodeLimits(4))

@@ -16,8 +16,7 @@ ROWS = 40_000
 
 def _expected(settings: SamplingSettings, seen: torch.Tensor | None = None) -> torch.Tensor:
     s = settings
-    return process_logits(LOGITS[None], temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                          repetition_penalty=s.repetition_penalty, seen=seen).softmax(-1)[0]
+    return process_logits(LOGITS[None], s, seen).softmax(-1)[0]
 
 
 def _frequencies(settings: SamplingSettings, seed: int = 0, prompts=None) -> torch.Tensor:
@@ -42,7 +41,7 @@ def test_draws_follow_the_processed_distribution(settings):
     # 40,000 draws: one standard deviation of a frequency is at most 0.0025
     assert (got - expected).abs().max().item() < 0.012, (got, expected)
     assert got[expected == 0].sum().item() == 0  # a removed token is never drawn
-    cpu = Sampler(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, min_p=settings.min_p,
+    cpu = Sampler(SamplingSettings(settings.temperature, settings.top_k, settings.top_p, settings.min_p),
                   seed=1, batch=ROWS, vocab_size=len(LOGITS))
     multinomial = torch.bincount(cpu(LOGITS.expand(ROWS, -1).clone()), minlength=len(LOGITS)).float() / ROWS
     assert (got - multinomial).abs().max().item() < 0.015  # the CPU sampler draws the same distribution
@@ -125,8 +124,8 @@ def test_a_padded_vocabulary_is_masked_before_the_filters(settings):
     drawn nor crowd the real ones out of top-k / top-p / min-p."""
     got = torch.bincount(_padded_picks(settings), minlength=len(PADDED)).float() / ROWS
     assert got[TOKENS:].sum().item() == 0  # no padded id, ever
-    cpu = Sampler(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
-                  min_p=settings.min_p, vocab_size=len(PADDED), tokens=TOKENS)
+    cpu = Sampler(SamplingSettings(settings.temperature, settings.top_k, settings.top_p, settings.min_p,
+                                   tokens=TOKENS), vocab_size=len(PADDED))
     expected = cpu.process(PADDED[None].clone()).softmax(-1)[0]  # the CPU path: mask first, then filter
     assert expected[TOKENS:].sum().item() == 0 and expected[2] > 0
     assert (got - expected).abs().max().item() < 0.012, (got, expected)

@@ -11,7 +11,12 @@ import torch
 
 from desktop_app.engine.model import fast_path
 from desktop_app.engine.model.architecture import build_model
-from desktop_app.engine.model.fast_path import MIN_STEPS_TO_COMPILE, choose_kernels, compile_cache_dir
+from desktop_app.engine.model.fast_path import (
+    MIN_STEPS_TO_COMPILE,
+    KernelRequest,
+    choose_kernels,
+    compile_cache_dir,
+)
 from desktop_app.engine.model.training_forward import EAGER, TrainingModel
 from desktop_app.engine.specs import ModelSpec, TrainSpec
 
@@ -35,7 +40,7 @@ def gpu_tools(monkeypatch):
 
 @pytest.mark.parametrize("spec, family", [(LLAMA, "llama"), (GPT2, "gpt2")])
 def test_auto_on_cuda_compiles_the_fused_forward_as_measured(gpu_tools, spec, family):
-    choice = choose_kernels(build_model(spec, seed=0), CUDA, steps=1000)
+    choice = choose_kernels(build_model(spec, seed=0), CUDA, KernelRequest(steps=1000))
     assert choice.name == "compile" and not choice.warning
     k = choice.kernels
     assert k.fused_forward and k.loss == "compiled" and k.flex
@@ -52,22 +57,22 @@ def test_the_table_covers_every_family_the_app_builds():
 
 def test_short_runs_do_not_pay_for_compiling(gpu_tools):
     model = build_model(LLAMA, seed=0)
-    choice = choose_kernels(model, CUDA, steps=MIN_STEPS_TO_COMPILE - 1)
+    choice = choose_kernels(model, CUDA, KernelRequest(steps=MIN_STEPS_TO_COMPILE - 1))
     assert choice.kernels == EAGER and f"a run of {MIN_STEPS_TO_COMPILE - 1} steps" in choice.reason
     gpu_tools(True)  # with Liger installed, short runs take its kernels instead
-    choice = choose_kernels(model, CUDA, steps=20)
+    choice = choose_kernels(model, CUDA, KernelRequest(steps=20))
     assert choice.name == "liger" and choice.kernels.loss == "liger" and "Liger's RMSNorm" in choice.reason
     # and a compiled run's loss (outside the compiled graph) takes Liger's fused cross-entropy
-    choice = choose_kernels(model, CUDA, steps=1000)
+    choice = choose_kernels(model, CUDA, KernelRequest(steps=1000))
     assert choice.name == "compile" and choice.kernels.loss == "liger" and "Liger's fused output" in choice.reason
 
 
 def test_an_explicit_choice_wins_and_a_missing_piece_is_a_warning(gpu_tools):
     model = build_model(LLAMA, seed=0)
-    assert choose_kernels(model, CUDA, requested="eager", steps=1000).kernels == EAGER
-    assert choose_kernels(model, CUDA, requested="compile", steps=5).name == "compile"
-    assert choose_kernels(model, CUDA, compile_flag=True, steps=5).name == "compile"  # TrainSpec.compile
-    choice = choose_kernels(model, CUDA, requested="liger", steps=1000)
+    assert choose_kernels(model, CUDA, KernelRequest(requested="eager", steps=1000)).kernels == EAGER
+    assert choose_kernels(model, CUDA, KernelRequest(requested="compile", steps=5)).name == "compile"
+    assert choose_kernels(model, CUDA, KernelRequest(compile_flag=True, steps=5)).name == "compile"  # TrainSpec.compile
+    choice = choose_kernels(model, CUDA, KernelRequest(requested="liger", steps=1000))
     assert choice.kernels == EAGER and choice.warning and "Liger Kernel is not installed" in choice.reason
     assert "pip install 'azr-model-trainer[gpu]'" in choice.reason
 
@@ -76,9 +81,9 @@ def test_without_triton_compile_falls_back_with_the_reason(monkeypatch):
     monkeypatch.setattr(fast_path, "compile_unavailable", lambda device: "torch.compile needs Triton for CUDA")
     monkeypatch.setattr(fast_path, "liger_available", lambda: False)
     model = build_model(LLAMA, seed=0)
-    auto = choose_kernels(model, CUDA, steps=1000)
+    auto = choose_kernels(model, CUDA, KernelRequest(steps=1000))
     assert auto.kernels == EAGER and not auto.warning and "needs Triton" in auto.reason
-    asked = choose_kernels(model, CUDA, requested="compile", steps=1000)
+    asked = choose_kernels(model, CUDA, KernelRequest(requested="compile", steps=1000))
     assert asked.kernels == EAGER and asked.warning
 
 
@@ -87,21 +92,21 @@ def test_families_without_a_fused_forward_compile_their_own_decoder(gpu_tools):
 
     model = MistralForCausalLM(MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
                                              num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2))
-    choice = choose_kernels(model, CUDA, steps=1000)
+    choice = choose_kernels(model, CUDA, KernelRequest(steps=1000))
     assert choice.name == "compile" and not choice.kernels.fused_forward and not choice.kernels.flex
     assert "transformers' modules" in choice.reason and "mistral was not measured" in choice.reason
 
 
 def test_fsdp_quantized_and_the_cpu_keep_their_own_paths(gpu_tools):
     model = build_model(LLAMA, seed=0)
-    assert choose_kernels(model, CUDA, fsdp=True).kernels is None
-    quantized = choose_kernels(model, CUDA, quantized=True, steps=1000)
+    assert choose_kernels(model, CUDA, KernelRequest(fsdp=True)).kernels is None
+    quantized = choose_kernels(model, CUDA, KernelRequest(quantized=True, steps=1000))
     assert quantized.kernels == EAGER and "4-bit" in quantized.reason
-    cpu = choose_kernels(model, CPU, steps=1000)
+    cpu = choose_kernels(model, CPU, KernelRequest(steps=1000))
     assert cpu.kernels is None and cpu.name == "default" and "fused fp32 llama" in cpu.reason
-    liger = choose_kernels(model, CPU, requested="liger")
+    liger = choose_kernels(model, CPU, KernelRequest(requested="liger"))
     assert liger.kernels is None and liger.warning and "need a CUDA GPU" in liger.reason
-    compiled = choose_kernels(model, CPU, requested="compile")
+    compiled = choose_kernels(model, CPU, KernelRequest(requested="compile"))
     assert compiled.name == "compile" and compiled.kernels.loss == "chunked" and not compiled.kernels.flex
 
 
@@ -111,7 +116,7 @@ def test_prepare_wraps_only_when_kernels_were_chosen(tmp_path, monkeypatch):
     model = build_model(LLAMA, seed=0)
     same, notes = fast_path.prepare(model, choose_kernels(model, CPU), tmp_path / "runs" / "r1")
     assert same is model and notes == []
-    wrapped, notes = fast_path.prepare(model, choose_kernels(model, CPU, requested="compile"),
+    wrapped, notes = fast_path.prepare(model, choose_kernels(model, CPU, KernelRequest(requested="compile")),
                                        tmp_path / "runs" / "r1")
     assert isinstance(wrapped, TrainingModel) and wrapped.config is model.config
     assert list(wrapped.parameters()) == list(model.parameters())

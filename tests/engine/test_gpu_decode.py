@@ -18,8 +18,9 @@ from desktop_app.engine.generate.cuda_graphs import GraphSet
 from desktop_app.engine.generate.decode import stream_text
 from desktop_app.engine.generate.device_sampling import DeviceSampling, SamplingSettings
 from desktop_app.engine.generate.runners import forget_prepared_weights
+from desktop_app.engine.generate.settings import DecodeLimits, PromptRows
 from desktop_app.engine.generate.static_cache import StaticDecoder, rows_that_fit
-from desktop_app.engine.generate.static_decode import static_completions, use_static_path
+from desktop_app.engine.generate.static_decode import StaticOptions, static_completions, use_static_path
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.selfplay.rollout import sample_completions
@@ -84,8 +85,8 @@ def test_graphs_and_eager_steps_give_the_same_tokens(pair):
     _, gpu = pair
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
     for settings in (SamplingSettings(), SamplingSettings(temperature=1.0, top_k=20, top_p=0.9)):
-        runs = [static_completions(gpu.model, prompts, samples=3, budget=30, settings=settings, seed=4, stop_ids=(),
-                                   pad_id=0, graphs=g) for g in (True, False)]
+        runs = [static_completions(gpu.model, PromptRows(prompts, 3), DecodeLimits(30), settings, 4,
+                                   StaticOptions(graphs=g)) for g in (True, False)]
         assert runs[0] == runs[1]
 
 
@@ -130,8 +131,7 @@ def test_sampling_distributions_inside_a_captured_graph(settings):
             counts += torch.bincount(picked, minlength=8)
     assert graphs.captures == 1 and graphs.replays == replays
     s = sampling.settings
-    expected = process_logits(logits[None], temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                              repetition_penalty=1.0, seen=None).softmax(-1)[0]
+    expected = process_logits(logits[None], s, None).softmax(-1)[0]
     got = counts / counts.sum()
     assert (got - expected).abs().max().item() < 0.012, (got, expected)
     assert got[expected == 0].sum().item() == 0
@@ -159,8 +159,7 @@ def test_a_cache_that_cannot_fit_is_refused_in_one_line_and_nothing_is_lost(pair
     with pytest.raises(UserError, match=r"^the decode cache for \d+ rows x 128 tokens needs .* GiB"):
         StaticDecoder(gpu.model, fit * 4, 128)
     with pytest.raises(UserError, match="decode cache"):
-        static_completions(gpu.model, [[5, 6]], samples=fit * 4, budget=100, settings=SamplingSettings(), seed=0,
-                           stop_ids=(), pad_id=0)
+        static_completions(gpu.model, PromptRows([[5, 6]], fit * 4), DecodeLimits(100), SamplingSettings())
     assert _stats(gpu, "The cat", max_new_tokens=8, temperature=0.0)[0].finish_reason == "length"
 
 
@@ -271,14 +270,14 @@ def test_repeated_graph_calls_with_a_padded_vocabulary_equal_eager_steps(family)
     memory), give the eager steps' tokens, and never a padded id."""
     cpu, gpu = _padded_pair(family)
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-    kw = dict(samples=2, budget=24, pad_id=0, stop_ids=())
+    rows, limits = PromptRows(prompts, 2), DecodeLimits(24)
     junk = []  # allocations that would take over a freed padding tensor's memory
     graphs: list[list[list[int]]] = []
     for _ in range(2):  # the second round replays the first round's graphs
         for i, settings in enumerate(PADDED_CALLS):
-            graphs.append(static_completions(gpu, prompts, settings=settings, seed=i, graphs=True, **kw))
+            graphs.append(static_completions(gpu, rows, limits, settings, i, StaticOptions(graphs=True)))
             junk.append(torch.ones(448, dtype=torch.bool, device="cuda"))
-    eager = [static_completions(gpu, prompts, settings=s, seed=i, graphs=False, **kw)
+    eager = [static_completions(gpu, rows, limits, s, i, StaticOptions(graphs=False))
              for i, s in enumerate(PADDED_CALLS)]
     assert graphs == eager + eager
     for settings, out in zip(PADDED_CALLS, eager, strict=True):

@@ -2,7 +2,8 @@
 gradient within bf16 tolerance), packed rows through FlexAttention, the fused losses, the memory they save, the
 fallback when compilation fails, and a whole run on the default path. Marked `gpu`; skipped without CUDA.
 
-Run where a GPU is lent (README, GPU section): `python -m pytest -m gpu tests/engine/test_gpu_fast_path.py`.
+Run where a GPU is lent (docs/gpu.md, the training fast path):
+`python -m pytest -m gpu tests/engine/test_gpu_fast_path.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from train_helpers import make_dataset, tiny_config
 
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.fast_forward import block_causal_mask
-from desktop_app.engine.model.fast_path import choose_kernels
+from desktop_app.engine.model.fast_path import KernelRequest, choose_kernels
 from desktop_app.engine.model.fused_loss import (
     liger_available,
     liger_cross_entropy,
@@ -97,7 +98,7 @@ def _skip_missing(mode: str) -> None:
 def test_each_fast_path_matches_the_eager_model_in_bf16(mode, spec):
     _skip_missing(mode)
     model = build_model(spec, seed=0).to(CUDA).train()
-    choice = choose_kernels(model, CUDA, requested=mode, steps=1000)
+    choice = choose_kernels(model, CUDA, KernelRequest(requested=mode, steps=1000))
     assert choice.name == mode, choice.reason
     ids, targets = _batch()
     ref_loss, ref_grads = _reference_step(model, ids, targets)
@@ -121,7 +122,7 @@ def test_lora_on_the_fast_path_matches_peft_in_bf16(mode):
     ids, targets = _batch()
     ref_loss, ref_grads = _reference_step(model, ids, targets)
     assert ref_grads and all("lora_" in n for n in ref_grads)
-    choice = choose_kernels(model, CUDA, requested=mode, steps=1000)
+    choice = choose_kernels(model, CUDA, KernelRequest(requested=mode, steps=1000))
     loss, grads = _fast_step(TrainingModel(model, choice.kernels), ids, targets)
     assert math.isclose(loss, ref_loss, rel_tol=1e-2)
     _assert_close_in_bf16(grads, ref_grads)
@@ -132,7 +133,7 @@ def test_lora_on_the_fast_path_matches_peft_in_bf16(mode):
 def test_packed_rows_through_flex_attention_match_the_dense_mask(mode, spec):
     _skip_missing(mode)
     model = build_model(spec, seed=0).to(CUDA).train()
-    choice = choose_kernels(model, CUDA, requested=mode, steps=1000)
+    choice = choose_kernels(model, CUDA, KernelRequest(requested=mode, steps=1000))
     assert choice.kernels.flex
     ids, targets = _batch()
     pos = _packed_positions()
@@ -146,7 +147,7 @@ def test_packed_batches_of_other_layouts_do_not_recompile(monkeypatch):
     import torch._dynamo
 
     model = build_model(LLAMA, seed=0).to(CUDA).train()
-    fast = TrainingModel(model, choose_kernels(model, CUDA, requested="compile", steps=1000).kernels)
+    fast = TrainingModel(model, choose_kernels(model, CUDA, KernelRequest(requested="compile", steps=1000)).kernels)
     ids, targets = _batch()
     pos = _packed_positions()
     with torch.autocast("cuda", dtype=torch.bfloat16):

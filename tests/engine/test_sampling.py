@@ -15,6 +15,7 @@ from desktop_app.engine.generate.sampling import (
     apply_top_k,
     apply_top_p,
 )
+from desktop_app.engine.generate.settings import SamplingSettings
 
 INF = float("inf")
 
@@ -94,7 +95,7 @@ def test_processors_match_hugging_face():
 
 def test_greedy_sampler_is_argmax_and_ignores_randomness():
     logits = torch.tensor([[0.1, 3.0, 0.2], [5.0, 0.0, 0.0]])
-    s = Sampler(temperature=0.0, top_k=1, seed=123)
+    s = Sampler(SamplingSettings(temperature=0.0, top_k=1), seed=123)
     assert s(logits).tolist() == [1, 0]
     assert s.generator is None
 
@@ -103,7 +104,7 @@ def test_seeded_sampling_is_reproducible_and_seed_dependent():
     logits = torch.zeros(4, 100)
 
     def draw(seed):
-        s = Sampler(temperature=1.0, seed=seed, batch=4)
+        s = Sampler(SamplingSettings(temperature=1.0), seed=seed, batch=4)
         return [s(logits).tolist() for _ in range(5)]
 
     assert draw(7) == draw(7)
@@ -112,22 +113,22 @@ def test_seeded_sampling_is_reproducible_and_seed_dependent():
 
 def test_sampling_respects_top_k_and_top_p_mass():
     logits = _probs([0.4, 0.3, 0.2, 0.05, 0.05]).repeat(64, 1)
-    s = Sampler(temperature=1.0, top_k=2, seed=1, batch=64)
+    s = Sampler(SamplingSettings(temperature=1.0, top_k=2), seed=1, batch=64)
     picks = torch.cat([s(logits) for _ in range(10)])
     assert set(picks.tolist()) <= {0, 1} and {0, 1} <= set(picks.tolist())
-    s = Sampler(temperature=1.0, top_p=0.9, seed=1, batch=64)
+    s = Sampler(SamplingSettings(temperature=1.0, top_p=0.9), seed=1, batch=64)
     picks = torch.cat([s(logits) for _ in range(10)])
     assert set(picks.tolist()) <= {0, 1, 2} and 2 in picks.tolist()
-    s = Sampler(temperature=1.0, min_p=0.6, seed=1, batch=64)  # 0.6 * 0.4 = 0.24 -> tokens 0 and 1
+    s = Sampler(SamplingSettings(temperature=1.0, min_p=0.6), seed=1, batch=64)  # 0.6 * 0.4 = 0.24 -> tokens 0 and 1
     picks = torch.cat([s(logits) for _ in range(10)])
     assert set(picks.tolist()) <= {0, 1}
 
 
 def test_sampler_repetition_penalty_tracks_seen_tokens():
     logits = torch.tensor([[3.0, 2.9, 0.0]])
-    s = Sampler(temperature=0.0, repetition_penalty=2.0, batch=1, vocab_size=3)
+    s = Sampler(SamplingSettings(temperature=0.0, repetition_penalty=2.0), batch=1, vocab_size=3)
     assert s(logits).tolist() == [0]  # first pick: 0; now 0 is penalised (3.0 -> 1.5)
     assert s(logits).tolist() == [1]
-    s = Sampler(temperature=0.0, repetition_penalty=2.0, batch=1, vocab_size=3)
+    s = Sampler(SamplingSettings(temperature=0.0, repetition_penalty=2.0), batch=1, vocab_size=3)
     s.observe_prompt([[0]])
     assert s(logits).tolist() == [1]  # the prompt counts too

@@ -17,8 +17,14 @@ from desktop_app.engine.generate.cuda_graphs import GraphSet
 from desktop_app.engine.generate.decode import stream_text
 from desktop_app.engine.generate.device_sampling import SamplingSettings
 from desktop_app.engine.generate.runners import forget_prepared_weights
+from desktop_app.engine.generate.settings import DecodeLimits, PromptRows
 from desktop_app.engine.generate.static_cache import StaticDecoder, check_fits, decoder_for, rows_that_fit
-from desktop_app.engine.generate.static_decode import StaticGeneration, static_completions, use_static_path
+from desktop_app.engine.generate.static_decode import (
+    StaticGeneration,
+    StaticOptions,
+    static_completions,
+    use_static_path,
+)
 from desktop_app.engine.model.architecture import build_model
 from desktop_app.engine.model.loading import LoadedModel
 from desktop_app.engine.selfplay.rollout import sample_completions
@@ -105,8 +111,7 @@ def test_grouped_query_llama_and_single_kv_head_match_generate(tokenizer):
     for kv in (1, 4):
         model, _ = _model("llama", kv_heads=kv)
         prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-        out = static_completions(model, prompts, samples=1, budget=10, settings=SamplingSettings(), seed=0,
-                                 stop_ids=(), pad_id=0)
+        out = static_completions(model, PromptRows(prompts), DecodeLimits(10), SamplingSettings())
         assert out == [_hf_greedy(model, p, 10) for p in prompts]
 
 
@@ -156,18 +161,18 @@ PADDED_CALLS = [SamplingSettings(tokens=400), SamplingSettings(temperature=1.0, 
 def test_padded_ids_are_never_sampled_and_leading_ones_leave_the_best_real_id(family):
     model, _ = _padded_model(family)
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-    kw = dict(samples=2, budget=12, seed=3, stop_ids=(), pad_id=0)
-    unmasked = static_completions(model, prompts, settings=SamplingSettings(), **kw)
+    rows, limits = PromptRows(prompts, 2), DecodeLimits(12)
+    unmasked = static_completions(model, rows, limits, SamplingSettings(), 3)
     assert any(t >= 400 for row in unmasked for t in row)  # the padded ids really lead
-    greedy = static_completions(model, prompts, settings=SamplingSettings(tokens=400), **kw)
+    greedy = static_completions(model, rows, limits, SamplingSettings(tokens=400), 3)
     lean = sample_completions(model, prompts, samples=2, max_new_tokens=12, temperature=0.0, tokens=400,
                               backend="lean")
     assert greedy == lean and all(t < 400 for row in greedy for t in row)
     for one in (dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)):  # filters that keep the best real id only
-        assert static_completions(model, prompts, settings=SamplingSettings(temperature=1.3, tokens=400, **one),
-                                  **kw) == greedy, one
+        assert static_completions(model, rows, limits, SamplingSettings(temperature=1.3, tokens=400, **one),
+                                  3) == greedy, one
     for settings in PADDED_CALLS[1:]:
-        out = static_completions(model, prompts, settings=settings, **kw)
+        out = static_completions(model, rows, limits, settings, 3)
         assert all(t < (settings.tokens or 448) for row in out for t in row), settings
     sampled = sample_completions(model, prompts, samples=2, max_new_tokens=12, temperature=1.0, top_p=0.9, seed=1,
                                  tokens=400, backend="static")
@@ -180,12 +185,12 @@ def test_repeated_calls_with_other_settings_equal_a_fresh_decoder(family):
     sequence of calls on it gives what each call gives on a fresh decoder, and its buffers keep their addresses."""
     model, _ = _padded_model(family)
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-    kw = dict(samples=2, budget=10, pad_id=0)
+    rows = PromptRows(prompts, 2)
     stops = [(), (7,), (), (9, 11), (), (), (3,)]
     kept_runs: list[list[list[int]]] = []
     addresses: dict[str, set[int]] = {}
     for i, (settings, stop) in enumerate(zip(PADDED_CALLS, stops, strict=True)):
-        kept_runs.append(static_completions(model, prompts, settings=settings, seed=i, stop_ids=stop, **kw))
+        kept_runs.append(static_completions(model, rows, DecodeLimits(10, stop), settings, i))
         decoder = static_cache.kept_decoder(model)
         for name in ("padding", "noise", "seen"):
             if getattr(decoder.sampling(), name) is not None:
@@ -194,7 +199,7 @@ def test_repeated_calls_with_other_settings_equal_a_fresh_decoder(family):
     assert {name: len(ptrs) for name, ptrs in addresses.items()} == {"padding": 1, "noise": 1, "seen": 1, "stops": 1}
     for i, (settings, stop) in enumerate(zip(PADDED_CALLS, stops, strict=True)):
         static_cache.release_decoder(model)
-        fresh = static_completions(model, prompts, settings=settings, seed=i, stop_ids=stop, **kw)
+        fresh = static_completions(model, rows, DecodeLimits(10, stop), settings, i)
         assert fresh == kept_runs[i], settings
 
 
@@ -226,13 +231,13 @@ def test_stop_strings_and_eos_match_the_lean_path(loaded):
 def test_chunked_reads_give_the_same_tokens_and_end_rows_on_device(loaded):
     model = loaded.model
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-    every = static_completions(model, prompts, samples=2, budget=20, settings=SamplingSettings(), seed=0,
-                               stop_ids=(), pad_id=0)
+    every = static_completions(model, PromptRows(prompts, 2), DecodeLimits(20), SamplingSettings())
     stop = every[1][6]  # row 1 ends at its 7th token (others may end earlier where it occurs)
     runs = {}
     for sync in (1, 5, 32):
         rows: list[list[int]] = [[] for _ in range(6)]
-        run = StaticGeneration(model, prompts, budget=20, samples=2, stop_ids={stop}, sync_every=sync)
+        run = StaticGeneration(model, PromptRows(prompts, 2), DecodeLimits(20, {stop}),
+                               options=StaticOptions(sync_every=sync))
         chunks = list(run.run())
         for chunk in chunks:
             for row, tokens in zip(rows, chunk.tokens, strict=True):
@@ -246,7 +251,8 @@ def test_chunked_reads_give_the_same_tokens_and_end_rows_on_device(loaded):
 
 
 def test_finish_rows_stops_a_row_and_the_run_ends_when_all_have(loaded):
-    run = StaticGeneration(loaded.model, [[5, 6, 7], [8, 9]], budget=30, sync_every=1)
+    run = StaticGeneration(loaded.model, PromptRows([[5, 6, 7], [8, 9]]), DecodeLimits(30),
+                           options=StaticOptions(sync_every=1))
     seen = [0, 0]
     chunks = 0
     for chunk in run.run():
@@ -385,18 +391,16 @@ def test_the_decoder_is_kept_across_calls_grown_when_needed_and_private_when_bus
     model, _ = _model("gpt2")
     prompts = [[5, 6, 7]]
     settings = SamplingSettings()
-    first = static_completions(model, prompts, samples=1, budget=8, settings=settings, seed=0, stop_ids=(), pad_id=0)
+    first = static_completions(model, PromptRows(prompts), DecodeLimits(8), settings)
     kept = static_cache.kept_decoder(model)
     assert kept is not None and (kept.rows, kept.columns) == (1, 64)
-    assert static_completions(model, prompts, samples=1, budget=8, settings=settings, seed=0, stop_ids=(),
-                              pad_id=0) == first
+    assert static_completions(model, PromptRows(prompts), DecodeLimits(8), settings) == first
     assert static_cache.kept_decoder(model) is kept  # reused, buffers and all
-    static_completions(model, prompts, samples=5, budget=80, settings=settings, seed=0, stop_ids=(), pad_id=0)
+    static_completions(model, PromptRows(prompts, 5), DecodeLimits(80), settings)
     grown = static_cache.kept_decoder(model)
     assert grown is not kept and (grown.rows, grown.columns) == (8, 128)
     with grown.lock:  # another thread decoding: this call gets a private decoder and the same tokens
-        again = static_completions(model, prompts, samples=1, budget=8, settings=settings, seed=0, stop_ids=(),
-                                   pad_id=0)
+        again = static_completions(model, PromptRows(prompts), DecodeLimits(8), settings)
     assert again == first and static_cache.kept_decoder(model) is grown
     static_cache.release_decoder(model)
     assert static_cache.kept_decoder(model) is None
@@ -408,8 +412,7 @@ def test_weights_changed_in_place_are_seen_by_the_next_call(family):
     prompt = [5, 6, 7, 8]
 
     def run():
-        return static_completions(model, [prompt], samples=1, budget=10, settings=SamplingSettings(), seed=0,
-                                  stop_ids=(), pad_id=0)[0]
+        return static_completions(model, PromptRows([prompt]), DecodeLimits(10), SamplingSettings())[0]
 
     before = run()
     kept = static_cache.kept_decoder(model)
@@ -445,8 +448,8 @@ def test_the_kept_decoder_counts_as_free_memory_for_the_call_that_takes_it_over(
 
     model, _ = _model("gpt2")
     prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    kw = dict(samples=2, budget=8, settings=SamplingSettings(), seed=0, stop_ids=(), pad_id=0)
-    first = static_completions(model, prompts, **kw)
+    args = (PromptRows(prompts, 2), DecodeLimits(8), SamplingSettings())
+    first = static_completions(model, *args)
     kept = static_cache.kept_decoder(model)
     assert kept is not None and (kept.rows, kept.columns) == (8, 64)
     assert static_cache.reusable_decoder(model) is kept and static_cache.reusable_decoder(model, graphs=False) is None
@@ -470,12 +473,12 @@ def test_the_kept_decoder_counts_as_free_memory_for_the_call_that_takes_it_over(
         return original(self)
 
     monkeypatch.setattr(static_decode.StaticGeneration, "run", spy)
-    assert static_completions(model, prompts, **kw) == first
+    assert static_completions(model, *args) == first
     assert runs == [6] and static_cache.kept_decoder(model) is kept  # one group on the kept decoder, not three
     runs.clear()
     with kept.lock:  # busy: the call allocates beside it, so only the free memory counts
         assert static_cache.reusable_decoder(model) is None
-        static_completions(model, prompts, **kw)
+        static_completions(model, *args)
     assert runs == [2, 2, 2]
     static_cache.release_decoder(model)
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from desktop_app.engine.generate.thread_tuner import ThreadTuner
+from desktop_app.engine.generate.thread_tuner import ThreadTuner, TunerTiming
 
 
 def _drive(tuner: ThreadTuner, seconds_for: dict[int, float], steps: int) -> list[int]:
@@ -20,7 +20,7 @@ def _drive(tuner: ThreadTuner, seconds_for: dict[int, float], steps: int) -> lis
 
 
 def test_switches_to_the_faster_setting_after_a_short_probe():
-    tuner = ThreadTuner(1, 2, warm=2, probe=3, interval=8)
+    tuner = ThreadTuner(1, 2, TunerTiming(warm=2, probe=3, interval=8))
     used = _drive(tuner, {1: 0.010, 2: 0.006}, 20)
     assert used[:4] == [1, 1, 1, 1]  # 2 warm-up steps, then 2 timed steps on the starting setting
     assert used[4:7] == [2, 2, 2]  # the probe
@@ -30,7 +30,7 @@ def test_switches_to_the_faster_setting_after_a_short_probe():
 
 
 def test_keeps_the_start_when_the_other_is_slower_and_backs_off():
-    tuner = ThreadTuner(1, 2, warm=0, probe=3, interval=8, max_interval=32)
+    tuner = ThreadTuner(1, 2, TunerTiming(warm=0, probe=3, interval=8, max_interval=32))
     used = _drive(tuner, {1: 0.010, 2: 0.100}, 200)
     assert tuner.current == 1 and tuner.switches == 0
     probes = [i for i in range(1, len(used)) if used[i] == 2 and used[i - 1] == 1]
@@ -41,7 +41,7 @@ def test_keeps_the_start_when_the_other_is_slower_and_backs_off():
 
 
 def test_a_jump_in_step_time_triggers_a_new_probe():
-    tuner = ThreadTuner(1, 2, warm=0, probe=3, interval=8)
+    tuner = ThreadTuner(1, 2, TunerTiming(warm=0, probe=3, interval=8))
     _drive(tuner, {1: 0.010, 2: 0.006}, 12)
     assert tuner.current == 2
     # Another thread gets busy: two threads collapse; the tuner must go back to one within a few steps.
@@ -51,20 +51,20 @@ def test_a_jump_in_step_time_triggers_a_new_probe():
 
 
 def test_resume_starts_on_fewer_threads_and_reprobes_more_at_once():
-    tuner = ThreadTuner(1, 2, warm=0, probe=2, interval=8)
+    tuner = ThreadTuner(1, 2, TunerTiming(warm=0, probe=2, interval=8))
     _drive(tuner, {1: 0.010, 2: 0.005}, 10)
     assert tuner.current == 2
-    again = ThreadTuner.resume(tuner.state(), warm=0, probe=2, interval=8)
+    again = ThreadTuner.resume(tuner.state(), TunerTiming(warm=0, probe=2, interval=8))
     assert again.threads == 1  # never starts on the setting that collapses on a busy machine
     used = _drive(again, {1: 0.010, 2: 0.005}, 6)
     assert 2 in used[:4] and again.current == 2
 
 
 def test_resume_after_the_fewer_won_keeps_the_back_off():
-    tuner = ThreadTuner(1, 2, warm=0, probe=2, interval=8)
+    tuner = ThreadTuner(1, 2, TunerTiming(warm=0, probe=2, interval=8))
     _drive(tuner, {1: 0.010, 2: 0.050}, 40)
     state = tuner.state()
-    again = ThreadTuner.resume(state, warm=0, probe=2, interval=8)
+    again = ThreadTuner.resume(state, TunerTiming(warm=0, probe=2, interval=8))
     assert again.threads == 1 and again.interval == state["interval"] >= 16
 
 
@@ -83,7 +83,7 @@ def _sleepy_check(seconds_for: dict[int, float]):
 
 
 def test_a_quick_check_that_favours_fewer_threads_skips_the_real_probe():
-    tuner = ThreadTuner(1, 2, warm=0, probe=3, interval=8, quick_check=_sleepy_check({1: 0.001, 2: 0.003}))
+    tuner = ThreadTuner(1, 2, TunerTiming(warm=0, probe=3, interval=8), quick_check=_sleepy_check({1: 0.001, 2: 0.003}))
     before = torch.get_num_threads()
     try:
         used = _drive(tuner, {1: 0.010, 2: 0.001}, 40)
@@ -94,7 +94,7 @@ def test_a_quick_check_that_favours_fewer_threads_skips_the_real_probe():
 
 
 def test_a_quick_check_that_favours_more_threads_lets_the_probe_run():
-    tuner = ThreadTuner(1, 2, warm=0, probe=3, interval=8, quick_check=_sleepy_check({1: 0.003, 2: 0.001}))
+    tuner = ThreadTuner(1, 2, TunerTiming(warm=0, probe=3, interval=8), quick_check=_sleepy_check({1: 0.003, 2: 0.001}))
     before = torch.get_num_threads()
     try:
         _drive(tuner, {1: 0.010, 2: 0.005}, 12)

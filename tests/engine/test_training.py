@@ -313,7 +313,7 @@ def test_model_too_small_for_dataset_is_refused(dataset, tmp_path):
 
 def test_preset_is_adapted_to_the_dataset(dataset):
     from desktop_app.engine.data.token_store import TokenStore
-    from desktop_app.engine.train.setup import config_from_preset
+    from desktop_app.engine.train.request import config_from_preset
 
     config, notes = config_from_preset(dataset, "tiny", steps=3)
     store = TokenStore(dataset)

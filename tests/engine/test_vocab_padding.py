@@ -14,7 +14,7 @@ from desktop_app.engine.export.hf import export_model
 from desktop_app.engine.model.architecture import padded_vocab
 from desktop_app.engine.presets import PRESETS
 from desktop_app.engine.train.loop import train
-from desktop_app.engine.train.setup import config_from_preset
+from desktop_app.engine.train.request import config_from_preset
 
 PROMPT = "the cat sat"
 
@@ -103,7 +103,7 @@ def test_padded_ids_are_never_generated_even_when_their_logits_lead(padded_run):
 
     logits = torch.zeros(2, 320)
     logits[:, 310] = 100.0
-    assert (Sampler(temperature=0.0, tokens=300, vocab_size=320)(logits) < 300).all()
+    assert (Sampler(SamplingSettings(temperature=0.0, tokens=300), vocab_size=320)(logits) < 300).all()
     device_sampling = DeviceSampling(2, 320, torch.device("cpu"))
     for settings in (SamplingSettings(tokens=300), SamplingSettings(temperature=1.0, tokens=300)):
         device_sampling.start(settings, seed=0, prompts=[[1], [2]])

@@ -360,7 +360,7 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
 
 def test_config_helpers_are_tolerant_of_the_engine():
     from desktop_app.engine.methods import method_of
-    from desktop_app.ui.widgets.method_panel import make_run_config
+    from desktop_app.engine.train.request import make_run_config
 
     def method_key_of(config: RunConfig) -> str:
         return method_of(config).key

@@ -31,9 +31,12 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
+
+if TYPE_CHECKING:
+    from desktop_app.engine.protocols import CausalLM, ChatTokenizer
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 TOOL_ROLES = ("tool", "function", "function_call", "observation", "ipython")
@@ -137,7 +140,7 @@ def check_messages(value: Any, what: str = "messages", *, role_key: str = "role"
 # ------------------------------------------------------------------------------------------ templates
 
 
-def token_id(tokenizer: Any, token: str) -> int | None:
+def token_id(tokenizer: ChatTokenizer, token: str) -> int | None:
     """The id of `token` in the tokenizer's vocabulary (added tokens included), or None."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
@@ -145,7 +148,7 @@ def token_id(tokenizer: Any, token: str) -> int | None:
     return tokenizer.get_vocab().get(token)
 
 
-def own_template(tokenizer: Any) -> str | None:
+def own_template(tokenizer: ChatTokenizer) -> str | None:
     """The tokenizer's own chat template (the default one of several), or None."""
     tpl = getattr(tokenizer, "chat_template", None)
     if isinstance(tpl, dict):
@@ -158,7 +161,7 @@ def spelled_tokens(template: str) -> list[str]:
     return list(dict.fromkeys(_TEMPLATE_TOKEN_RE.findall(template)))
 
 
-def chat_template_of(tokenizer: Any) -> str:
+def chat_template_of(tokenizer: ChatTokenizer) -> str:
     """The template conversations are rendered with: the tokenizer's own, else the ChatML default (which
     needs <|im_start|>/<|im_end|> in the vocabulary: `ensure_chat_tokens` adds them)."""
     own = own_template(tokenizer)
@@ -316,7 +319,7 @@ class ChatRenderer:
 # --------------------------------------------------------------------------------------------- stop tokens
 
 
-def end_of_turn_id(tokenizer: Any) -> int | None:
+def end_of_turn_id(tokenizer: ChatTokenizer) -> int | None:
     """The token the chat template closes an assistant turn with (<|im_end|>, <|eot_id|>, <|end|>, eos...), or
     None (no usable template, or one that ends turns with plain text)."""
     try:
@@ -330,7 +333,7 @@ def end_of_turn_id(tokenizer: Any) -> int | None:
     return r.ids[last] if last is not None and r.ids[last] in renderer.turn_end else None
 
 
-def stop_token_ids(tokenizer: Any, model: Any = None, *, chat: bool = True) -> list[int]:
+def stop_token_ids(tokenizer: ChatTokenizer, model: CausalLM | None = None, *, chat: bool = True) -> list[int]:
     """Ids that end a reply, each once: the tokenizer's end-of-sequence id; with `model`, its generation
     config's and config's eos_token_id (an id or a list); with `chat`, the chat template's end-of-turn token
     (end_of_turn_id), so a chat reply stops where its turn ends and falls back to EOS alone without one."""

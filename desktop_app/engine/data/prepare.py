@@ -9,7 +9,7 @@ an interrupted append is cut back to the last committed state).
 Passes over the input (each streamed in blocks, memory bounded whatever the file sizes):
     1. scan: sha256, encoding, verdict, document counts (no tokenization)
     2. tokenizer training on a proportional sample of at most TOKENIZER_SAMPLE_CHARS characters
-       (skipped with an existing tokenizer)
+       (tokenizer_sample.py; skipped with an existing tokenizer)
     3. encode: batched encode_batch_fast (multi-threaded in Rust) while a reader thread decodes the
        next batch; ids appended to train.bin / val.bin with EOS after each document.
 """
@@ -24,7 +24,8 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,12 @@ from desktop_app.engine.data.token_store import (
     truncate_stream,
     write_manifest,
 )
+from desktop_app.engine.data.tokenizer_sample import train_on_sample
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, FileVerdict, Finished, Log, Progress
 from desktop_app.engine.specs import DataSpec
 
 BATCH_CHARS = 1 << 20  # text per encode_batch call: big enough to keep every core busy
-TOKENIZER_SAMPLE_CHARS = 64 << 20  # tokenizer training sample (BPE counts words; more text adds little)
 SPLIT_KEY_CHARS = 4096  # the split of a document is decided by a seeded hash of its first characters
 DOCUMENT_BOUNDARY = "blank line (.txt/.md), one record per line (.jsonl)"
 
@@ -76,66 +77,6 @@ def split_of(text: str, seed: int, val_fraction: float) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-# ---------------------------------------------------------------------------------------- tokenizer
-
-def _training_texts(sources: list[SourceInfo], budget: int, stop: threading.Event,
-                    counter: list[int]) -> Iterator[str]:
-    """A proportional sample of every usable file (first documents of each, up to its share)."""
-    total = sum(s.chars + 1 for s in sources) or 1
-    for src in sources:
-        share = max(1, int(budget * (src.chars + 1) / total))
-        used = 0
-        try:
-            for item in read_items(Path(src.path)):
-                if stop.is_set():
-                    return
-                if isinstance(item, Doc):
-                    text = item.text
-                elif item.kind == "chat":
-                    text = "\n".join(m["content"] for m in item.data["messages"])
-                else:
-                    text = "\n".join(str(v) for v in item.data.values())
-                if not text:
-                    continue
-                text = text[:share - used] if used + len(text) > share else text
-                used += len(text)
-                counter[0] += len(text)
-                yield text
-                if used >= share:
-                    break
-        except Exception:  # a file that changed since the scan: the encode pass reports it
-            continue
-
-
-def _train_in_thread(sources: list[SourceInfo], spec: DataSpec, controls: Controls,
-                     out: dict[str, Any]) -> Iterator[Event]:
-    """Train the tokenizer in a worker thread; yield Progress while it runs (and stay cancellable)."""
-    from desktop_app.engine.data.tokenization import train_tokenizer
-
-    counter = [0]
-    budget = min(TOKENIZER_SAMPLE_CHARS, sum(s.chars + 1 for s in sources))
-
-    def work() -> None:
-        try:
-            out["tokenizer"] = train_tokenizer(
-                _training_texts(sources, budget, controls.stop, counter), spec.tokenizer,
-                vocab_size=spec.vocab_size, min_frequency=spec.min_frequency)
-        except BaseException as exc:
-            out["error"] = exc
-
-    thread = threading.Thread(target=work, name="tokenizer-training", daemon=True)
-    thread.start()
-    last = -1
-    while thread.is_alive():
-        thread.join(0.25)
-        if counter[0] != last:
-            last = counter[0]
-            yield Progress("tokenizer", float(min(last, budget)), float(budget), "chars",
-                           f"training a {spec.tokenizer} tokenizer ({spec.vocab_size} tokens)")
-    if "error" in out:
-        raise out["error"]
 
 
 # ------------------------------------------------------------------------------------------- encode
@@ -217,9 +158,27 @@ class _Records:
         return {f.stem: f.stat().st_size for f in self.folder.glob("*.jsonl")} if self.folder.exists() else {}
 
 
-def _encode_sources(sources: list[SourceInfo], tok: Any, writer: TokenWriter, records: _Records,
-                    spec: DataSpec, controls: Controls, split_bytes: dict[str, int]) -> Iterator[Event]:
-    """Pass 3: tokenize every usable source into the writer. Returns normally when cancelled too."""
+@dataclass
+class _Encoded:
+    """Where the encode pass writes: the token streams, the records, and the text bytes of each split."""
+
+    writer: TokenWriter
+    records: _Records
+    split_bytes: dict[str, int]
+
+    def close(self) -> None:
+        self.writer.close()
+        self.records.close()
+
+    def splits(self, spec: DataSpec) -> dict[str, dict[str, int]]:
+        """The manifest's "splits": documents, tokens, bytes and windows of each split."""
+        return {s: _split_summary(self.writer.tokens[s], self.writer.documents[s], self.split_bytes[s],
+                                  spec.context_length, spec.stride) for s in SPLITS}
+
+
+def _encode_sources(sources: list[SourceInfo], tok: Any, out: _Encoded, spec: DataSpec,
+                    controls: Controls) -> Iterator[Event]:
+    """Pass 3: tokenize every usable source into `out`. Returns normally when cancelled too."""
     total = float(sum(s.size for s in sources)) or 1.0
     chars_total = sum(s.chars for s in sources) or 1
     q: queue.Queue = queue.Queue(maxsize=3)  # bounded: at most ~3 batches of text wait in memory
@@ -240,25 +199,9 @@ def _encode_sources(sources: list[SourceInfo], tok: Any, writer: TokenWriter, re
                 src.verdict, src.reason = "unreadable", f"changed or became unreadable while preparing: {item[2]}"
                 yield Log("warning", f"{src.path}: {src.reason}")
                 continue
-            docs = [(i, split, it) for i, split, it in item if isinstance(it, Doc)]
-            for i, split, rec in item:
-                if isinstance(rec, Record):
-                    records.add(rec, split, sources[i].sha256)
-            if docs:
-                encodings = encode([d.text for _, _, d in docs], add_special_tokens=False)
-                per_split: dict[str, tuple[list[list[int]], list[bool]]] = {s: ([], []) for s in SPLITS}
-                for (i, split, d), enc in zip(docs, encodings, strict=True):
-                    ids = enc.ids
-                    sources[i].tokens += len(ids) + d.last
-                    split_bytes[split] += len(d.text.encode("utf-8", "surrogatepass"))
-                    done_chars += len(d.text)
-                    per_split[split][0].append(ids)
-                    per_split[split][1].append(d.last)
-                for split, (id_lists, ends) in per_split.items():
-                    if id_lists:
-                        writer.write_batch(split, id_lists, ends)
+            done_chars += _write_batch(item, sources, encode, out)
             yield Progress("encode", min(total, total * done_chars / chars_total), total, "bytes",
-                           f"tokenizing ({writer.tokens['train'] + writer.tokens['val']:,} tokens)")
+                           f"tokenizing ({out.writer.tokens['train'] + out.writer.tokens['val']:,} tokens)")
     finally:
         stop.set()
         # Unblock a reader waiting on a full queue, then let it end.
@@ -266,6 +209,31 @@ def _encode_sources(sources: list[SourceInfo], tok: Any, writer: TokenWriter, re
             with contextlib.suppress(queue.Empty):
                 q.get(timeout=0.05)
         thread.join()
+
+
+def _write_batch(batch: list[tuple[int, str, Doc | Record]], sources: list[SourceInfo], encode: Any,
+                 out: _Encoded) -> int:
+    """One reader batch into `out`: records as they are, documents encoded in one call; the characters encoded."""
+    docs = [(i, split, it) for i, split, it in batch if isinstance(it, Doc)]
+    for i, split, rec in batch:
+        if isinstance(rec, Record):
+            out.records.add(rec, split, sources[i].sha256)
+    if not docs:
+        return 0
+    chars = 0
+    encodings = encode([d.text for _, _, d in docs], add_special_tokens=False)
+    per_split: dict[str, tuple[list[list[int]], list[bool]]] = {s: ([], []) for s in SPLITS}
+    for (i, split, d), enc in zip(docs, encodings, strict=True):
+        ids = enc.ids
+        sources[i].tokens += len(ids) + d.last
+        out.split_bytes[split] += len(d.text.encode("utf-8", "surrogatepass"))
+        chars += len(d.text)
+        per_split[split][0].append(ids)
+        per_split[split][1].append(d.last)
+    for split, (id_lists, ends) in per_split.items():
+        if id_lists:
+            out.writer.write_batch(split, id_lists, ends)
+    return chars
 
 
 def _encoder(tok: Any) -> Any:
@@ -328,6 +296,29 @@ def _scan_with_events(paths: Iterable[str | Path], controls: Controls, files: li
             return
 
 
+@dataclass
+class _Tokenizer:
+    """The dataset's tokenizer: a given one (kind "given", with the file or folder it came from) or a trained one."""
+
+    tok: Any
+    kind: str
+    source: Path | None = None
+
+
+def _scan_usable(paths: list[str | Path], controls: Controls, files: list[SourceInfo], known: dict[str, str] | None,
+                 summary: Callable[[], dict[str, Any]]) -> Iterator[Event]:
+    """Judge the files (into `files`); returns the usable ones, or none after a Finished (cancelled, or nothing
+    usable) whose result is `summary()`."""
+    yield from _scan_with_events(paths, controls, files, known)
+    if controls.stop.is_set():
+        yield Finished("cancelled", message="cancelled while checking files", result=summary())
+        return []
+    usable = [f for f in files if f.ok]
+    if not usable:
+        yield Finished("failed", message=_none_usable_message(files), result=summary())
+    return usable
+
+
 def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: DataSpec | None = None,
                     controls: Controls | None = None) -> Iterator[Event]:
     """Files/folders -> tokenizer + tokenized dataset in `out_dir` (which must not exist yet, or be empty).
@@ -339,126 +330,140 @@ def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: Data
     controls = _controls(controls)
     out = Path(out_dir).expanduser()
     paths = list(paths)
-    if not paths:
-        raise UserError("no input files or folders given")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} already exists and is not empty: choose a new folder, or append to it")
-    tokenizer_source = None
-    if spec.tokenizer_file:
-        from desktop_app.engine.data.tokenization import load_tokenizer
-
-        tokenizer_source = Path(spec.tokenizer_file).expanduser()
-        given_tok = load_tokenizer(tokenizer_source)  # a bad tokenizer fails now, before the long work
-        from desktop_app.engine.data.tokenization import eos_id as _eos_id
-
-        _eos_id(given_tok, tokenizer_source)  # and one without an end-of-text token too
-    else:
-        from desktop_app.engine.data.tokenization import min_vocab_size
-
-        if spec.vocab_size < min_vocab_size(spec.tokenizer):
-            raise UserError(f"vocab size {spec.vocab_size} is too small for a {spec.tokenizer} tokenizer: "
-                            f"use at least {min_vocab_size(spec.tokenizer)}")
-
+    given = _check_request(paths, out, spec)
     files: list[SourceInfo] = []
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{int(time.time())}"
     started = time.monotonic()
     try:
         yield Log("info", f"checking {len(paths)} input path(s)")
-        yield from _scan_with_events(paths, controls, files)
-        if controls.stop.is_set():
-            yield Finished("cancelled", message="cancelled while checking files",
-                           result=summary_of({}, out, files))
-            return
-        usable = [f for f in files if f.ok]
+        usable = yield from _scan_usable(paths, controls, files, None, lambda: summary_of({}, out, files))
         if not usable:
-            yield Finished("failed", message=_none_usable_message(files), result=summary_of({}, out, files))
             return
         tmp.mkdir(parents=True)
-
-        # Tokenizer: the given one, or trained on the usable files.
-        from desktop_app.engine.data.tokenization import (
-            eos_id,
-            save_tokenizer,
-            special_tokens_of,
-            tokenizer_sha256,
-        )
-
-        if tokenizer_source is not None:
-            tok = given_tok
-            save_tokenizer(tok, tmp / TOKENIZER_NAME)
-            folder = tokenizer_source if tokenizer_source.is_dir() else tokenizer_source.parent
-            for extra in ("tokenizer_config.json", "special_tokens_map.json"):
-                if (folder / extra).is_file():
-                    shutil.copyfile(folder / extra, tmp / extra)
-            kind = "given"
-        else:
-            result: dict[str, Any] = {}
-            yield Log("info", f"training a {spec.tokenizer} tokenizer with {spec.vocab_size} tokens")
-            yield from _train_in_thread(usable, spec, controls, result)
-            if controls.stop.is_set():
-                yield Finished("cancelled", message="cancelled while training the tokenizer",
-                               result=summary_of({}, out, files))
-                return
-            tok = result["tokenizer"]
-            save_tokenizer(tok, tmp / TOKENIZER_NAME)
-            kind = spec.tokenizer
-        eos = eos_id(tok, tmp / TOKENIZER_NAME)
-        vocab_size = tok.get_vocab_size(with_added_tokens=True)
-        dtype = token_dtype(vocab_size)
-        specials = special_tokens_of(tok, tmp / TOKENIZER_NAME)
-
-        writer = TokenWriter(tmp, dtype, eos)
-        records = _Records(tmp)
-        split_bytes = dict.fromkeys(SPLITS, 0)
-        yield Log("info", f"tokenizing {len(usable)} file(s)")
-        try:
-            yield from _encode_sources(usable, _encoder(tok), writer, records, spec, controls, split_bytes)
-        finally:
-            writer.close()
-            records.close()
+        tokenizer = yield from _dataset_tokenizer(given, usable, tmp, spec, controls)
+        if tokenizer is None:
+            yield Finished("cancelled", message="cancelled while training the tokenizer",
+                           result=summary_of({}, out, files))
+            return
+        entry, encoded = yield from _encode_new(usable, tokenizer, tmp, spec, controls)
         if controls.stop.is_set():
             yield Finished("cancelled", message="cancelled while tokenizing; nothing was kept",
                            result=summary_of({}, out, files))
             return
-
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "created": _now(),
-            "updated": _now(),
-            "tokenizer": {"file": TOKENIZER_NAME, "sha256": tokenizer_sha256(tmp / TOKENIZER_NAME),
-                          "kind": kind, "vocab_size": vocab_size, "eos_id": eos,
-                          "special_tokens": specials,
-                          **({"source": str(tokenizer_source)} if tokenizer_source else {})},
-            "dtype": dtype.name,
-            "chunking": {"context_length": spec.context_length, "overlap": spec.overlap, "stride": spec.stride,
-                         "document_boundary": DOCUMENT_BOUNDARY, "eos_after_document": True},
-            "split": {"val_fraction": spec.val_fraction, "seed": spec.seed,
-                      "method": f"seeded blake2b of the first {SPLIT_KEY_CHARS} characters of each document"},
-            "splits": {s: _split_summary(writer.tokens[s], writer.documents[s], split_bytes[s],
-                                         spec.context_length, spec.stride) for s in SPLITS},
-            "records": _record_summary(tmp, records.counts),
-            "sources": [f.to_dict() for f in files],
-            "spec": spec.to_dict(),
-        }
+        manifest = _new_manifest(tmp, entry, spec, encoded, files)
         for warning in _warnings(manifest):
             yield Log("warning", warning)
-        write_manifest(tmp, manifest)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-        from desktop_app.engine.fileio import fsync_dir
-
-        fsync_dir(out.parent)
-        elapsed = time.monotonic() - started
+        _publish(tmp, out, manifest)
         total = manifest["splits"]["train"]["tokens"] + manifest["splits"]["val"]["tokens"]
-        yield Log("info", f"prepared {total:,} tokens from {len(usable)} file(s) in {elapsed:.1f} s")
+        yield Log("info", f"prepared {total:,} tokens from {len(usable)} file(s) in {time.monotonic() - started:.1f} s")
         for f in files:  # final verdicts with token counts
             yield f.to_event()
         yield Finished("completed", message=f"dataset ready in {out}", result=summary_of(manifest, out, files))
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_request(paths: list[str | Path], out: Path, spec: DataSpec) -> _Tokenizer | None:
+    """Refuse settings mistakes before anything is written; the given tokenizer (loaded now), or None."""
+    if not paths:
+        raise UserError("no input files or folders given")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} already exists and is not empty: choose a new folder, or append to it")
+    if not spec.tokenizer_file:
+        from desktop_app.engine.data.tokenization import min_vocab_size
+
+        if spec.vocab_size < min_vocab_size(spec.tokenizer):
+            raise UserError(f"vocab size {spec.vocab_size} is too small for a {spec.tokenizer} tokenizer: "
+                            f"use at least {min_vocab_size(spec.tokenizer)}")
+        return None
+    from desktop_app.engine.data.tokenization import eos_id, load_tokenizer
+
+    source = Path(spec.tokenizer_file).expanduser()
+    tok = load_tokenizer(source)  # a bad tokenizer fails now, before the long work
+    eos_id(tok, source)  # and one without an end-of-text token too
+    return _Tokenizer(tok, "given", source)
+
+
+def _dataset_tokenizer(given: _Tokenizer | None, usable: list[SourceInfo], tmp: Path, spec: DataSpec,
+                       controls: Controls) -> Iterator[Event]:
+    """The given tokenizer (with its config files), or one trained on the usable files, saved in `tmp`; returns
+    it, or None when the user cancelled the training."""
+    from desktop_app.engine.data.tokenization import save_tokenizer
+
+    if given is not None:
+        assert given.source is not None
+        save_tokenizer(given.tok, tmp / TOKENIZER_NAME)
+        folder = given.source if given.source.is_dir() else given.source.parent
+        for extra in ("tokenizer_config.json", "special_tokens_map.json"):
+            if (folder / extra).is_file():
+                shutil.copyfile(folder / extra, tmp / extra)
+        return given
+    result: dict[str, Any] = {}
+    yield Log("info", f"training a {spec.tokenizer} tokenizer with {spec.vocab_size} tokens")
+    yield from train_on_sample(usable, spec, controls, result)
+    if controls.stop.is_set():
+        return None
+    save_tokenizer(result["tokenizer"], tmp / TOKENIZER_NAME)
+    return _Tokenizer(result["tokenizer"], spec.tokenizer)
+
+
+def _tokenizer_entry(tokenizer: _Tokenizer, tmp: Path) -> dict[str, Any]:
+    """The manifest's "tokenizer": the saved file, its checksum, kind, vocabulary size and special tokens."""
+    from desktop_app.engine.data.tokenization import eos_id, special_tokens_of, tokenizer_sha256
+
+    eos = eos_id(tokenizer.tok, tmp / TOKENIZER_NAME)
+    vocab_size = tokenizer.tok.get_vocab_size(with_added_tokens=True)
+    specials = special_tokens_of(tokenizer.tok, tmp / TOKENIZER_NAME)
+    return {"file": TOKENIZER_NAME, "sha256": tokenizer_sha256(tmp / TOKENIZER_NAME), "kind": tokenizer.kind,
+            "vocab_size": vocab_size, "eos_id": eos, "special_tokens": specials,
+            **({"source": str(tokenizer.source)} if tokenizer.source else {})}
+
+
+def _encode_new(usable: list[SourceInfo], tokenizer: _Tokenizer, tmp: Path, spec: DataSpec,
+                controls: Controls) -> Iterator[Event]:
+    """Pass 3 of a new dataset, into `tmp` (which holds its saved tokenizer); returns the tokenizer's manifest entry
+    and what the pass wrote (closed)."""
+    entry = _tokenizer_entry(tokenizer, tmp)
+    encoded = _Encoded(TokenWriter(tmp, token_dtype(entry["vocab_size"]), entry["eos_id"]), _Records(tmp),
+                       dict.fromkeys(SPLITS, 0))
+    yield Log("info", f"tokenizing {len(usable)} file(s)")
+    try:
+        yield from _encode_sources(usable, _encoder(tokenizer.tok), encoded, spec, controls)
+    finally:
+        encoded.close()
+    return entry, encoded
+
+
+def _new_manifest(tmp: Path, tokenizer: dict[str, Any], spec: DataSpec, encoded: _Encoded,
+                  files: list[SourceInfo]) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "created": _now(),
+        "updated": _now(),
+        "tokenizer": tokenizer,
+        "dtype": encoded.writer.dtype.name,
+        "chunking": {"context_length": spec.context_length, "overlap": spec.overlap, "stride": spec.stride,
+                     "document_boundary": DOCUMENT_BOUNDARY, "eos_after_document": True},
+        "split": {"val_fraction": spec.val_fraction, "seed": spec.seed,
+                  "method": f"seeded blake2b of the first {SPLIT_KEY_CHARS} characters of each document"},
+        "splits": encoded.splits(spec),
+        "records": _record_summary(tmp, encoded.records.counts),
+        "sources": [f.to_dict() for f in files],
+        "spec": spec.to_dict(),
+    }
+
+
+def _publish(tmp: Path, out: Path, manifest: dict[str, Any]) -> None:
+    """Commit the manifest, then rename the finished folder into place (durably)."""
+    from desktop_app.engine.fileio import fsync_dir
+
+    write_manifest(tmp, manifest)
+    if out.exists():
+        out.rmdir()  # empty (checked above)
+    os.replace(tmp, out)
+    fsync_dir(out.parent)
 
 
 def _none_usable_message(files: list[SourceInfo]) -> str:
@@ -491,6 +496,18 @@ def _warnings(manifest: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- append
 
+@dataclass
+class _Existing:
+    """A prepared dataset opened for appending: its manifest, settings and tokenizer, and the byte size of each
+    record file at the last commit."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    spec: DataSpec
+    tok: Any
+    record_sizes: dict[str, int]
+
+
 def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
                       controls: Controls | None = None) -> Iterator[Event]:
     """Add files to a prepared dataset without redoing the rest (files already in it are skipped).
@@ -498,61 +515,29 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
     Uses the dataset's tokenizer, split seed and chunking. The manifest is committed last; a cancel
     or failure cuts the streams and records back to the last committed state.
     """
-    from desktop_app.engine.data.tokenization import load_tokenizer, tokenizer_sha256
-
     controls = _controls(controls)
-    folder = Path(dataset_dir).expanduser()
-    manifest = load_manifest(folder)
-    spec = DataSpec.from_dict(manifest["spec"])
-    if tokenizer_sha256(folder / TOKENIZER_NAME) != manifest["tokenizer"]["sha256"]:
-        raise UserError(f"{folder / TOKENIZER_NAME} no longer matches the dataset (its sha256 changed)")
-    tok = load_tokenizer(folder / TOKENIZER_NAME)
-    dtype = np.dtype(manifest["dtype"])
-    # Repair first: drop any tail an earlier interrupted append left behind.
-    for split in SPLITS:
-        truncate_stream(folder, split, manifest["splits"][split]["tokens"], dtype)
-    rec_sizes = {k: v.get("bytes", 0) for k, v in manifest.get("records", {}).items()}
-    for file in (folder / "records").glob("*.jsonl"):
-        rec_sizes.setdefault(file.stem, 0)  # a record kind an interrupted append started
-    records = _Records(folder, rec_sizes)
-    records.rollback()  # same repair for the record files
-
+    ds = _open_for_append(Path(dataset_dir).expanduser())
+    folder, manifest = ds.folder, ds.manifest
     old_sources = [SourceInfo.from_dict(s) for s in manifest["sources"]]
     known = {s.sha256: f"{s.path} (already in the dataset)" for s in old_sources if s.ok and s.sha256}
     files: list[SourceInfo] = []
-    yield from _scan_with_events(list(paths), controls, files, known)
-    if controls.stop.is_set():
-        yield Finished("cancelled", message="cancelled while checking files",
-                       result=summary_of(manifest, folder, files))
-        return
-    usable = [f for f in files if f.ok]
+    usable = yield from _scan_usable(list(paths), controls, files, known, lambda: summary_of(manifest, folder, files))
     if not usable:
-        message = _none_usable_message(files) if files else "no files found in the given paths"
-        yield Finished("failed", message=message, result=summary_of(manifest, folder, files))
         return
-    writer = TokenWriter(folder, dtype, int(manifest["tokenizer"]["eos_id"]))
-    records = _Records(folder, rec_sizes)
-    split_bytes = {s: int(manifest["splits"][s].get("bytes", 0)) for s in SPLITS}
+    encoded = _Encoded(TokenWriter(folder, np.dtype(manifest["dtype"]), int(manifest["tokenizer"]["eos_id"])),
+                       _Records(folder, ds.record_sizes),
+                       {s: int(manifest["splits"][s].get("bytes", 0)) for s in SPLITS})
     committed = False
     try:
-        yield from _encode_sources(usable, _encoder(tok), writer, records, spec, controls, split_bytes)
+        yield from _encode_sources(usable, _encoder(ds.tok), encoded, ds.spec, controls)
         if controls.stop.is_set():
             yield Finished("cancelled", message="cancelled; the dataset is unchanged",
                            result=summary_of(manifest, folder, files))
             return
-        writer.close()
-        records.close()
-        counts = {k: v.get("count", 0) for k, v in manifest.get("records", {}).items()}
-        for kind, n in records.counts.items():
-            counts[kind] = counts.get(kind, 0) + n
-        manifest["records"] = _record_summary(folder, counts)
-        manifest["splits"] = {s: _split_summary(writer.tokens[s], writer.documents[s], split_bytes[s],
-                                                spec.context_length, spec.stride) for s in SPLITS}
+        encoded.close()
         # Files that were already in the dataset are reported, not recorded again.
-        manifest["sources"] = [s.to_dict() for s in old_sources] + [
-            f.to_dict() for f in files if not (f.verdict == "duplicate" and f.sha256 in known)]
-        manifest["updated"] = _now()
-        write_manifest(folder, manifest)
+        added_sources = [f for f in files if not (f.verdict == "duplicate" and f.sha256 in known)]
+        _commit_append(ds, encoded, old_sources + added_sources)
         committed = True
         for f in files:
             yield f.to_event()
@@ -561,5 +546,39 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
                        result=summary_of(manifest, folder, files))
     finally:
         if not committed:
-            writer.rollback()
-            records.rollback()
+            encoded.writer.rollback()
+            encoded.records.rollback()
+
+
+def _open_for_append(folder: Path) -> _Existing:
+    """The dataset in `folder`, checked, and cut back to its last committed state: an earlier interrupted append
+    may have left a tail on the token streams and record files."""
+    from desktop_app.engine.data.tokenization import load_tokenizer, tokenizer_sha256
+
+    manifest = load_manifest(folder)
+    spec = DataSpec.from_dict(manifest["spec"])
+    if tokenizer_sha256(folder / TOKENIZER_NAME) != manifest["tokenizer"]["sha256"]:
+        raise UserError(f"{folder / TOKENIZER_NAME} no longer matches the dataset (its sha256 changed)")
+    tok = load_tokenizer(folder / TOKENIZER_NAME)
+    dtype = np.dtype(manifest["dtype"])
+    for split in SPLITS:
+        truncate_stream(folder, split, manifest["splits"][split]["tokens"], dtype)
+    rec_sizes = {k: v.get("bytes", 0) for k, v in manifest.get("records", {}).items()}
+    for file in (folder / "records").glob("*.jsonl"):
+        rec_sizes.setdefault(file.stem, 0)  # a record kind an interrupted append started
+    _Records(folder, rec_sizes).rollback()  # same repair for the record files
+    return _Existing(folder, manifest, spec, tok, rec_sizes)
+
+
+def _commit_append(ds: _Existing, encoded: _Encoded, sources: list[SourceInfo]) -> None:
+    """Update the manifest in place with what the append wrote (`sources`: every file it now holds), then commit
+    it."""
+    manifest = ds.manifest
+    counts = {k: v.get("count", 0) for k, v in manifest.get("records", {}).items()}
+    for kind, n in encoded.records.counts.items():
+        counts[kind] = counts.get(kind, 0) + n
+    manifest["records"] = _record_summary(ds.folder, counts)
+    manifest["splits"] = encoded.splits(ds.spec)
+    manifest["sources"] = [s.to_dict() for s in sources]
+    manifest["updated"] = _now()
+    write_manifest(ds.folder, manifest)

@@ -5,9 +5,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from desktop_app.engine.errors import UserError
+
+
+def json_lines(path: Path, *, encoding: str = "utf-8", errors: str = "strict",
+               invalid: str = "not valid JSON") -> Iterator[tuple[int, Any]]:
+    """(line number, value) of every non-blank line of a JSONL file; UserError naming the file and line at the first
+    line that is not JSON (`invalid` words it). Shared with the questions of evaluate/qa.py."""
+    with open(path, encoding=encoding, errors=errors) as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path.name} line {number}: {invalid} ({exc.msg})") from None
+            yield number, data
 
 
 def _records(path: Path, limit: int | None = None) -> Iterator[dict[str, str]]:
@@ -15,14 +32,8 @@ def _records(path: Path, limit: int | None = None) -> Iterator[dict[str, str]]:
     if not path.is_file():
         raise UserError(f"prompt file {path} does not exist")
     seen = 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path.name} line {number}: not valid JSON ({exc.msg})") from None
+    with closing(json_lines(path, errors="replace")) as lines:  # closed at once, however the reading ends
+        for number, data in lines:
             if not isinstance(data, dict) or not isinstance(data.get("prompt"), str) or not data["prompt"].strip():
                 keys = ", ".join(sorted(map(str, data))[:8]) if isinstance(data, dict) else type(data).__name__
                 raise UserError(f"{path.name} line {number}: needs a non-empty string field \"prompt\" (found: "

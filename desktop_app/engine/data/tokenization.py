@@ -55,6 +55,15 @@ def min_vocab_size(kind: str) -> int:
     return 256 + len(SPECIAL_TOKEN_LIST) if kind == "byte-bpe" else 64
 
 
+def _nfc_tokenizer(model: Any, pre_tokenizer: Any, decoder: Any) -> Tokenizer:
+    """An untrained tokenizer that NFC-normalises text first (every kind but byte-bpe, which must stay reversible)."""
+    tok = Tokenizer(model)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoder
+    return tok
+
+
 def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Tokenizer, Any]:
     unk = SPECIAL_TOKENS["unk"]
     common = {"vocab_size": vocab_size, "special_tokens": SPECIAL_TOKEN_LIST, "show_progress": False}
@@ -66,22 +75,13 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Tokenizer, A
         trainer = trainers.BpeTrainer(min_frequency=min_frequency,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **common)
     elif kind == "bpe":
-        tok = Tokenizer(models.BPE(unk_token=unk))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Metaspace()
-        tok.decoder = decoders.Metaspace()
+        tok = _nfc_tokenizer(models.BPE(unk_token=unk), pre_tokenizers.Metaspace(), decoders.Metaspace())
         trainer = trainers.BpeTrainer(min_frequency=min_frequency, **common)
     elif kind == "wordpiece":
-        tok = Tokenizer(models.WordPiece(unk_token=unk))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece()
+        tok = _nfc_tokenizer(models.WordPiece(unk_token=unk), pre_tokenizers.BertPreTokenizer(), decoders.WordPiece())
         trainer = trainers.WordPieceTrainer(min_frequency=min_frequency, **common)
     elif kind == "unigram":
-        tok = Tokenizer(models.Unigram())
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Metaspace()
-        tok.decoder = decoders.Metaspace()
+        tok = _nfc_tokenizer(models.Unigram(), pre_tokenizers.Metaspace(), decoders.Metaspace())
         common.pop("show_progress")
         trainer = trainers.UnigramTrainer(unk_token=unk, show_progress=False, **common)
     else:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import torch
 
 from desktop_app.engine.events import Progress
 from desktop_app.engine.selfplay.prompting import TaskPrompter
-from desktop_app.engine.selfplay.rollout import sample_completions
+from desktop_app.engine.selfplay.rollout import RolloutOptions, sample_completions
 from desktop_app.engine.tasks.base import Task, TaskWorld
 
 T = TypeVar("T")
@@ -73,20 +73,36 @@ def drain(work: Generator[Any, None, T]) -> T:
             return done.value
 
 
+@dataclass(frozen=True)
+class HeldoutSettings:
+    """How solve_heldout decodes: replies of at most `max_new_tokens` within a `max_len` context, greedy, and
+    (`samples` > 1) that many sampled at `temperature` from `seed`, in batches of at most `batch` prompts."""
+
+    max_len: int
+    max_new_tokens: int
+    samples: int = 0
+    temperature: float = 0.8
+    seed: int = 0
+    batch: int = 64
+
+    def rollout(self, samples: int, temperature: float, seed: int) -> RolloutOptions:
+        """One pass's decoding: `samples` replies per task at `temperature` (top-p 0.95 when sampled)."""
+        return RolloutOptions(samples=samples, max_new_tokens=self.max_new_tokens, temperature=temperature,
+                              top_p=0.95 if temperature > 0 else 1.0, seed=seed, max_len=self.max_len)
+
+
 @torch.no_grad()
-def _replies(model: Any, prompter: TaskPrompter, world: TaskWorld, tasks: list[Task], *, samples: int,
-             temperature: float, seed: int, max_len: int, max_new_tokens: int) -> list[str]:
-    """`samples` answers per task (task-major), as the world checks them. The tasks' types may differ, as long as
-    their answers are cut after the same number of lines (`_batches`)."""
+def _replies(model: Any, prompter: TaskPrompter, world: TaskWorld, tasks: list[Task],
+             rollout: RolloutOptions) -> list[str]:
+    """`rollout.samples` answers per task (task-major), as the world checks them. The tasks' types may differ, as
+    long as their answers are cut after the same number of lines (`_batches`)."""
     prompts = [prompter.solve_ids(world, t) for t in tasks]
     lines = prompter.answer_lines(world, tasks[0].type) if tasks else 0
-    ids = sample_completions(model, prompts, samples=samples, max_new_tokens=max_new_tokens,
-                             temperature=temperature, top_p=0.95 if temperature > 0 else 1.0, seed=seed,
-                             stop_ids=prompter.stop_ids, max_len=max_len, newline_ids=prompter.codec.newline_ids()
-                             if lines else set(), max_lines=lines,
-                             finished=[prompter.finished(world.answer_kind(t.type)) for t in tasks],
-                             tokens=prompter.codec.vocab_size())
-    return [prompter.answer(world, tasks[i // samples], prompter.codec.decode(c)) for i, c in enumerate(ids)]
+    rollout = replace(rollout, stop_ids=prompter.stop_ids, newline_ids=prompter.codec.newline_ids() if lines else set(),
+                      max_lines=lines, finished=[prompter.finished(world.answer_kind(t.type)) for t in tasks],
+                      tokens=prompter.codec.vocab_size())
+    ids = sample_completions(model, prompts, rollout)
+    return [prompter.answer(world, tasks[i // rollout.samples], prompter.codec.decode(c)) for i, c in enumerate(ids)]
 
 
 def _batches(prompter: TaskPrompter, world: TaskWorld, heldout: dict[str, list[Task]],
@@ -109,36 +125,35 @@ def _names(part: list[tuple[str, int]]) -> str:
     return ", ".join(dict.fromkeys(task_type for task_type, _ in part))
 
 
-def solve_heldout(model: Any, prompter: TaskPrompter, world: TaskWorld, heldout: dict[str, list[Task]], *,
-                  max_len: int, max_new_tokens: int, samples: int = 0, temperature: float = 0.8, seed: int = 0,
-                  batch: int = 64) -> Iterator[Progress]:
+def solve_heldout(model: Any, prompter: TaskPrompter, world: TaskWorld, heldout: dict[str, list[Task]],
+                  settings: HeldoutSettings | None = None, **keywords: Any) -> Iterator[Progress]:
     """Solve every held-out task greedily (and `samples` times sampled when above 1) in batches of `batch` prompts
-    (`_batches`); yields Progress per batch, returns {type: TypeResult}."""
+    (`_batches`); yields Progress per batch, returns {type: TypeResult}. `settings` (HeldoutSettings) or its
+    fields as keywords (`max_len=..., max_new_tokens=..., samples=...`), which override it when both are given."""
+    s = replace(settings, **keywords) if settings is not None else HeldoutSettings(**keywords)
     heldout = {t: tasks for t, tasks in heldout.items() if tasks}
-    total = sum(len(t) for t in heldout.values()) * (1 + (samples if samples > 1 else 0))
+    total = sum(len(t) for t in heldout.values()) * (1 + (s.samples if s.samples > 1 else 0))
     done = 0
     results = {t: TypeResult(t, len(tasks), 0) for t, tasks in heldout.items()}
-    for part in _batches(prompter, world, heldout, max(1, batch)):
+    for part in _batches(prompter, world, heldout, max(1, s.batch)):
         tasks = [heldout[t][i] for t, i in part]
-        answers = _replies(model, prompter, world, tasks, samples=1, temperature=0.0, seed=seed,
-                           max_len=max_len, max_new_tokens=max_new_tokens)
+        answers = _replies(model, prompter, world, tasks, s.rollout(1, 0.0, s.seed))
         for (task_type, _), check in zip(part, world.check(tasks, answers), strict=True):
             results[task_type].solved += bool(check.correct)
             results[task_type].format_errors += check.status in ("format", "unparseable")
         done += len(part)
         yield Progress("held-out tasks", done, total, "answers", f"{_names(part)}: greedy")
-    if samples > 1:
+    if s.samples > 1:
         for result in results.values():
-            result.k = samples
-        for part in _batches(prompter, world, heldout, max(1, batch // samples)):
+            result.k = s.samples
+        for part in _batches(prompter, world, heldout, max(1, s.batch // s.samples)):
             tasks = [heldout[t][i] for t, i in part]
-            answers = _replies(model, prompter, world, tasks, samples=samples, temperature=temperature,
-                               seed=seed + done, max_len=max_len, max_new_tokens=max_new_tokens)
-            checks = world.check([t for t in tasks for _ in range(samples)], answers)
+            answers = _replies(model, prompter, world, tasks, s.rollout(s.samples, s.temperature, s.seed + done))
+            checks = world.check([t for t in tasks for _ in range(s.samples)], answers)
             for j, (task_type, _) in enumerate(part):
-                results[task_type].solved_at_k += any(c.correct for c in checks[j * samples:(j + 1) * samples])
-            done += len(part) * samples
-            yield Progress("held-out tasks", done, total, "answers", f"{_names(part)}: {samples} samples each")
+                results[task_type].solved_at_k += any(c.correct for c in checks[j * s.samples:(j + 1) * s.samples])
+            done += len(part) * s.samples
+            yield Progress("held-out tasks", done, total, "answers", f"{_names(part)}: {s.samples} samples each")
     return results
 
 

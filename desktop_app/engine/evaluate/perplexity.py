@@ -22,13 +22,16 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Progress
+
+if TYPE_CHECKING:
+    from desktop_app.engine.protocols import CausalLM, TextTokenizer
 
 MAX_BYTES = 400_000  # default text scored: the first 400 kB (about 100,000 tokens of English)
 DEFAULT_WINDOW = 2048  # the window when the model states no context (lm-evaluation-harness's default max_length)
@@ -146,7 +149,7 @@ def text_documents(sources: list[str], max_bytes: int = MAX_BYTES) -> list[str]:
 # ---------------------------------------------------------------------------------------------- tokens
 
 
-def prefix_token(tokenizer: Any) -> int | None:
+def prefix_token(tokenizer: TextTokenizer) -> int | None:
     """The token each document is scored after: BOS if the tokenizer has one, else EOS, else None."""
     from tokenizers import Tokenizer
 
@@ -163,7 +166,7 @@ def prefix_token(tokenizer: Any) -> int | None:
     return None
 
 
-def encode_document(tokenizer: Any, text: str) -> tuple[list[int], int]:
+def encode_document(tokenizer: TextTokenizer, text: str) -> tuple[list[int], int]:
     """(ids of `text` without special tokens, the UTF-8 bytes of the source text up to the end of the first token)."""
     from tokenizers import Tokenizer
 
@@ -209,7 +212,7 @@ def rolling_windows(ids: list[int], prefix: int, width: int) -> Iterator[Window]
         predicted = end
 
 
-def document_windows(tokenizer: Any, docs: list[str], width: int) -> tuple[list[Window], int]:
+def document_windows(tokenizer: TextTokenizer, docs: list[str], width: int) -> tuple[list[Window], int]:
     """The windows of every document and the UTF-8 bytes of the text they score."""
     prefix = prefix_token(tokenizer)
     windows: list[Window] = []
@@ -260,8 +263,8 @@ def _window_nats(model: Any, windows: list[Window], per_batch: int) -> Iterator[
 
 
 @torch.no_grad()
-def score_text(model: Any, tokenizer: Any, sources: list[str], *, max_bytes: int = MAX_BYTES, batch: int = 8,
-               context: int | None = None) -> Iterator[Progress]:
+def score_text(model: CausalLM, tokenizer: TextTokenizer, sources: list[str], *, max_bytes: int = MAX_BYTES,
+               batch: int = 8, context: int | None = None) -> Iterator[Progress]:
     """Yield Progress per batch of windows; return {"bits_per_byte", "perplexity", "text_tokens" (scored),
     "text_bytes" (scored), "text_documents"}. context: the model's context (the window); batch: most windows per
     forward pass."""

@@ -9,18 +9,20 @@ first non-empty line); *contains* looks for it anywhere in the reply. "prompt" i
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from desktop_app.engine.data.prompt_files import json_lines
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Progress
 from desktop_app.engine.selfplay.prompting import TaskPrompter
-from desktop_app.engine.selfplay.rollout import sample_completions
+from desktop_app.engine.selfplay.rollout import RolloutOptions, sample_completions
 from desktop_app.engine.tasks.answers import answer_block
 
 MAX_QUESTIONS = 100_000
@@ -32,14 +34,8 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
     if not file.is_file():
         raise UserError(f"question file {file} does not exist")
     records = []
-    with open(file, encoding="utf-8-sig") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{file.name} line {number}: not JSON ({exc.msg})") from None
+    with closing(json_lines(file, encoding="utf-8-sig", invalid="not JSON")) as lines:  # closed at once by a bad line
+        for number, data in lines:
             if not isinstance(data, dict):
                 raise UserError(f"{file.name} line {number}: expected an object with \"question\" and \"answer\"")
             question = data.get("question", data.get("prompt"))
@@ -79,17 +75,29 @@ def matches(reply: str, answers: list[str]) -> tuple[bool, bool]:
     return any(got == w for w in wanted), any(w and w in whole for w in wanted)
 
 
+@dataclass(frozen=True)
+class QASettings:
+    """How ask_questions decodes and scores: the context (max_len), reply length, prompts per batch, and which
+    match (`how`: "exact" or "contains") gives qa_accuracy."""
+
+    max_len: int
+    max_new_tokens: int
+    batch: int = 16
+    how: str = "exact"
+
+
 @torch.no_grad()
-def ask_questions(model: Any, prompter: TaskPrompter, path: str | Path, *, max_len: int, max_new_tokens: int,
-                  batch: int = 16, how: str = "exact") -> Iterator[Progress]:
-    """Yield Progress per batch; return {"qa_accuracy" (by `how`), "qa_exact", "qa_contains", "questions"}."""
+def ask_questions(model: Any, prompter: TaskPrompter, path: str | Path, settings: QASettings) -> Iterator[Progress]:
+    """Yield Progress per batch; return {"qa_accuracy" (by settings.how), "qa_exact", "qa_contains", "questions"}."""
     records = read_questions(path)
+    batch, how = settings.batch, settings.how
+    greedy = RolloutOptions(max_new_tokens=settings.max_new_tokens, temperature=0.0, stop_ids=prompter.stop_ids,
+                            max_len=settings.max_len, tokens=prompter.codec.vocab_size())
     exact = contains = 0
     for start in range(0, len(records), batch):
         part = records[start:start + batch]
         prompts = [prompter.question_ids(r["question"]) for r in part]
-        ids = sample_completions(model, prompts, max_new_tokens=max_new_tokens, temperature=0.0,
-                                 stop_ids=prompter.stop_ids, max_len=max_len, tokens=prompter.codec.vocab_size())
+        ids = sample_completions(model, prompts, greedy)
         for record, completion in zip(part, ids, strict=True):
             e, c = matches(prompter.codec.decode(completion), record["answers"])
             exact += e

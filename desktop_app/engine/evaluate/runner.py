@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.heldout import mean_rate, solve_heldout
+from desktop_app.engine.evaluate.heldout import HeldoutSettings, mean_rate, solve_heldout
 from desktop_app.engine.evaluate.leakage import training_programs
 from desktop_app.engine.evaluate.perplexity import score_text
-from desktop_app.engine.evaluate.qa import ask_questions, read_questions
+from desktop_app.engine.evaluate.qa import QASettings, ask_questions, read_questions
 from desktop_app.engine.evaluate.results import append_result, results_folder
 from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
@@ -169,7 +169,8 @@ def _evaluate_one(path: str, spec: EvalSpec, sets: HeldoutSets, save: bool) -> G
     threads, why = eval_threads(int(spec.threads)) if loaded.device.type == "cpu" else (None, "")
     why = ", ".join(x for x in (precision, why) if x)
     with torch_threads(threads):
-        return (yield from _measure(path, loaded, spec, sets, save, start, why))
+        metrics = yield from _measure(loaded, spec, sets, why)
+        return (yield from _record(path, loaded, spec, metrics, start, save))
 
 
 def _heldout_in_training(loaded: Any, heldout: dict[str, list[Task]], metrics: dict[str, Any]) -> list[Event]:
@@ -190,8 +191,8 @@ def _heldout_in_training(loaded: Any, heldout: dict[str, list[Task]], metrics: d
                         f"({', '.join(sorted(found.sources)) or 'none found'})")]
 
 
-def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bool, start: float,
-             threads: str) -> Generator[Event, None, ModelEvaluated]:
+def _measure(loaded: Any, spec: EvalSpec, sets: HeldoutSets, threads: str) -> Generator[Event, None, dict[str, Any]]:
+    """The figures the spec asks for (held-out tasks, questions, text) of one loaded model."""
     from desktop_app.engine.generate.prompts import context_length
 
     model, tokenizer = loaded.model, loaded.tokenizer
@@ -205,22 +206,28 @@ def _measure(path: str, loaded: Any, spec: EvalSpec, sets: HeldoutSets, save: bo
         world, heldout = sets.get(name)
         max_new = int(spec.max_new_tokens) or (CHAT_ANSWER_TOKENS if prompter.chat else PLAIN_ANSWER_TOKENS)
         size = batch_size(int(spec.batch), sum(len(t) for t in heldout.values()), loaded.device.type)
-        results = yield from solve_heldout(model, prompter, world, heldout, max_len=max_len, max_new_tokens=max_new,
-                                           samples=int(spec.samples), temperature=float(spec.temperature),
-                                           seed=int(spec.seed), batch=size)
+        settings = HeldoutSettings(max_len=max_len, max_new_tokens=max_new, samples=int(spec.samples),
+                                   temperature=float(spec.temperature), seed=int(spec.seed), batch=size)
+        results = yield from solve_heldout(model, prompter, world, heldout, settings)
         metrics["world"] = name
         for result in results.values():
             metrics.update(result.metrics())
         metrics["solve_rate"] = mean_rate(results)
         yield from _heldout_in_training(loaded, heldout, metrics)
     if spec.qa:
-        max_new = int(spec.max_new_tokens) or CHAT_ANSWER_TOKENS
-        metrics.update((yield from ask_questions(model, prompter, spec.qa, max_len=max_len, max_new_tokens=max_new,
-                                                 batch=min(int(spec.batch) or 16, 16), how=spec.qa_match)))
+        settings = QASettings(max_len=max_len, max_new_tokens=int(spec.max_new_tokens) or CHAT_ANSWER_TOKENS,
+                              batch=min(int(spec.batch) or 16, 16), how=spec.qa_match)
+        metrics.update((yield from ask_questions(model, prompter, spec.qa, settings)))
     if spec.text:
         metrics.update((yield from score_text(model, tokenizer, list(spec.text), max_bytes=int(spec.max_text_bytes),
                                               context=max_len)))
     metrics["prompt_style"] = prompter.style
+    return metrics
+
+
+def _record(path: str, loaded: Any, spec: EvalSpec, metrics: dict[str, Any], start: float,
+            save: bool) -> Generator[Event, None, ModelEvaluated]:
+    """One model's ModelEvaluated (`start`: when its loading began), kept in its evaluations file when `save`."""
     step = run_folder.step_of(loaded.path) if loaded.kind in ("run", "checkpoint") else None
     seconds = time.perf_counter() - start
     folder = results_folder(loaded.path, loaded.kind)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event, Progress
-from desktop_app.engine.export.gguf_families import family_of
+from desktop_app.engine.export.gguf_families import Family, family_of
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # written here
 Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
@@ -92,91 +93,66 @@ def copy_tokenizer_metadata(source: Path, writer: Any, vocab_size: int) -> bool:
     if not isinstance(tokens, ArrayValue) or tokens.count != vocab_size:
         return False
     reader = gguf.GGUFReader(source)
-    for key, field in reader.fields.items():
-        if not key.startswith(_COPIED_TOKENIZER_KEYS) or not field.types:
+    for key, entry in reader.fields.items():
+        if not key.startswith(_COPIED_TOKENIZER_KEYS) or not entry.types:
             continue
-        vtype = field.types[0]
+        vtype = entry.types[0]
         if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_key_value(key, field.contents(), vtype, sub_type=field.types[-1])
+            writer.add_key_value(key, entry.contents(), vtype, sub_type=entry.types[-1])
         else:
-            writer.add_key_value(key, field.contents(), vtype)
+            writer.add_key_value(key, entry.contents(), vtype)
     return True
 
 
-def write_gguf(
-    state: dict[str, np.ndarray],
-    config: dict[str, Any],
-    tokenizer_json: dict[str, Any] | None,
-    out: Path,
-    gguf_type: str = "f16",
-    *,
-    name: str = "model",
-    special_ids: dict[str, int | None] | None = None,
-    chat_template: str | None = None,
-    tokenizer_source: Path | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> Iterator[Event]:
-    """Write `out` (a .gguf file) from a state dict (HF names, fp32 numpy) and its config.json dict.
+@dataclass(frozen=True)
+class GGUFTokenizer:
+    """Where a GGUF's tokenizer metadata comes from: the GGUF file `source` (copied when its vocabulary fits the
+    model), else `json` (a tokenizer.json as a dict) with the bos/eos/pad/unk `special_ids`; and the chat template."""
 
-    The tokenizer comes from `tokenizer_source` (a GGUF whose tokenizer metadata is copied) when given and its
-    vocabulary fits, else from `tokenizer_json`. Yields Progress per tensor; returns early (writing nothing
-    complete) when should_stop() turns true. The caller writes to a temporary path and renames.
+    json: dict[str, Any] | None = None
+    special_ids: dict[str, int | None] = field(default_factory=dict)
+    chat_template: str | None = None
+    source: Path | None = None
+
+
+@dataclass(frozen=True)
+class GGUFFile:
+    """The file write_gguf makes: its path (a temporary one: the caller renames it), tensor type and general.name."""
+
+    path: Path
+    gguf_type: str = "f16"
+    name: str = "model"
+
+
+def write_gguf(state: dict[str, np.ndarray], config: dict[str, Any], tokenizer: GGUFTokenizer, target: GGUFFile, *,
+               should_stop: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+    """Write `target` from a state dict (HF names, fp32 numpy), its config.json dict and `tokenizer`.
+
+    Yields Progress per tensor; returns early (writing nothing complete) when should_stop() turns true. The caller
+    writes to a temporary path and renames.
     """
     import gguf
 
+    gguf_type, name = target.gguf_type, target.name
     if gguf_type not in GGUF_TYPES:
         raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
     family = family_of(config)  # refuses families and variants llama.cpp would not read the same way
     vocab_size = int(config["vocab_size"])
-    special_ids = special_ids or {}
-    names = [n for n in state if not (n == "lm_head.weight" and family.tied)]
-    mapped = {n: family.rename(n) for n in names}
-    unknown = [n for n, m in mapped.items() if m is None and not n.endswith(("rotary_emb.inv_freq", ".attn.bias",
-                                                                               ".attn.masked_bias"))]
-    if unknown:
-        raise UserError(f"GGUF export does not know the tensors {', '.join(unknown[:5])}")
-    names = [n for n in names if mapped[n] is not None]
-
-    file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                 "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[gguf_type]
-    writer = gguf.GGUFWriter(str(out), family.arch)
+    mapped = _gguf_names(state, family)
+    writer = gguf.GGUFWriter(str(target.path), family.arch)
     try:
-        writer.add_name(name)
-        for method, value in family.hparams:
-            getattr(writer, method)(value)
-        writer.add_file_type(int(file_type))
-        if gguf_type in ("q8_0", "bf16"):
-            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        if tokenizer_source is None or not copy_tokenizer_metadata(tokenizer_source, writer, vocab_size):
-            if tokenizer_json is None:
-                raise UserError("GGUF export needs the model's tokenizer.json")
-            meta = tokenizer_metadata(tokenizer_json, vocab_size, special_ids)
-            writer.add_tokenizer_model("gpt2")
-            writer.add_tokenizer_pre(meta["pre"])
-            writer.add_token_list(meta["tokens"])
-            writer.add_token_types(meta["types"])
-            writer.add_token_merges(meta["merges"])
-            for role, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
-                              ("pad", writer.add_pad_token_id), ("unk", writer.add_unk_token_id)):
-                if special_ids.get(role) is not None:
-                    add(int(special_ids[role]))
-            # Our tokenizers add no BOS/EOS when encoding; llama.cpp must tokenize prompts the same way.
-            writer.add_add_bos_token(False)
-            writer.add_add_eos_token(False)
-        if chat_template:
-            writer.add_chat_template(chat_template)
-        for done, hf_name in enumerate(names):
+        _add_metadata(writer, family, gguf_type, name)
+        _add_tokenizer(writer, tokenizer, vocab_size)
+        for done, (hf_name, gguf_name) in enumerate(mapped.items()):
             if should_stop():
                 return
-            gguf_name = mapped[hf_name]
-            assert gguf_name is not None
             array = family.transform(hf_name, np.asarray(state[hf_name], dtype=np.float32))
             data, raw_dtype = _convert(array, gguf_type)
             if raw_dtype is None:
                 writer.add_tensor(gguf_name, data)
             else:
                 writer.add_tensor(gguf_name, data, raw_dtype=raw_dtype)
-            yield Progress("convert", done + 1, len(names), "tensors", gguf_name)
+            yield Progress("convert", done + 1, len(mapped), "tensors", gguf_name)
         if should_stop():
             return
         yield Progress("write", 0, 1, "files", f"{name}.gguf")
@@ -186,6 +162,54 @@ def write_gguf(
         yield Progress("write", 1, 1, "files", f"{name}.gguf")
     finally:
         writer.close()
+
+
+def _gguf_names(state: dict[str, np.ndarray], family: Family) -> dict[str, str]:
+    """HF name -> GGUF name of every tensor written (a tied lm_head and causal-mask buffers are not); UserError
+    for a tensor the family does not know."""
+    names = [n for n in state if not (n == "lm_head.weight" and family.tied)]
+    mapped = {n: family.rename(n) for n in names}
+    unknown = [n for n, m in mapped.items() if m is None and not n.endswith(("rotary_emb.inv_freq", ".attn.bias",
+                                                                               ".attn.masked_bias"))]
+    if unknown:
+        raise UserError(f"GGUF export does not know the tensors {', '.join(unknown[:5])}")
+    return {n: m for n, m in mapped.items() if m is not None}
+
+
+def _add_metadata(writer: Any, family: Family, gguf_type: str, name: str) -> None:
+    import gguf
+
+    file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                 "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[gguf_type]
+    writer.add_name(name)
+    for method, value in family.hparams:
+        getattr(writer, method)(value)
+    writer.add_file_type(int(file_type))
+    if gguf_type in ("q8_0", "bf16"):
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+def _add_tokenizer(writer: Any, tokenizer: GGUFTokenizer, vocab_size: int) -> None:
+    """The tokenizer metadata (copied from a GGUF source when its vocabulary fits) and the chat template."""
+    if tokenizer.source is None or not copy_tokenizer_metadata(tokenizer.source, writer, vocab_size):
+        if tokenizer.json is None:
+            raise UserError("GGUF export needs the model's tokenizer.json")
+        special_ids = tokenizer.special_ids
+        meta = tokenizer_metadata(tokenizer.json, vocab_size, special_ids)
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre(meta["pre"])
+        writer.add_token_list(meta["tokens"])
+        writer.add_token_types(meta["types"])
+        writer.add_token_merges(meta["merges"])
+        for role, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
+                          ("pad", writer.add_pad_token_id), ("unk", writer.add_unk_token_id)):
+            if special_ids.get(role) is not None:
+                add(int(special_ids[role]))
+        # Our tokenizers add no BOS/EOS when encoding; llama.cpp must tokenize prompts the same way.
+        writer.add_add_bos_token(False)
+        writer.add_add_eos_token(False)
+    if tokenizer.chat_template:
+        writer.add_chat_template(tokenizer.chat_template)
 
 
 def read_tokenizer_json(path: Path) -> dict[str, Any]:

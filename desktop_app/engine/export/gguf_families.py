@@ -51,6 +51,24 @@ def _rope_theta(config: dict[str, Any]) -> float:
     return float(theta or config.get("rope_theta") or 10000.0)
 
 
+def _renamer(fixed: dict[str, str], layers: list[str], block: dict[str, str]) -> Callable[[str], str | None]:
+    """HF name -> GGUF name: the `fixed` (whole-model) names, else `LAYERS.i.MODULE.weight|bias` of a module in
+    `block` -> blk.i.NAME.weight|bias; None (not written) for anything else."""
+
+    def rename(name: str) -> str | None:
+        if name in fixed:
+            return fixed[name]
+        parts = name.split(".")
+        if len(parts) < 5 or parts[:2] != layers:
+            return None
+        module, kind = ".".join(parts[3:-1]), parts[-1]
+        if module not in block or kind not in ("weight", "bias"):
+            return None
+        return f"blk.{parts[2]}.{block[module]}.{kind}"
+
+    return rename
+
+
 _LLAMA_BLOCK = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -75,19 +93,8 @@ def _llama_like(config: dict[str, Any], arch: str, permute: bool) -> Family:
     ]
     if head_dim != d // heads:
         hparams += [("add_key_length", head_dim), ("add_value_length", head_dim)]
-    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-
-    def rename(name: str) -> str | None:
-        if name in fixed:
-            return fixed[name]
-        parts = name.split(".")
-        if len(parts) < 5 or parts[:2] != ["model", "layers"]:
-            return None
-        module, kind = ".".join(parts[3:-1]), parts[-1]
-        if module not in _LLAMA_BLOCK or kind not in ("weight", "bias"):
-            return None
-        return f"blk.{parts[2]}.{_LLAMA_BLOCK[module]}.{kind}"
+    rename = _renamer({"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+                       "lm_head.weight": "output.weight"}, ["model", "layers"], _LLAMA_BLOCK)
 
     def transform(name: str, array: np.ndarray) -> np.ndarray:
         if permute and ".self_attn.q_proj." in name:
@@ -115,20 +122,10 @@ def _gpt2(config: dict[str, Any]) -> Family:
         ("add_layer_norm_eps", float(config.get("layer_norm_epsilon", 1e-5))),
         ("add_vocab_size", int(config["vocab_size"])),
     ]
-    fixed = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
-             "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias",
-             "lm_head.weight": "output.weight"}
-
-    def rename(name: str) -> str | None:
-        if name in fixed:
-            return fixed[name]
-        parts = name.split(".")
-        if len(parts) < 5 or parts[:2] != ["transformer", "h"]:
-            return None
-        module, kind = ".".join(parts[3:-1]), parts[-1]
-        if module not in _GPT2_BLOCK or kind not in ("weight", "bias"):
-            return None  # attn.bias / masked_bias: causal-mask buffers of old checkpoints
-        return f"blk.{parts[2]}.{_GPT2_BLOCK[module]}.{kind}"
+    # attn.bias / masked_bias (causal-mask buffers of old checkpoints) are in no block table: not written
+    rename = _renamer({"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
+                       "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias",
+                       "lm_head.weight": "output.weight"}, ["transformer", "h"], _GPT2_BLOCK)
 
     def transform(name: str, array: np.ndarray) -> np.ndarray:
         if name.endswith(".weight") and any(f".{m}." in name for m in _GPT2_CONV1D):

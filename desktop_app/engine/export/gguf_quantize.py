@@ -3,7 +3,7 @@
 llama.cpp's k-quants choose a type per tensor (Q4_K_M keeps some tensors at Q6_K, falls back to Q5_0/Q8_0 for
 rows not divisible by 256, ...), which only its quantizer does right, so we do not reimplement it: we write an
 f32 (or, above ~1B parameters, f16) GGUF ourselves and call `llama_model_quantize` from llama-cpp-python, the
-optional `[llamacpp]` extra (built from source; see the README). Without it these types are refused with the
+optional `[llamacpp]` extra (built from source; see docs/formats.md). Without it these types are refused with the
 install line.
 """
 

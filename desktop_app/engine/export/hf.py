@@ -13,8 +13,10 @@ import json
 import os
 import secrets
 import shutil
+import threading
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,56 +186,8 @@ def model_card(name: str, spec: Any, params: int, info: dict[str, Any]) -> str:
         for key, value in spec.to_dict().items():
             lines.append(f"| {key} | {_fmt(value)} |")
     lines.append("")
-    dataset = info.get("dataset")
-    if dataset:
-        manifest = dataset["manifest"]
-        lines += ["## Training data", "", f"Dataset: `{Path(dataset['path']).name}`", ""]
-        splits = manifest.get("splits") if isinstance(manifest.get("splits"), dict) else {}
-        for split in ("train", "val"):
-            s = splits.get(split)
-            if isinstance(s, dict):
-                parts = [f"{s[k]:,} {k}" for k in ("documents", "tokens") if isinstance(s.get(k), int)]
-                if parts:
-                    lines.append(f"- {split}: {', '.join(parts)}")
-        tok = manifest.get("tokenizer")
-        if isinstance(tok, dict):
-            desc = ", ".join(f"{k} {tok[k]}" for k in ("kind", "vocab_size") if k in tok)
-            if desc:
-                lines.append(f"- tokenizer: {desc}")
-        sources = manifest.get("sources")
-        if isinstance(sources, list):
-            lines.append(f"- source files: {len(sources)}")
-        lines.append("")
-    run = info.get("run")
-    if isinstance(run, dict) or info.get("last_step") or info.get("last_eval"):
-        lines += ["## Training", ""]
-        if "step" in info:
-            lines.append(f"- steps trained: {info['step']:,}")
-        train = run.get("train") if isinstance(run, dict) else None
-        if isinstance(train, dict):
-            for key in ("batch_size", "lr", "schedule", "weight_decay", "precision"):
-                if key in train:
-                    lines.append(f"- {key}: {_fmt(train[key])}")
-        if isinstance(run, dict) and "seed" in run:
-            lines.append(f"- seed: {run['seed']}")
-        if isinstance(run, dict) and run.get("objective", "causal_lm") != "causal_lm":
-            adapter = run.get("adapter") if isinstance(run.get("adapter"), dict) else {}
-            kind = adapter.get("kind", "none")
-            lines.append(f"- method: {run['objective']}"
-                         + (f" with {kind} (rank {adapter.get('rank', 8)}, merged into the base)" if kind != "none"
-                            else " (full fine-tuning)"))
-            if run.get("base_model"):
-                lines.append(f"- base model: `{Path(run['base_model']).name}`")
-            for d in run.get("data", []) if isinstance(run.get("data"), list) else []:
-                lines.append(f"- data: `{Path(d).name}`")
-        skip = {"type", "step", "total_steps", "elapsed_s", "eta_s"}
-        for title, event in (("final training metrics", info.get("last_step")),
-                             ("final validation metrics", info.get("last_eval"))):
-            if event:
-                metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in event.items()
-                                    if k not in skip and isinstance(v, (int, float)))
-                lines.append(f"- {title} (step {event.get('step')}): {metrics}")
-        lines.append("")
+    lines += _data_section(info.get("dataset"))
+    lines += _training_section(info)
     lines += [
         "## Usage",
         "",
@@ -248,6 +202,73 @@ def model_card(name: str, spec: Any, params: int, info: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _data_section(dataset: dict[str, Any] | None) -> list[str]:
+    """The card's "Training data": the dataset's splits, tokenizer and number of source files."""
+    if not dataset:
+        return []
+    manifest = dataset["manifest"]
+    lines = ["## Training data", "", f"Dataset: `{Path(dataset['path']).name}`", ""]
+    splits = manifest.get("splits") if isinstance(manifest.get("splits"), dict) else {}
+    for split in ("train", "val"):
+        s = splits.get(split)
+        if isinstance(s, dict):
+            parts = [f"{s[k]:,} {k}" for k in ("documents", "tokens") if isinstance(s.get(k), int)]
+            if parts:
+                lines.append(f"- {split}: {', '.join(parts)}")
+    tok = manifest.get("tokenizer")
+    if isinstance(tok, dict):
+        desc = ", ".join(f"{k} {tok[k]}" for k in ("kind", "vocab_size") if k in tok)
+        if desc:
+            lines.append(f"- tokenizer: {desc}")
+    sources = manifest.get("sources")
+    if isinstance(sources, list):
+        lines.append(f"- source files: {len(sources)}")
+    lines.append("")
+    return lines
+
+
+def _training_section(info: dict[str, Any]) -> list[str]:
+    """The card's "Training": steps, the main settings, the method (fine-tunes) and the final metrics."""
+    run = info.get("run")
+    if not (isinstance(run, dict) or info.get("last_step") or info.get("last_eval")):
+        return []
+    lines = ["## Training", ""]
+    if "step" in info:
+        lines.append(f"- steps trained: {info['step']:,}")
+    train = run.get("train") if isinstance(run, dict) else None
+    if isinstance(train, dict):
+        for key in ("batch_size", "lr", "schedule", "weight_decay", "precision"):
+            if key in train:
+                lines.append(f"- {key}: {_fmt(train[key])}")
+    if isinstance(run, dict) and "seed" in run:
+        lines.append(f"- seed: {run['seed']}")
+    if isinstance(run, dict) and run.get("objective", "causal_lm") != "causal_lm":
+        lines += _method_lines(run)
+    skip = {"type", "step", "total_steps", "elapsed_s", "eta_s"}
+    for title, event in (("final training metrics", info.get("last_step")),
+                         ("final validation metrics", info.get("last_eval"))):
+        if event:
+            metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in event.items()
+                                if k not in skip and isinstance(v, (int, float)))
+            lines.append(f"- {title} (step {event.get('step')}): {metrics}")
+    lines.append("")
+    return lines
+
+
+def _method_lines(run: dict[str, Any]) -> list[str]:
+    """A fine-tune's method (and adapter), base model and data files."""
+    adapter = run.get("adapter") if isinstance(run.get("adapter"), dict) else {}
+    kind = adapter.get("kind", "none")
+    lines = [f"- method: {run['objective']}"
+             + (f" with {kind} (rank {adapter.get('rank', 8)}, merged into the base)" if kind != "none"
+                else " (full fine-tuning)")]
+    if run.get("base_model"):
+        lines.append(f"- base model: `{Path(run['base_model']).name}`")
+    for d in run.get("data", []) if isinstance(run.get("data"), list) else []:
+        lines.append(f"- data: `{Path(d).name}`")
+    return lines
 
 
 # --- writers -------------------------------------------------------------------------------------------
@@ -337,14 +358,53 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _write_gguf_and_modelfile(model: Any, tokenizer: Any, src: Path, tmp: Path, out: Path, gguf_type: str,
-                              stopped: Any, extra: list[Path], result: dict[str, Any]) -> Iterator[Event]:
-    """The GGUF at `tmp` (k-quants: our f32/f16 file, then llama.cpp's quantizer) and its Modelfile at a temporary
-    sibling (result["modelfile_tmp"]); temporaries go into `extra` to be removed whatever happens."""
-    from desktop_app.engine.export.gguf import read_tokenizer_json, write_gguf
-    from desktop_app.engine.export.gguf_quantize import LLAMA_CPP_TYPES, quantize
-    from desktop_app.engine.export.modelfile import modelfile_text
+@dataclass(frozen=True)
+class ExportSettings:
+    """How export_model writes: replace an existing output, the GGUF type (gguf), the safetensors shard size (hf,
+    zip), and merge a LoRA/QLoRA adapter into its base (required for an adapter)."""
 
+    overwrite: bool = False
+    gguf_type: str = "f16"
+    max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE
+    merge: bool = False
+
+
+@dataclass
+class _Export:
+    """One export under way: what it reads and writes, and what is left to remove whatever happens."""
+
+    src: Path
+    fmt: str
+    out: Path
+    settings: ExportSettings
+    stop: threading.Event | None  # the user's stop flag
+    adapter: bool  # the source is a LoRA adapter, merged into its base on loading
+    tmp: Path
+    extra: list[Path] = field(default_factory=list)  # other temporaries
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    @property
+    def modelfile(self) -> Path | None:
+        """The Ollama Modelfile written beside a GGUF."""
+        return self.out.with_name(f"{self.out.stem}.Modelfile") if self.fmt == "gguf" else None
+
+    def temporary(self, label: str) -> Path:
+        """A new hidden temporary sibling of the output, removed at the end."""
+        path = self.out.with_name(f".{self.out.stem}.{label}-{secrets.token_hex(4)}")
+        self.extra.append(path)
+        return path
+
+
+def _write_gguf_and_modelfile(job: _Export, model: Any, tokenizer: Any) -> Iterator[Event]:
+    """The GGUF at job.tmp (k-quants: our f32/f16 file, then llama.cpp's quantizer) and its Modelfile at a temporary
+    sibling (job.result["modelfile_tmp"])."""
+    from desktop_app.engine.export.gguf import GGUFFile, GGUFTokenizer, read_tokenizer_json, write_gguf
+    from desktop_app.engine.export.gguf_quantize import LLAMA_CPP_TYPES, quantize
+
+    src, tmp, gguf_type = job.src, job.tmp, job.settings.gguf_type
     state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
     tok_file = src / "tokenizer.json" if src.is_dir() else None
     tok_json = read_tokenizer_json(tok_file) if tok_file is not None and tok_file.is_file() else \
@@ -354,13 +414,13 @@ def _write_gguf_and_modelfile(model: Any, tokenizer: Any, src: Path, tmp: Path, 
     target, write_type = tmp, gguf_type
     if gguf_type in LLAMA_CPP_TYPES:  # our f32 (f16 above ~1B parameters) file first, then llama.cpp's quantizer
         target = tmp.with_name(tmp.name + ".src")
-        extra.append(target)
+        job.extra.append(target)
         write_type = "f32" if sum(int(v.size) for v in state.values()) < 1e9 else "f16"
-    yield from write_gguf(state, model.config.to_dict(), tok_json, target, write_type, name=out.stem,
-                          special_ids=_special_ids(tokenizer),
-                          chat_template=template if isinstance(template, str) else None,
-                          tokenizer_source=origin, should_stop=stopped)
-    if stopped():
+    yield from write_gguf(state, model.config.to_dict(),
+                          GGUFTokenizer(tok_json, _special_ids(tokenizer),
+                                        template if isinstance(template, str) else None, origin),
+                          GGUFFile(target, write_type, job.out.stem), should_stop=job.stopped)
+    if job.stopped():
         return
     if origin is not None:
         yield Log("info", f"kept the tokenizer of {origin.name} as it was")
@@ -368,30 +428,27 @@ def _write_gguf_and_modelfile(model: Any, tokenizer: Any, src: Path, tmp: Path, 
         yield Progress("quantize", 0, 1, "files", f"llama.cpp {gguf_type}")
         quantize(target, tmp, gguf_type)
         yield Progress("quantize", 1, 1, "files", f"llama.cpp {gguf_type}")
+    yield from _write_modelfile(job, model, tokenizer)
+
+
+def _write_modelfile(job: _Export, model: Any, tokenizer: Any) -> Iterator[Event]:
+    """The Ollama Modelfile, at a temporary sibling of the output (job.result["modelfile_tmp"])."""
+    from desktop_app.engine.export.modelfile import modelfile_text
+
     context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
-    made = modelfile_text(out.name, tokenizer, context)
-    mf_tmp = out.with_name(f".{out.stem}.Modelfile.tmp-{secrets.token_hex(4)}")
-    extra.append(mf_tmp)
+    made = modelfile_text(job.out.name, tokenizer, context)
+    mf_tmp = job.temporary("Modelfile.tmp")
     with open(mf_tmp, "w", encoding="utf-8") as fh:
         fh.write(made.text)
         fh.flush()
         os.fsync(fh.fileno())
-    result["modelfile_tmp"] = str(mf_tmp)
-    result["modelfile_template"] = made.translated
+    job.result["modelfile_tmp"] = str(mf_tmp)
+    job.result["modelfile_template"] = made.translated
     yield Log("info" if made.translated or "no chat template" in made.note else "warning", f"Modelfile: {made.note}")
 
 
-def export_model(
-    source: str | Path,
-    fmt: str,
-    out: str | Path,
-    controls: Controls | None = None,
-    *,
-    overwrite: bool = False,
-    gguf_type: str = "f16",
-    max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE,
-    merge: bool = False,
-) -> Iterator[Event]:
+def export_model(source: str | Path, fmt: str, out: str | Path, controls: Controls | None = None, *,
+                 settings: ExportSettings | None = None, **options: Any) -> Iterator[Event]:
     """Export `source` (run folder -> newest checkpoint, checkpoint, export or HF folder) to `out`.
 
     fmt "hf": a folder AutoModelForCausalLM/AutoTokenizer load offline (config.json, model.safetensors
@@ -401,85 +458,102 @@ def export_model(
     here, q4_k_m, q5_k_m or q6_k by llama.cpp's quantizer) and beside it NAME.Modelfile for `ollama create`.
     Ends with Finished(reason "completed", result={"path", "format", "bytes", "source"} (+ "modelfile")) or
     Finished(reason "cancelled") when controls.stop is set (nothing is left behind).
+    `settings` (ExportSettings), or its fields as keywords (overwrite=, gguf_type=, max_shard_size=, merge=).
     merge: required for a LoRA/QLoRA run or adapter folder: the adapter is merged into (a copy of) its base
     and the result exported as a plain model in any format (the base on disk is untouched).
     """
-    if fmt not in FORMATS:
-        raise UserError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
-    gguf_type = gguf_type.lower()
-    if fmt == "gguf" and gguf_type not in GGUF_TYPES:
-        raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
-    out = Path(out).expanduser()
-    modelfile = out.with_name(f"{out.stem}.Modelfile") if fmt == "gguf" else None
-    src = resolve_source(source)
+    settings = replace(settings or ExportSettings(), **options)  # an unknown keyword: TypeError, as for a call
+    return _export(source, fmt, out, controls, settings)
+
+
+def _export(source: str | Path, fmt: str, out: str | Path, controls: Controls | None,
+            settings: ExportSettings) -> Iterator[Event]:
+    job = _checked_export(source, fmt, Path(out).expanduser(), controls, settings)
+    try:
+        yield Progress("load", 0, 1, "models", str(job.src))
+        if fmt == "gguf":
+            _refuse_gguf_early(job)
+        model, tokenizer = _load(job.src)
+        yield Progress("load", 1, 1, "models", str(job.src))
+        if job.adapter:
+            yield Log("info", f"merged the adapter of {job.src} into its base model")
+        if not job.stopped():
+            yield from _write_output(job, model, tokenizer)
+        if job.stopped():
+            yield Finished("cancelled", message="export cancelled")
+            return
+        yield from _publish(job)
+    finally:
+        _remove(job.tmp)
+        for path in job.extra:
+            _remove(path)
+
+
+def _checked_export(source: str | Path, fmt: str, out: Path, controls: Controls | None,
+                    settings: ExportSettings) -> _Export:
+    """The export asked for, its mistakes refused before anything is loaded or written."""
     from desktop_app.engine.model.folders import is_adapter_folder
 
+    if fmt not in FORMATS:
+        raise UserError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+    settings = replace(settings, gguf_type=settings.gguf_type.lower())
+    if fmt == "gguf" and settings.gguf_type not in GGUF_TYPES:
+        raise UserError(f"GGUF type must be one of {', '.join(GGUF_TYPES)}, got {settings.gguf_type!r}")
+    modelfile = out.with_name(f"{out.stem}.Modelfile") if fmt == "gguf" else None
+    src = resolve_source(source)
     adapter = is_adapter_folder(src)
-    if adapter and not merge:
+    if adapter and not settings.merge:
         raise UserError(f"{src} holds a LoRA adapter, not a whole model: export it with --merge (the adapter is "
                         "merged into its base model and the result exported)")
     for path in (out, modelfile):
-        if path is not None and path.exists() and not overwrite:
+        if path is not None and path.exists() and not settings.overwrite:
             raise UserError(f"{path} already exists: choose another output path or allow overwriting (--force)")
     if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
         raise UserError(f"the output {out} must not be the model folder itself or inside it")
     if not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
     stop = controls.stop if controls is not None else None
+    return _Export(src, fmt, out, settings, stop, adapter, out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}"))
 
-    def stopped() -> bool:
-        return stop is not None and stop.is_set()
 
-    tmp = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
-    extra: list[Path] = []
-    result: dict[str, Any] = {}
-    try:
-        yield Progress("load", 0, 1, "models", str(src))
-        if fmt == "gguf":
-            # Refuse early (before loading weights) what cannot become GGUF.
-            from desktop_app.engine.export.gguf_families import EXPORTABLE
-            from desktop_app.engine.export.gguf_quantize import INSTALL_HINT, LLAMA_CPP_TYPES, llama_cpp_available
+def _refuse_gguf_early(job: _Export) -> None:
+    """Refuse what cannot become GGUF before the weights are loaded."""
+    from desktop_app.engine.export.gguf_families import EXPORTABLE
+    from desktop_app.engine.export.gguf_quantize import INSTALL_HINT, LLAMA_CPP_TYPES, llama_cpp_available
 
-            model_type = _source_model_type(src)
-            if model_type not in EXPORTABLE:
-                raise UserError(f"GGUF export supports {', '.join(EXPORTABLE)} models; {src} is a {model_type!r} "
-                                "model: export it with --format hf or zip instead")
-            if gguf_type in LLAMA_CPP_TYPES and not llama_cpp_available():
-                raise UserError(f"GGUF type {gguf_type} is made by llama.cpp's quantizer, which is not installed: "
-                                f"{INSTALL_HINT}")
-        model, tokenizer = _load(src)
-        yield Progress("load", 1, 1, "models", str(src))
-        if adapter:
-            yield Log("info", f"merged the adapter of {src} into its base model")
-        if stopped():
-            yield Finished("cancelled", message="export cancelled")
-            return
-        if fmt in ("hf", "zip"):
-            folder = tmp if fmt == "hf" else out.with_name(f".{out.stem}.tmp-{secrets.token_hex(4)}")
-            if fmt == "zip":
-                extra.append(folder)
-            yield from _write_hf(model, tokenizer, src, folder, max_shard_size, out.stem if fmt == "zip" else out.name)
-            if fmt == "zip":
-                if stopped():
-                    yield Finished("cancelled", message="export cancelled")
-                    return
-                yield from _write_zip(folder, tmp, out.stem if out.suffix == ".zip" else out.name)
-        else:
-            yield from _write_gguf_and_modelfile(model, tokenizer, src, tmp, out, gguf_type, stopped, extra, result)
-        if stopped():
-            yield Finished("cancelled", message="export cancelled")
-            return
-        _replace(tmp, out, overwrite)
-        if modelfile is not None and "modelfile_tmp" in result:
-            _replace(Path(result.pop("modelfile_tmp")), modelfile, overwrite)
-            result["modelfile"] = str(modelfile)
-        size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else out.stat().st_size
-        yield Log("info", f"exported {src} as {fmt} to {out} ({size / 1e6:.1f} MB)")
-        result.update({"path": str(out), "format": fmt, "bytes": size, "source": str(src)})
-        if fmt == "gguf":
-            result["gguf_type"] = gguf_type
-        yield Finished("completed", message=f"exported to {out}", result=result)
-    finally:
-        _remove(tmp)
-        for path in extra:
-            _remove(path)
+    model_type = _source_model_type(job.src)
+    if model_type not in EXPORTABLE:
+        raise UserError(f"GGUF export supports {', '.join(EXPORTABLE)} models; {job.src} is a {model_type!r} "
+                        "model: export it with --format hf or zip instead")
+    if job.settings.gguf_type in LLAMA_CPP_TYPES and not llama_cpp_available():
+        raise UserError(f"GGUF type {job.settings.gguf_type} is made by llama.cpp's quantizer, which is not "
+                        f"installed: {INSTALL_HINT}")
+
+
+def _write_output(job: _Export, model: Any, tokenizer: Any) -> Iterator[Event]:
+    """The output at job.tmp: a folder (hf), that folder zipped (zip; stops between the two when cancelled), or a
+    GGUF and its Modelfile."""
+    out = job.out
+    if job.fmt == "gguf":
+        yield from _write_gguf_and_modelfile(job, model, tokenizer)
+        return
+    folder = job.tmp if job.fmt == "hf" else job.temporary("tmp")
+    yield from _write_hf(model, tokenizer, job.src, folder, job.settings.max_shard_size,
+                         out.stem if job.fmt == "zip" else out.name)
+    if job.fmt == "zip" and not job.stopped():
+        yield from _write_zip(folder, job.tmp, out.stem if out.suffix == ".zip" else out.name)
+
+
+def _publish(job: _Export) -> Iterator[Event]:
+    """Move the finished output (and Modelfile) into place; the Finished event with the result."""
+    out, result, modelfile = job.out, job.result, job.modelfile
+    _replace(job.tmp, out, job.settings.overwrite)
+    if modelfile is not None and "modelfile_tmp" in result:
+        _replace(Path(result.pop("modelfile_tmp")), modelfile, job.settings.overwrite)
+        result["modelfile"] = str(modelfile)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else out.stat().st_size
+    yield Log("info", f"exported {job.src} as {job.fmt} to {out} ({size / 1e6:.1f} MB)")
+    result.update({"path": str(out), "format": job.fmt, "bytes": size, "source": str(job.src)})
+    if job.fmt == "gguf":
+        result["gguf_type"] = job.settings.gguf_type
+    yield Finished("completed", message=f"exported to {out}", result=result)

@@ -17,9 +17,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.data.chat import end_of_turn_id, own_template
+
+if TYPE_CHECKING:
+    from desktop_app.engine.protocols import ChatTokenizer
 
 _SYS, _USERS, _ASSTS = "AZRSYSTEMTEXT", ("AZRUSERONE", "AZRUSERTWO", "AZRUSERTHREE"), ("AZRREPLYONE", "AZRREPLYTWO")
 
@@ -93,7 +96,7 @@ def _strip_end(text: str, tail: str, what: str) -> str:
     return text[: len(text) - len(tail)]
 
 
-def wrappers_of(tokenizer: Any) -> Wrappers:
+def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
     """The wrappers of the tokenizer's chat template, checked on several conversations; TemplateNotTranslatable."""
     u1, u2, u3 = _USERS
     a1, a2 = _ASSTS
@@ -165,7 +168,7 @@ class ModelfileResult:
     note: str  # one line for the export log
 
 
-def modelfile_text(gguf_name: str, tokenizer: Any, context_length: int | None) -> ModelfileResult:
+def modelfile_text(gguf_name: str, tokenizer: ChatTokenizer, context_length: int | None) -> ModelfileResult:
     """The Modelfile for `gguf_name` (a file in the same folder) and the model's tokenizer."""
     lines = ["# Ollama Modelfile written by AZR Model Trainer:", f"#   ollama create NAME -f {Path(gguf_name).stem}"
              ".Modelfile", f"FROM ./{gguf_name}"]

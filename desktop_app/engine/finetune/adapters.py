@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
+
+if TYPE_CHECKING:
+    from desktop_app.engine.protocols import CausalLM
 
 FAMILY_TARGETS = {  # what default_target_modules finds, for help texts and the UI
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -54,7 +57,7 @@ def family_targets(path: str | Path) -> list[str]:
     return list(FAMILY_TARGETS.get(str(model_type), []))
 
 
-def is_peft_model(model: Any) -> bool:
+def is_peft_model(model: CausalLM) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
@@ -72,7 +75,7 @@ def _linear_types() -> tuple[type, ...]:
     return tuple(types)
 
 
-def default_target_modules(model: Any) -> list[str]:
+def default_target_modules(model: CausalLM) -> list[str]:
     """Names (last component) of every linear projection inside the transformer blocks (not the output layer)."""
     out_layer = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     types = _linear_types()
@@ -89,7 +92,7 @@ def default_target_modules(model: Any) -> list[str]:
     return sorted(names)
 
 
-def apply_adapter(model: Any, adapter: Any, *, seed: int, new_token_ids: list[int] | None = None,
+def apply_adapter(model: CausalLM, adapter: Any, *, seed: int, new_token_ids: list[int] | None = None,
                   quantized: bool = False, gradient_checkpointing: bool = False) -> tuple[Any, list[str]]:
     """Wrap `model` with LoRA adapters per `adapter` (an AdapterSpec). Returns (PeftModel, log lines).
 
@@ -138,7 +141,7 @@ def apply_adapter(model: Any, adapter: Any, *, seed: int, new_token_ids: list[in
     return peft_model, notes
 
 
-def keep_trainable_layout(model: Any) -> None:
+def keep_trainable_layout(model: CausalLM) -> None:
     """Keep bitsandbytes' 4-bit weights in the layout its autograd path understands.
 
     On a CPU with AVX512-BF16, bitsandbytes 0.50 repacks a 4-bit weight for fast inference the first time the
@@ -167,7 +170,7 @@ def _input_embedding_name(model: Any) -> str:
     return "embed_tokens"
 
 
-def adapter_state(model: Any, full_state: dict[str, Any] | None = None) -> dict[str, Any]:
+def adapter_state(model: CausalLM, full_state: dict[str, Any] | None = None) -> dict[str, Any]:
     """The adapter's tensors under PEFT's saved names (what adapter_model.safetensors holds), on the CPU.
     full_state: the whole model's state when the model holds only a shard of it (FSDP)."""
     from peft import get_peft_model_state_dict
@@ -176,7 +179,7 @@ def adapter_state(model: Any, full_state: dict[str, Any] | None = None) -> dict[
     return {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
 
 
-def save_adapter(model: Any, folder: Path, state: dict[str, Any] | None = None) -> None:
+def save_adapter(model: CausalLM, folder: Path, state: dict[str, Any] | None = None) -> None:
     """adapter_config.json + adapter_model.safetensors (PEFT's own format and file names) into `folder`.
     state: the whole model's state when the model holds only a shard of it (FSDP)."""
     with warnings.catch_warnings():
@@ -187,7 +190,7 @@ def save_adapter(model: Any, folder: Path, state: dict[str, Any] | None = None) 
         readme.unlink()
 
 
-def load_adapter_state(model: Any, state: dict[str, Any]) -> None:
+def load_adapter_state(model: CausalLM, state: dict[str, Any]) -> None:
     """Put saved adapter tensors back into a PeftModel of the same configuration (exactly)."""
     from peft import set_peft_model_state_dict
 
@@ -213,7 +216,7 @@ def load_adapter_state(model: Any, state: dict[str, Any]) -> None:
         raise CheckpointError(f"the checkpoint's adapter lacks weights of this model ({missing[:5]})")
 
 
-def base_state_snapshot(model: Any) -> dict[str, Any]:
+def base_state_snapshot(model: CausalLM) -> dict[str, Any]:
     """Copies of the frozen base tensors of a PeftModel (tests check they are unchanged after training)."""
     base = model.get_base_model() if is_peft_model(model) else model
     return {n: p.detach().clone() for n, p in base.named_parameters() if not p.requires_grad}

@@ -10,7 +10,7 @@ and user turns and text the template injects (a default system prompt) never car
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.data.chat import (
     CHATML_TEMPLATE,
@@ -25,6 +25,9 @@ from desktop_app.engine.data.chat import (
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.finetune.formats import RecordError, normalise_record
 from desktop_app.engine.method_options import LOSS_ON
+
+if TYPE_CHECKING:
+    from desktop_app.engine.protocols import CausalLM, ChatTokenizer
 
 
 def as_hf_tokenizer(obj_or_path: Any) -> Any:
@@ -56,7 +59,7 @@ def as_hf_tokenizer(obj_or_path: Any) -> Any:
     return tok
 
 
-def ensure_chat_tokens(tokenizer: Any, model: Any = None) -> list[str]:
+def ensure_chat_tokens(tokenizer: ChatTokenizer, model: CausalLM | None = None) -> list[str]:
     """Make `tokenizer` able to render chats, and `model` able to embed every token. Returns log lines.
 
     No chat template → the ChatML default is set and <|im_start|>/<|im_end|> are added as special tokens
@@ -148,7 +151,7 @@ def render_masked(chat: ChatRenderer, messages: list[dict[str, str]], loss_on: s
     return r, mask
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]], *, loss_on: str = "assistant",
+def render_chat(tokenizer: ChatTokenizer, messages: list[dict[str, Any]], *, loss_on: str = "assistant",
                 ) -> tuple[list[int], list[bool]]:
     """Token ids of a conversation rendered through the chat template, and per token whether it carries
     loss ("assistant": assistant contents + their end-of-turn token; "last": only the final assistant
@@ -160,7 +163,7 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], *, loss_on: str 
     return r.ids, mask
 
 
-def preview(tokenizer: Any, record: Any, *, loss_on: str = "assistant") -> list[tuple[str, bool]]:
+def preview(tokenizer: ChatTokenizer, record: Any, *, loss_on: str = "assistant") -> list[tuple[str, bool]]:
     """(token text, carries loss) per token of one record (raw in any format, or normalised) rendered
     through the chat template; the texts join to exactly the rendered text. A preference record shows
     prompt + chosen with loss on the chosen answer. UserError with the reason if it cannot be used."""

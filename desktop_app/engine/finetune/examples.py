@@ -6,16 +6,17 @@ every record truncated, dropped or in error; and packing SFT examples into fixed
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from desktop_app.engine.data.chat import ChatError, ChatRenderer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.finetune.chat_template import check_choice, loss_targets, render_masked
 from desktop_app.engine.finetune.formats import (
     SFT_FORMATS,
+    FileRead,
     RecordError,
     RecordVerdict,
     file_verdicts,
@@ -26,6 +27,7 @@ from desktop_app.engine.finetune.formats import (
 from desktop_app.engine.method_options import LOSS_ON, OVERLONG
 
 IGNORE_INDEX = -100
+ExampleT = TypeVar("ExampleT")  # an example type (SFTExample, PreferenceExample)
 
 
 @dataclass
@@ -78,6 +80,32 @@ def _nothing_left(verdicts: list[RecordVerdict], what: str) -> UserError:
     return UserError(f"no usable {what} in the data" + (": " + "; ".join(bad) if bad else ""))
 
 
+def _examples_of(files: list[FileRead], make: Callable[[dict[str, Any]], tuple[ExampleT, str | None]],
+                 what: str) -> tuple[list[ExampleT], list[RecordVerdict]]:
+    """`make` (record -> example and truncation note) over every record of `files`, and the verdicts: a record it
+    refuses gets its error, a truncated one its note, each file its summary. UserError when no example is left."""
+    examples: list[ExampleT] = []
+    verdicts: list[RecordVerdict] = []
+    for f in files:
+        used = 0
+        for rec in f.records:
+            line = rec["source"]["line"]
+            try:
+                example, note = make(rec)
+            except (RecordError, ChatError) as exc:
+                f.verdicts.append(RecordVerdict.of(f.path, line, exc))
+                continue
+            if note:
+                f.verdicts.append(RecordVerdict(str(f.path), line, "truncated", note))
+            examples.append(example)
+            used += 1
+        verdicts += file_verdicts(f)
+        verdicts.append(summary_verdict(f, examples=used))
+    if not examples:
+        raise _nothing_left(verdicts, what)
+    return examples, verdicts
+
+
 def build_sft_examples(paths: str | Path | Iterable[str | Path], tokenizer: Any, max_len: int, *,
                        loss_on: str = "assistant", overlong: str = "truncate",
                        ) -> tuple[list[SFTExample], list[RecordVerdict]]:
@@ -90,26 +118,8 @@ def build_sft_examples(paths: str | Path | Iterable[str | Path], tokenizer: Any,
     files = read_files(paths)
     refuse_unusable(files, SFT_FORMATS, "SFT")
     chat = ChatRenderer(tokenizer)
-    examples: list[SFTExample] = []
-    verdicts: list[RecordVerdict] = []
-    for f in files:
-        used = 0
-        for rec in f.records:
-            line = rec["source"]["line"]
-            try:
-                example, note = _sft_example(chat, rec["messages"], max_len, loss_on, overlong)
-            except (RecordError, ChatError) as exc:
-                f.verdicts.append(RecordVerdict.of(f.path, line, exc))
-                continue
-            if note:
-                f.verdicts.append(RecordVerdict(str(f.path), line, "truncated", note))
-            examples.append(example)
-            used += 1
-        verdicts += file_verdicts(f)
-        verdicts.append(summary_verdict(f, examples=used))
-    if not examples:
-        raise _nothing_left(verdicts, "SFT example")
-    return examples, verdicts
+    return _examples_of(files, lambda rec: _sft_example(chat, rec["messages"], max_len, loss_on, overlong),
+                        "SFT example")
 
 
 def _preference_example(chat: ChatRenderer, rec: dict[str, Any], max_len: int,
@@ -168,26 +178,7 @@ def build_preference_examples(paths: str | Path | Iterable[str | Path], tokenize
     files = read_files(paths)
     refuse_unusable(files, ("preference",), "DPO")
     chat = ChatRenderer(tokenizer)
-    examples: list[PreferenceExample] = []
-    verdicts: list[RecordVerdict] = []
-    for f in files:
-        used = 0
-        for rec in f.records:
-            line = rec["source"]["line"]
-            try:
-                example, note = _preference_example(chat, rec, max_len, overlong)
-            except (RecordError, ChatError) as exc:
-                f.verdicts.append(RecordVerdict.of(f.path, line, exc))
-                continue
-            if note:
-                f.verdicts.append(RecordVerdict(str(f.path), line, "truncated", note))
-            examples.append(example)
-            used += 1
-        verdicts += file_verdicts(f)
-        verdicts.append(summary_verdict(f, examples=used))
-    if not examples:
-        raise _nothing_left(verdicts, "preference pair")
-    return examples, verdicts
+    return _examples_of(files, lambda rec: _preference_example(chat, rec, max_len, overlong), "preference pair")
 
 
 # --------------------------------------------------------------------------------------------- packing

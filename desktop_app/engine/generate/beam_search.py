@@ -24,10 +24,9 @@ of the best beams is yielded once the search is over (beams change their past un
 
 from __future__ import annotations
 
-import copy
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,9 @@ import torch
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
-from desktop_app.engine.generate.runners import make_runner
+from desktop_app.engine.generate.rows import tokens_per_second
+from desktop_app.engine.generate.runners import left_padded, make_runner
+from desktop_app.engine.generate.settings import BeamSettings, DecodeLimits, Vocab
 from desktop_app.engine.generate.text_stream import TextStream
 
 MAX_BEAMS = 64
@@ -79,44 +80,34 @@ class Hypothesis:
     finish_reason: str  # eos | stop | length | cancelled
 
 
-def _fork(stream: TextStream) -> TextStream:
-    """An independent copy of a text stream (its token list and stop filter), cheaper than deepcopy."""
-    new = copy.copy(stream)
-    new._detok = copy.copy(stream._detok)
-    new._detok.ids = list(stream._detok.ids)
-    new._stops = copy.copy(stream._stops)
-    return new
-
-
 class BeamSearch:
-    """Beam search over `prompts` (token ids), N beams each; call `step()` until it returns False.
+    """Beam search over `prompts` (token ids), `beams.num_beams` beams each; call `step()` until it returns False.
 
-    `eos`: ids that end a hypothesis. `decode` (ids -> text) is needed for texts and stop strings; `stop`:
-    strings that end a hypothesis (the text is cut before them). `budget`: most generated tokens.
+    `limits`: the most generated tokens (`budget`), the ids that end a hypothesis (`stop_ids`) and stop strings
+    (`stop`: the text is cut before them; they need `vocab.decode`, ids -> text, which also gives the texts).
+    `vocab.pad`: the left padding of a batch of prompts (None: the smallest end id, else 0); `vocab.tokens`:
+    the tokenizer's size, when the model's vocabulary is padded beyond it.
     """
 
-    def __init__(self, model: Any, prompts: Sequence[Sequence[int]], *, num_beams: int, budget: int,
-                 length_penalty: float = 1.0, early_stopping: Any = False, eos: set[int] | Sequence[int] = (),
-                 pad: int | None = None, decode: Callable[[Sequence[int]], str] | None = None,
-                 stop: Sequence[str] = (), num_return: int = 1, repetition_penalty: float = 1.0,
-                 backend: str = "auto", tokens: int = 0):
-        check_beam_settings(num_beams, length_penalty, num_return)
+    def __init__(self, model: Any, prompts: Sequence[Sequence[int]], beams: BeamSettings, limits: DecodeLimits,
+                 vocab: Vocab = Vocab(), backend: str = "auto"):
+        check_beam_settings(beams.num_beams, beams.length_penalty, beams.num_return)
         if not prompts or any(len(p) == 0 for p in prompts):
             raise UserError("beam search needs at least one non-empty prompt")
-        if budget < 1:
-            raise UserError(f"the token budget must be at least 1, got {budget}")
-        if stop and decode is None:
+        if limits.budget < 1:
+            raise UserError(f"the token budget must be at least 1, got {limits.budget}")
+        if limits.stop and vocab.decode is None:
             raise ValueError("stop strings need a decode function")
         self.model = model
-        self.tokens = int(tokens)  # the tokenizer's size: a padded vocabulary's extra ids never join a beam
+        self.tokens = int(vocab.tokens)  # the tokenizer's size: a padded vocabulary's extra ids never join a beam
         self.prompts = [list(map(int, p)) for p in prompts]
-        self.num_beams, self.budget, self.num_return = num_beams, int(budget), num_return
-        self.length_penalty = float(length_penalty)
-        self.early_stopping = early_stopping_mode(early_stopping)
-        self.eos = sorted({int(i) for i in eos})
-        self.pad = int(pad) if pad is not None else (self.eos[0] if self.eos else 0)
-        self.decode, self.stop = decode, [s for s in stop if s]
-        self.repetition_penalty = float(repetition_penalty)
+        self.num_beams, self.budget, self.num_return = beams.num_beams, int(limits.budget), beams.num_return
+        self.length_penalty = float(beams.length_penalty)
+        self.early_stopping = early_stopping_mode(beams.early_stopping)
+        self.eos = sorted(limits.stop_ids)
+        self.pad = int(vocab.pad) if vocab.pad is not None else (self.eos[0] if self.eos else 0)
+        self.decode, self.stop = vocab.decode, [s for s in limits.stop if s]
+        self.repetition_penalty = float(beams.repetition_penalty)
         self.backend = backend
         self.device = next(model.parameters()).device
         self.cur = 0  # tokens generated so far by every running beam
@@ -130,11 +121,7 @@ class BeamSearch:
     def _start(self) -> None:
         b, n, dev = len(self.prompts), self.num_beams, self.device
         longest = max(len(p) for p in self.prompts)
-        ids = torch.tensor([[self.pad] * (longest - len(p)) + p for p in self.prompts], dtype=torch.long, device=dev)
-        mask = None
-        if any(len(p) != longest for p in self.prompts):
-            mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in self.prompts], dtype=torch.long,
-                                device=dev)
+        ids, mask = left_padded(self.prompts, self.pad, dev)
         self._runner = make_runner(self.model, b, longest + self.budget, self.backend)
         logits = self._runner.prefill(ids, mask)
         self._runner.expand(n)
@@ -182,7 +169,25 @@ class BeamSearch:
         return more
 
     def _advance(self) -> bool:
-        b, n, k, cur = len(self.prompts), self.num_beams, self.k, self.cur
+        """One step of the search: the next token of every beam, the hypotheses that finished; False once over."""
+        topk_lp, source, tokens = self._candidates()
+        topk_seqs = torch.take_along_dim(self.running, source[:, :, None], dim=1)
+        topk_seqs[:, :, self.cur] = tokens
+        hits, reason, forks = self._ends(source, tokens)
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        chosen, parents, next_tokens = self._keep_running(topk_lp, topk_seqs, hits, source, tokens)
+        self._keep_finished(topk_lp, topk_seqs, hits, reason)
+        self.cur += 1
+        if not self._improvable(hits):
+            return False
+        self._follow(parents, next_tokens, chosen, forks)
+        return True
+
+    def _candidates(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best k (beam, token) continuations of every prompt: their summed log-probabilities [b, k], the beam
+        each continues (within its prompt) and its token."""
+        b, n = len(self.prompts), self.num_beams
         assert self._logits is not None
         logits = self._logits.float()
         if 0 < self.tokens < logits.shape[-1]:
@@ -194,31 +199,36 @@ class BeamSearch:
                                     log_probs / self.repetition_penalty)
             log_probs = torch.where(self.seen, penalized, log_probs)
         log_probs = log_probs.view(b, n, vocab) + self.running_scores[:, :, None]
-        topk_lp, topk_idx = torch.topk(log_probs.view(b, n * vocab), k=k)
-        source = topk_idx // vocab  # [b, k] beam within the prompt
-        tokens = topk_idx % vocab
-        topk_seqs = torch.take_along_dim(self.running, source[:, :, None], dim=1)
-        topk_seqs[:, :, cur] = tokens
+        topk_lp, topk_idx = torch.topk(log_probs.view(b, n * vocab), k=self.k)
+        return topk_lp, topk_idx // vocab, topk_idx % vocab
+
+    def _ends(self, source: torch.Tensor,
+              tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[list[TextStream | None]] | None]:
+        """Which continuations end (an end id, a stop string, the budget) and why; the text streams they fork."""
         is_eos = torch.isin(tokens, self.eos_t) if self.eos else torch.zeros_like(tokens, dtype=torch.bool)
         reason = torch.where(is_eos, _EOS, _LENGTH)
         hits = is_eos
         forks: list[list[TextStream | None]] | None = None
         if self.streams is not None:
             hits, reason, forks = self._stop_strings(source, tokens, is_eos, reason)
-        if cur + 1 >= self.budget:
+        if self.cur + 1 >= self.budget:
             hits = torch.ones_like(hits)
-        if self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
+        return hits, reason, forks
 
-        # The best n continuations that did not end keep running.
+    def _keep_running(self, topk_lp: torch.Tensor, topk_seqs: torch.Tensor, hits: torch.Tensor, source: torch.Tensor,
+                      tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best n continuations that did not end keep running: which of the k (chosen), their parent beams and
+        their tokens."""
         running_lp = topk_lp + hits.to(torch.float32) * _NEG
-        chosen = torch.topk(running_lp, k=n)[1]  # [b, n]
+        chosen = torch.topk(running_lp, k=self.num_beams)[1]  # [b, n]
         self.running = torch.take_along_dim(topk_seqs, chosen[:, :, None], dim=1)
         self.running_scores = torch.take_along_dim(running_lp, chosen, dim=1)
-        parents = torch.take_along_dim(source, chosen, dim=1)
-        next_tokens = torch.take_along_dim(tokens, chosen, dim=1)
+        return chosen, torch.take_along_dim(source, chosen, dim=1), torch.take_along_dim(tokens, chosen, dim=1)
 
-        # Continuations among the best n that ended compete with the finished hypotheses.
+    def _keep_finished(self, topk_lp: torch.Tensor, topk_seqs: torch.Tensor, hits: torch.Tensor,
+                       reason: torch.Tensor) -> None:
+        """Continuations among the best n that ended compete with the finished hypotheses."""
+        n, cur = self.num_beams, self.cur
         just_finished = hits & self.top_mask[None, :]
         final_lp = topk_lp / ((cur + 1) ** self.length_penalty)
         full = torch.all(self.finished, dim=-1, keepdim=True) & (self.early_stopping is True)
@@ -229,24 +239,29 @@ class BeamSearch:
         keep = torch.topk(merged_scores, k=n)[1]
         self.sequences = torch.take_along_dim(torch.cat((self.sequences, topk_seqs), dim=1), keep[:, :, None], dim=1)
         self.beam_scores = torch.take_along_dim(merged_scores, keep, dim=1)
-        new_lengths = torch.full_like(tokens, cur + 1)
+        new_lengths = torch.full_like(hits, cur + 1, dtype=torch.long)
         self.lengths = torch.take_along_dim(torch.cat((self.lengths, new_lengths), dim=1), keep, dim=1)
         self.reasons = torch.take_along_dim(torch.cat((self.reasons, reason), dim=1), keep, dim=1)
         self.finished = torch.take_along_dim(torch.cat((self.finished, just_finished), dim=1), keep, dim=1)
 
-        self.cur = cur = cur + 1
+    def _improvable(self, hits: torch.Tensor) -> bool:
+        """Whether the search goes on: some prompt's best running beam can still beat its worst finished one, not
+        every prompt is full (early_stopping true) and not every continuation ended."""
         if self.early_stopping == "never" and self.length_penalty > 0.0:
             best_length = self.budget
         else:
-            best_length = cur
+            best_length = self.cur
         best_running = self.running_scores[:, :1] / (best_length ** self.length_penalty)
         worst_finished = torch.where(self.finished, torch.min(self.beam_scores, dim=1, keepdim=True)[0], _NEG)
         self.improvable = self.improvable & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
         open_beams = not (bool(torch.all(self.finished)) and self.early_stopping is True)
-        if not (bool(torch.any(self.improvable)) and open_beams and not bool(torch.all(hits))):
-            return False
+        return bool(torch.any(self.improvable)) and open_beams and not bool(torch.all(hits))
 
-        # Every running beam continues from its parent's cache row.
+    def _follow(self, parents: torch.Tensor, next_tokens: torch.Tensor, chosen: torch.Tensor,
+                forks: list[list[TextStream | None]] | None) -> None:
+        """Every running beam continues from its parent's cache row, text stream and seen tokens; the forward of
+        the chosen tokens gives the next step's logits."""
+        b, n = len(self.prompts), self.num_beams
         flat_parents = (parents + self.offsets).view(-1)
         if forks is not None:
             pick = chosen.tolist()
@@ -259,7 +274,6 @@ class BeamSearch:
             self._runner.reorder(flat_parents)
         self._logits = self._runner.step(next_tokens.view(-1))
         self.steps += 1
-        return True
 
     def _stop_strings(self, source: torch.Tensor, tokens: torch.Tensor, is_eos: torch.Tensor,
                       reason: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[list[TextStream | None]]]:
@@ -276,7 +290,7 @@ class BeamSearch:
                     row.append(None)
                     row_stop.append(False)
                     continue
-                stream = _fork(self.streams[i * n + src[i][j]])
+                stream = self.streams[i * n + src[i][j]].fork()
                 stream.push(tok[i][j])
                 row.append(stream)
                 row_stop.append(stream.stopped)
@@ -284,6 +298,10 @@ class BeamSearch:
             stopped.append(row_stop)
         stop_t = torch.tensor(stopped, dtype=torch.bool, device=self.device)
         return is_eos | stop_t, torch.where(stop_t, _STOP, reason), forks
+
+    def release(self) -> None:
+        """Free the KV cache now (a search abandoned midway)."""
+        self._runner = None
 
     def run(self, stop_event: Any = None) -> list[list[Hypothesis]]:
         """Search to the end (or until `stop_event` is set) and return `results()`."""
@@ -341,45 +359,29 @@ class BeamSearch:
         return stream.text
 
 
-def beam_search(model: Any, prompts: Sequence[Sequence[int]], **settings: Any) -> list[list[Hypothesis]]:
-    """Run `BeamSearch(model, prompts, **settings)` to the end: per prompt, its best hypotheses."""
-    return BeamSearch(model, prompts, **settings).run()
+def beam_search(model: Any, prompts: Sequence[Sequence[int]], beams: BeamSettings, limits: DecodeLimits,
+                vocab: Vocab = Vocab(), backend: str = "auto") -> list[list[Hypothesis]]:
+    """Run a BeamSearch (same arguments) to the end: per prompt, its best hypotheses."""
+    return BeamSearch(model, prompts, beams, limits, vocab, backend).run()
 
 
-def stream_beams(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, spec: Any, stop_event: Any,
-                 backend: str, t0: float, decode: Callable[[Sequence[int]], str],
-                 eos: set[int]) -> Iterator[TextDelta | GenerationStats]:
-    """stream_text's path for spec.num_beams > 1: each returned beam's text and GenerationStats at the end.
+def stream_beams(search: BeamSearch, samples: int, stop_event: Any, t0: float) -> Iterator[TextDelta | GenerationStats]:
+    """stream_text's path for num_beams > 1: runs `search` (until `stop_event` is set), then yields each returned
+    beam's text and GenerationStats (t0: when the call began).
 
     Sample numbering as stream_text's: prompt_index * samples + rank (rank 0 = the best beam).
     """
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(sorted(eos)), 0)
-    search = BeamSearch(model, prompts, num_beams=spec.num_beams, budget=budget, length_penalty=spec.length_penalty,
-                        early_stopping=spec.early_stopping, eos=eos, pad=pad, decode=decode, stop=spec.stop,
-                        num_return=spec.samples, repetition_penalty=spec.repetition_penalty, backend=backend,
-                        tokens=len(tokenizer))
-    cancelled = False
     try:
-        while True:
-            if stop_event is not None and stop_event.is_set():
-                cancelled = True
-                break
-            if not search.step():
-                break
-        results = search.results(cancelled=cancelled)
+        results = search.run(stop_event)
     finally:
-        search._runner = None  # free the KV cache even when the consumer abandons the stream
+        search.release()  # free the KV cache even when the consumer abandons the stream
     end = time.perf_counter()
     first = search.first_token_at or end
     for hyps in results:
         for h in hyps:
-            sample = h.prompt * spec.samples + h.rank
+            sample = h.prompt * samples + h.rank
             if h.text:
                 yield TextDelta(sample=sample, text=h.text)
-            count = len(h.token_ids)
-            if count > 1 and end > first:
-                rate = (count - 1) / (end - first)
-            else:
-                rate = count / (end - t0) if end > t0 else 0.0
             yield GenerationStats(sample=sample, text=h.text, token_ids=list(h.token_ids), ttft_ms=(first - t0) * 1e3,
-                                  tokens_per_s=rate, finish_reason=h.finish_reason)
+                                  tokens_per_s=tokens_per_second(len(h.token_ids), first, end, end - t0),
+                                  finish_reason=h.finish_reason)

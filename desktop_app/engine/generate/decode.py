@@ -23,12 +23,15 @@ cache objects and a list of logits processors per token; the loop below, on the 
 - On CUDA, llama and gpt2 models take the static path instead (static_decode.py: a kept static KV cache,
   steps replayed as CUDA graphs, sampling and stop checks on the GPU, tokens read every few steps);
   `_decode_static` turns its chunks of tokens into the same events. The CPU keeps the loop below.
+- Both loops keep their per-row bookkeeping (stops, budget, text, timing, stats) in rows.py's `Rows`, which the
+  rollouts and the server's batcher share.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,13 +39,14 @@ import torch
 from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
-from desktop_app.engine.generate.beam_search import stream_beams
-from desktop_app.engine.generate.device_sampling import SamplingSettings
+from desktop_app.engine.generate.beam_search import BeamSearch, stream_beams
 from desktop_app.engine.generate.prompts import context_length, encode_prompt
-from desktop_app.engine.generate.runners import BACKENDS, left_padded, make_runner
+from desktop_app.engine.generate.rows import Rows
+from desktop_app.engine.generate.runners import BACKENDS, Runner, left_padded, make_runner
 from desktop_app.engine.generate.sampling import Sampler
+from desktop_app.engine.generate.settings import BeamSettings, DecodeLimits, PromptRows, SamplingSettings, Vocab
 from desktop_app.engine.generate.static_decode import StaticGeneration, log_choice, use_static_path
-from desktop_app.engine.generate.text_stream import TextStream
+from desktop_app.engine.generate.text_stream import text_decoder
 from desktop_app.engine.generate.thread_tuner import ThreadTuner
 from desktop_app.engine.generate.threads import (
     decode_threads,
@@ -59,12 +63,43 @@ if TYPE_CHECKING:
 DECODE_BACKENDS = (*BACKENDS, "static")
 
 
-def _decoder(tokenizer: Any) -> Any:
-    """ids -> text through the Rust tokenizer directly (the Python wrapper adds per-call overhead)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return lambda ids: backend.decode(list(ids), skip_special_tokens=True)
-    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True)
+@dataclass
+class _Call:
+    """One stream_text call as its decode paths see it: the encoded prompts, the settings, when it began."""
+
+    model: Any
+    tokenizer: Any
+    prompts: list[list[int]]
+    spec: GenerateSpec
+    budget: int
+    stop_event: Any
+    t0: float
+    eos: set[int] = field(init=False)  # the ids that end a sample (data/chat.py's stop_token_ids)
+
+    def __post_init__(self) -> None:
+        self.eos = set(stop_token_ids(self.tokenizer, self.model, chat=self.spec.chat))
+
+    @property
+    def limits(self) -> DecodeLimits:
+        return DecodeLimits(self.budget, self.eos, self.spec.stop)
+
+    @property
+    def batch(self) -> PromptRows:
+        """`spec.samples` rows per prompt, prompt-major; padded with the tokenizer's pad id (else an end id)."""
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else next(iter(self.eos), 0)
+        return PromptRows(self.prompts, self.spec.samples, pad)
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        s = self.spec
+        return SamplingSettings(s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty, len(self.tokenizer))
+
+    def rows(self) -> Rows:
+        """Every row's bookkeeping (rows.py), with a TextStream each."""
+        return Rows(self.batch.rows(), self.limits, text_decoder(self.tokenizer), self.t0)
+
+    def cancelled(self) -> bool:
+        return self.stop_event is not None and self.stop_event.is_set()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -88,6 +123,37 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
     """
     t0 = time.perf_counter()
     spec.check()
+    call = _encode(loaded, prompt, spec, stop_event, t0)
+    model, n = call.model, len(call.prompts)
+    if backend not in DECODE_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(DECODE_BACKENDS)}")
+    if spec.num_beams > 1:  # beam search: its own loop (beam_search.py); the text comes when the search ends
+        beams = BeamSettings(spec.num_beams, spec.length_penalty, spec.early_stopping, spec.samples,
+                             spec.repetition_penalty)
+        vocab = Vocab(text_decoder(call.tokenizer), call.tokenizer.pad_token_id, len(call.tokenizer))
+        search = BeamSearch(model, call.prompts, beams, call.limits, vocab, "auto" if backend == "static" else backend)
+        n_threads = decode_threads(model, n * spec.num_beams) if threads == "auto" else threads
+        with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
+            yield from stream_beams(search, spec.samples, stop_event, t0)
+        return
+    static, reason = use_static_path(model, backend)
+    if static:
+        log_choice(model, reason)
+        with short_gil_switch():
+            yield from _decode_static(call)
+        return
+    tuner, n_threads = thread_tuner(model, n * spec.samples) if threads == "auto" else (None, threads)
+    try:
+        with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
+            yield from _decode(call, backend, tuner)
+    finally:
+        if tuner is not None:
+            remember_tuner(model, n * spec.samples, tuner)
+
+
+def _encode(loaded: LoadedModel, prompt: str | Sequence[str], spec: GenerateSpec, stop_event: Any,
+            t0: float) -> _Call:
+    """The prompts' token ids (each cut to what the context holds) and the token budget that fits after them."""
     model, tokenizer = loaded.model, loaded.tokenizer
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
     if not prompts:
@@ -103,101 +169,43 @@ def stream_text(loaded: LoadedModel, prompt: str | Sequence[str], spec: Generate
         encoded = [r[-(ctx - 1):] if len(r) > ctx - 1 else r for r in encoded]
     longest = max(len(r) for r in encoded)
     budget = spec.max_new_tokens if not ctx else max(1, min(spec.max_new_tokens, ctx - longest))
-    if backend not in DECODE_BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(DECODE_BACKENDS)}")
-    if spec.num_beams > 1:  # beam search: its own loop (beam_search.py); the text comes when the search ends
-        n_threads = decode_threads(model, len(encoded) * spec.num_beams) if threads == "auto" else threads
-        with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
-            yield from stream_beams(model, tokenizer, encoded, budget, spec, stop_event,
-                                    "auto" if backend == "static" else backend, t0,
-                                    _decoder(tokenizer), set(stop_token_ids(tokenizer, model, chat=spec.chat)))
-        return
-    static, reason = use_static_path(model, backend)
-    if static:
-        log_choice(model, reason)
-        with short_gil_switch():
-            yield from _decode_static(model, tokenizer, encoded, budget, spec, stop_event, t0)
-        return
-    tuner, n_threads = thread_tuner(model, len(encoded) * spec.samples) if threads == "auto" else (None, threads)
-    try:
-        with torch_threads(n_threads), short_gil_switch():  # type: ignore[arg-type]
-            yield from _decode(model, tokenizer, encoded, budget, spec, stop_event, backend, t0, tuner)
-    finally:
-        if tuner is not None:
-            remember_tuner(model, len(encoded) * spec.samples, tuner)
+    return _Call(model, tokenizer, encoded, spec, budget, stop_event, t0)
 
 
-def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, spec: GenerateSpec,
-            stop_event: Any, backend: str, t0: float,
-            tuner: ThreadTuner | None = None) -> Iterator[TextDelta | GenerationStats]:
-    rows = [ids for ids in prompts for _ in range(spec.samples)]  # prompt-major sample numbering
-    n = len(rows)
+def _prefill(call: _Call, backend: str) -> tuple[Sampler, Runner, torch.Tensor]:
+    """The sampler, and the runner after the prompts' prefill with their first logits. Each distinct prompt is
+    prefilled once, then its cache rows are repeated for its samples."""
+    model, rows = call.model, call.batch
     device = next(model.parameters()).device
-    eos = set(stop_token_ids(tokenizer, model, chat=spec.chat))
-    decode = _decoder(tokenizer)
-    streams = [TextStream(decode, spec.stop, context_ids=r) for r in rows]
-    generated: list[list[int]] = [[] for _ in rows]
-    first_t: list[float] = [0.0] * n
-    last_t: list[float] = [0.0] * n
-    active = list(range(n))
-    longest = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
+    ids, mask = left_padded(call.prompts, rows.pad_id, device)
+    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+    sampler = Sampler(call.sampling, seed=call.spec.seed, batch=rows.count, vocab_size=vocab, device=device)
+    sampler.observe_prompt(rows.rows())
+    runner = make_runner(model, len(call.prompts), rows.longest + call.budget, backend)
+    logits = runner.prefill(ids, mask)
+    if rows.samples > 1:
+        runner.expand(rows.samples)
+        logits = logits.repeat_interleave(rows.samples, dim=0)
+    return sampler, runner, logits
 
-    def stats(b: int, reason: str) -> GenerationStats:
-        count = len(generated[b])
-        ttft = (first_t[b] - t0) if count else (time.perf_counter() - t0)
-        if count > 1 and last_t[b] > first_t[b]:
-            rate = (count - 1) / (last_t[b] - first_t[b])
-        else:
-            rate = count / ttft if ttft > 0 else 0.0
-        return GenerationStats(sample=b, text=streams[b].text, token_ids=list(generated[b]), ttft_ms=ttft * 1e3,
-                               tokens_per_s=rate, finish_reason=reason)
 
+def _decode(call: _Call, backend: str, tuner: ThreadTuner | None) -> Iterator[TextDelta | GenerationStats]:
+    rows, budget = call.rows(), call.budget
     with torch.inference_mode():
-        # Prefill each distinct prompt once, then repeat its cache rows for its samples.
-        ids, mask = left_padded(prompts, pad, device)
-        vocab = int(getattr(model.config, "vocab_size", 0) or 0)
-        sampler = Sampler(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p, min_p=spec.min_p,
-                          repetition_penalty=spec.repetition_penalty, seed=spec.seed, batch=n, vocab_size=vocab,
-                          device=device, tokens=len(tokenizer))
-        sampler.observe_prompt(rows)
-        runner = make_runner(model, len(prompts), longest + budget, backend)
-        logits = runner.prefill(ids, mask)
-        if spec.samples > 1:
-            runner.expand(spec.samples)
-            logits = logits.repeat_interleave(spec.samples, dim=0)
+        sampler, runner, logits = _prefill(call, backend)
     cancelled = False
     try:
         for step in range(budget):
-            if stop_event is not None and stop_event.is_set():
+            if call.cancelled():
                 cancelled = True
                 break
             with torch.inference_mode():
                 next_ids = sampler(logits)
                 chosen = next_ids.tolist()
             now = time.perf_counter()
-            still: list[int] = []
-            for b in active:
-                token = chosen[b]
-                generated[b].append(token)
-                if len(generated[b]) == 1:
-                    first_t[b] = now
-                last_t[b] = now
-                if token in eos:
-                    piece = streams[b].finish()
-                    if piece:
-                        yield TextDelta(sample=b, text=piece)
-                    yield stats(b, "eos")
-                    continue
-                piece = streams[b].push(token)
-                if piece:
-                    yield TextDelta(sample=b, text=piece)
-                if streams[b].stopped:
-                    yield stats(b, "stop")
-                    continue
-                still.append(b)
-            active = still
-            if not active or step == budget - 1:
+            for b in rows.active:
+                yield from rows.push(b, (chosen[b],), now)
+            if not rows.settle() or step == budget - 1:
                 break
             with torch.inference_mode():
                 if tuner is None:
@@ -207,81 +215,29 @@ def _decode(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, s
                     t_step = time.perf_counter()
                     logits = runner.step(next_ids)
                     tuner.record(time.perf_counter() - t_step)
-        reason = "cancelled" if cancelled else "length"
-        for b in active:
-            piece = streams[b].finish()
-            if piece:
-                yield TextDelta(sample=b, text=piece)
-            yield stats(b, reason)
-        active = []
+        yield from rows.end("cancelled" if cancelled else "length")
     finally:
         del runner  # free the KV cache promptly even when the consumer abandons the stream
 
 
-def _decode_static(model: Any, tokenizer: Any, prompts: list[list[int]], budget: int, spec: GenerateSpec,
-                   stop_event: Any, t0: float) -> Iterator[TextDelta | GenerationStats]:
+def _decode_static(call: _Call) -> Iterator[TextDelta | GenerationStats]:
     """_decode's job on the static path (static_decode.py): tokens arrive in chunks read every few steps."""
-    rows = [ids for ids in prompts for _ in range(spec.samples)]
-    n = len(rows)
-    eos = set(stop_token_ids(tokenizer, model, chat=spec.chat))
-    decode = _decoder(tokenizer)
-    streams = [TextStream(decode, spec.stop, context_ids=r) for r in rows]
-    generated: list[list[int]] = [[] for _ in rows]
-    first_t: list[float] = [0.0] * n
-    last_t: list[float] = [0.0] * n
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
-    settings = SamplingSettings(spec.temperature, spec.top_k, spec.top_p, spec.min_p, spec.repetition_penalty,
-                                len(tokenizer))
-    run = StaticGeneration(model, prompts, budget=budget, samples=spec.samples, settings=settings, seed=spec.seed,
-                           stop_ids=eos, pad_id=pad)
-
-    def stats(b: int, reason: str) -> GenerationStats:
-        count = len(generated[b])
-        ttft = (first_t[b] - t0) if count else (time.perf_counter() - t0)
-        rate = (count - 1) / (last_t[b] - first_t[b]) if count > 1 and last_t[b] > first_t[b] else \
-            (count / ttft if ttft > 0 else 0.0)
-        return GenerationStats(sample=b, text=streams[b].text, token_ids=list(generated[b]), ttft_ms=ttft * 1e3,
-                               tokens_per_s=rate, finish_reason=reason)
-
-    active = list(range(n))
+    rows = call.rows()
+    run = StaticGeneration(call.model, call.batch, call.limits, call.sampling, seed=call.spec.seed)
     cancelled = False
     chunks = run.run()
     try:
         for chunk in chunks:
-            still: list[int] = []
-            ended: list[int] = []
-            for b in active:
-                for token in chunk.tokens[b]:
-                    generated[b].append(token)
-                    if len(generated[b]) == 1:
-                        first_t[b] = chunk.at
-                    last_t[b] = chunk.at
-                    if token in eos:
-                        piece = streams[b].finish()
-                        if piece:
-                            yield TextDelta(sample=b, text=piece)
-                        yield stats(b, "eos")
-                        break
-                    piece = streams[b].push(token)
-                    if piece:
-                        yield TextDelta(sample=b, text=piece)
-                    if streams[b].stopped:
-                        yield stats(b, "stop")
-                        ended.append(b)
-                        break
-                else:
-                    still.append(b)
-            active = still
+            for b in rows.active:
+                yield from rows.push(b, chunk.tokens[b], chunk.at)
+            ended = rows.ended("stop")  # stop strings: the device only knows the stop ids
+            rows.settle()
             run.finish_rows(ended)
-            if not active:
+            if not rows.active:
                 break
-            if stop_event is not None and stop_event.is_set():
+            if call.cancelled():
                 cancelled = True
                 break
-        for b in active:
-            piece = streams[b].finish()
-            if piece:
-                yield TextDelta(sample=b, text=piece)
-            yield stats(b, "cancelled" if cancelled else "length")
+        yield from rows.end("cancelled" if cancelled else "length")
     finally:
         chunks.close()  # releases the decoder even when the consumer abandons the stream

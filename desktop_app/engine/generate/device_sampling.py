@@ -28,44 +28,15 @@ whatever the logits' dtype (as transformers upcasts).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass
 
 import torch
 
 from desktop_app.engine.generate.sampling import process_logits
+from desktop_app.engine.generate.settings import SamplingSettings
 
 RING = 64  # token columns the host reads from; it reads at most RING // 2 steps at a time
 MAX_STOP_IDS = 64
 _TINY = 1e-30
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """One call's sampling settings (every row of a static call shares them; they key the captured graphs)."""
-
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    tokens: int = 0  # the tokenizer's size when the model's vocabulary is padded beyond it (0 = every logit)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
-    @property
-    def key(self) -> tuple:
-        return astuple(self)
-
-    def normalized(self, vocab: int) -> SamplingSettings:
-        """top_k >= vocab is no filter; greedy ignores the filters (only the penalty applies)."""
-        top_k = self.top_k if 0 < self.top_k < vocab else 0
-        tokens = self.tokens if 0 < self.tokens < vocab else 0
-        if self.temperature <= 0.0:
-            return SamplingSettings(0.0, 0, 1.0, 0.0, self.repetition_penalty, tokens)
-        return SamplingSettings(float(self.temperature), top_k, float(self.top_p), float(self.min_p),
-                                float(self.repetition_penalty), tokens)
 
 
 class DeviceSampling:
@@ -124,8 +95,7 @@ class DeviceSampling:
         if s.tokens:  # a padded vocabulary's extra ids are never chosen: masked before the filters (as on the CPU)
             assert self.padding is not None
             logits = logits.masked_fill(self.padding, float("-inf"))
-        processed = process_logits(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                                   repetition_penalty=s.repetition_penalty, seen=seen)
+        processed = process_logits(logits, s, seen)
         if s.greedy:
             ids = processed.argmax(dim=-1)
         else:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from desktop_app.engine.generate.static_models import GPT2_ACTIVATIONS, is_plain_gpt2, rope_tables
 from desktop_app.engine.generate.threads import count_parameters
 from desktop_app.engine.model.architecture import is_plain_llama
 
@@ -228,6 +229,22 @@ class _LeanRunner(Runner):
 
     def _layer_views(self) -> None:
         self.k_layers, self.v_layers = list(self.k_cache.unbind(0)), list(self.v_cache.unbind(0))
+        self._rows_viewed = -1  # use_rows: the rows its narrowed layer views cover (-1: the whole cache)
+
+    def cache_view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The key and value caches [layers, batch, kv heads, max_len, head_dim]: the tensors themselves, so a
+        caller moving or filling rows writes the cache (server/slot_cache.py)."""
+        return self.k_cache, self.v_cache
+
+    def use_rows(self, rows: int, length: int, positions: torch.Tensor, valid: torch.Tensor | None) -> None:
+        """Run the next steps on the first `rows` cache rows (continuous batching, server/slot_cache.py): the next
+        one writes column `length`, each row's position comes from `positions` (advanced in place) and its real
+        columns from `valid` (None: no row is padded, the fast path without a mask)."""
+        if rows != self._rows_viewed:
+            self.k_layers = list(self.k_cache[:, :rows].unbind(0))
+            self.v_layers = list(self.v_cache[:, :rows].unbind(0))
+            self._rows_viewed = rows
+        self.batch, self.length, self.positions, self.valid = rows, length, positions, valid
 
     def expand(self, repeats: int) -> None:
         super().expand(repeats)
@@ -288,17 +305,9 @@ class _LeanLlama(_LeanRunner):
         self.embed = core.embed_tokens.weight
         self.plain = self._prepare(model, False)  # references, no copies
         self.prepared = _cached_layers(model, True, self._prepare) if fuse else None
-        # cos/sin for every position from the model's own rotary module (honours any rope scaling).
-        positions = torch.arange(max_len, device=self.device)[None]
-        cos, sin = core.rotary_emb(torch.zeros(1, dtype=p.dtype, device=self.device), positions)
-        self.cos, self.sin = cos[0].to(p.dtype), sin[0].to(p.dtype)  # [max_len, head_dim]
-        # rotate_half(x) = cat(-x2, x1) = x @ rot. For one new token per row, RoPE is x @ R(pos) with
-        # R = diag(cos) + rot * sin: one small batched matmul per layer, R built once per token.
-        half = self.head_dim // 2
-        eye = torch.eye(half, dtype=p.dtype, device=self.device)
-        self.rot = torch.zeros(self.head_dim, self.head_dim, dtype=p.dtype, device=self.device)
-        self.rot[half:, :half] = -eye
-        self.rot[:half, half:] = eye
+        # cos/sin [max_len, head_dim] for every position, and rot: for one new token per row, RoPE is x @ R(pos)
+        # with R = diag(cos) + rot * sin, one small batched matmul per layer, R built once per token.
+        self.cos, self.sin, self.rot = rope_tables(core.rotary_emb, max_len, self.head_dim, p.dtype, self.device)
         self._alloc_cache(len(core.layers), self.n_kv, self.head_dim, p.dtype)
         self.gqa = self.n_kv != self.n_heads
 
@@ -412,8 +421,6 @@ class _LeanLlama(_LeanRunner):
 class _LeanGPT2(_LeanRunner):
     """GPT2LMHeadModel's math as a flat op sequence over a preallocated KV cache."""
 
-    _ACTS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
-
     def __init__(self, model: Any, batch: int, max_len: int, fuse: bool):
         p = next(model.parameters())
         super().__init__(batch, max_len, p.device)
@@ -422,7 +429,7 @@ class _LeanGPT2(_LeanRunner):
         self.hidden = cfg.n_embd
         self.head_dim = self.hidden // self.n_heads
         self.eps = float(cfg.layer_norm_epsilon)
-        self.approx = self._ACTS[cfg.activation_function]
+        self.approx = GPT2_ACTIVATIONS[cfg.activation_function]
         self.scale = None if cfg.scale_attn_weights else 1.0
         self.attn_scale = self.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
         self.wte, self.wpe = core.wte.weight, core.wpe.weight
@@ -435,15 +442,9 @@ class _LeanGPT2(_LeanRunner):
                        for blk in core.h]
         self._alloc_cache(len(self.layers), self.n_heads, self.head_dim, p.dtype)
 
-    @classmethod
-    def supports(cls, model: Any) -> bool:
-        cfg = model.config
-        if getattr(cfg, "model_type", None) != "gpt2" or cfg.activation_function not in cls._ACTS:
-            return False
-        if cfg.scale_attn_by_inverse_layer_idx or cfg.reorder_and_upcast_attn or getattr(cfg, "add_cross_attention",
-                                                                                         False):
-            return False
-        return type(model.lm_head) is torch.nn.Linear and model.lm_head.bias is None
+    @staticmethod
+    def supports(model: Any) -> bool:
+        return is_plain_gpt2(model)
 
     @staticmethod
     def _conv1d(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from desktop_app.engine.generate.settings import SamplingSettings
+
 _NEG_INF = float("-inf")
 
 
@@ -62,47 +64,49 @@ def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     return logits.masked_fill(probs < threshold, _NEG_INF)
 
 
-def process_logits(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float, min_p: float,
-                   repetition_penalty: float, seen: torch.Tensor | None) -> torch.Tensor:
+def process_logits(logits: torch.Tensor, settings: SamplingSettings, seen: torch.Tensor | None) -> torch.Tensor:
     """Every enabled processor in HF's order: repetition penalty (when `seen` is given), then, unless greedy
-    (temperature 0), temperature, top-k, top-p, min-p. Pure tensor ops: no host reads, fixed shapes."""
-    if seen is not None and repetition_penalty != 1.0:
-        logits = apply_repetition_penalty(logits, seen, repetition_penalty)
-    if temperature <= 0.0:
+    (temperature 0), temperature, top-k, top-p, min-p. Pure tensor ops: no host reads, fixed shapes.
+    (`settings.tokens` is the callers' to apply: they mask a padded vocabulary's ids first.)"""
+    s = settings
+    if seen is not None and s.repetition_penalty != 1.0:
+        logits = apply_repetition_penalty(logits, seen, s.repetition_penalty)
+    if s.temperature <= 0.0:
         return logits
-    if temperature != 1.0:
-        logits = apply_temperature(logits, temperature)
-    if top_k:
-        logits = apply_top_k(logits, top_k)
-    if top_p < 1.0:
-        logits = apply_top_p(logits, top_p)
-    if min_p > 0.0:
-        logits = apply_min_p(logits, min_p)
+    if s.temperature != 1.0:
+        logits = apply_temperature(logits, s.temperature)
+    if s.top_k:
+        logits = apply_top_k(logits, s.top_k)
+    if s.top_p < 1.0:
+        logits = apply_top_p(logits, s.top_p)
+    if s.min_p > 0.0:
+        logits = apply_min_p(logits, s.min_p)
     return logits
 
 
 class Sampler:
     """Picks the next token of every row from the last position's logits ([batch, vocab] -> [batch]).
 
-    Greedy (temperature 0) is a plain argmax. Sampling draws from a private `torch.Generator` seeded
-    with `seed`, so the same seed and settings give the same text and other torch code is not disturbed.
+    `settings`: the processors (SamplingSettings). Greedy (temperature 0) is a plain argmax. Sampling draws
+    from a private `torch.Generator` seeded with `seed`, so the same seed and settings give the same text and
+    other torch code is not disturbed.
     Repetition penalty needs to know which tokens are in each row's text: call `observe(ids)` with every
     token appended (the prompt via `observe_prompt`).
     """
 
-    def __init__(self, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-                 repetition_penalty: float = 1.0, seed: int = 0, batch: int = 1, vocab_size: int = 0,
-                 device: torch.device | str = "cpu", tokens: int = 0):
-        self.greedy = temperature <= 0.0
+    def __init__(self, settings: SamplingSettings = SamplingSettings(), *, seed: int = 0, batch: int = 1,
+                 vocab_size: int = 0, device: torch.device | str = "cpu"):
+        self.greedy = settings.temperature <= 0.0
         # tokens: the tokenizer's size when the model's vocabulary is padded beyond it; the ids above are never
         # chosen (0 = every logit)
+        tokens, top_k = settings.tokens, settings.top_k
         self.tokens = int(tokens) if tokens and (not vocab_size or tokens < vocab_size) else 0
-        self.temperature = float(temperature)
-        self.top_k = int(top_k) if top_k and (not vocab_size or top_k < vocab_size) else 0
-        self.top_p = float(top_p)
-        self.min_p = float(min_p)
-        self.repetition_penalty = float(repetition_penalty)
-        self.use_penalty = self.repetition_penalty != 1.0
+        self.settings = SamplingSettings(
+            temperature=float(settings.temperature),
+            top_k=int(top_k) if top_k and (not vocab_size or top_k < vocab_size) else 0,
+            top_p=float(settings.top_p), min_p=float(settings.min_p),
+            repetition_penalty=float(settings.repetition_penalty), tokens=self.tokens)
+        self.use_penalty = self.settings.repetition_penalty != 1.0
         self.seen: torch.Tensor | None = None
         if self.use_penalty:
             if vocab_size <= 0:
@@ -131,9 +135,8 @@ class Sampler:
         if self.tokens and logits.shape[-1] > self.tokens:
             logits = logits.clone()
             logits[..., self.tokens:] = float("-inf")
-        return process_logits(logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                              min_p=self.min_p, repetition_penalty=self.repetition_penalty,
-                              seen=self.seen[: logits.shape[0]] if self.use_penalty else None)  # type: ignore[index]
+        return process_logits(logits, self.settings,
+                              self.seen[: logits.shape[0]] if self.use_penalty else None)  # type: ignore[index]
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """Next token id per row ([batch] long tensor)."""

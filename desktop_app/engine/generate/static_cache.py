@@ -178,6 +178,25 @@ class StaticDecoder:
             self._sampling = DeviceSampling(self.rows, self.math.vocab, self.device)
         return self._sampling
 
+    def cache_view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The key and value caches [layers, rows, kv heads, columns, head_dim]: the tensors themselves, so a
+        caller moving rows writes the cache (server/slot_cache.py)."""
+        return self.k_cache, self.v_cache
+
+    def row_state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """valid [rows, columns] (the columns holding a real token) and positions [rows] (each row's next position
+        id): the tensors the steps read, so a caller moving rows writes them."""
+        return self.valid, self.positions
+
+    def logits_buffer(self) -> torch.Tensor:
+        """A float32 [rows, vocab] buffer for `logits_step` to write into (a graph keeps its address)."""
+        return torch.zeros(self.rows, self.math.vocab, device=self.device)
+
+    @property
+    def reason(self) -> str:
+        """How the steps run: CUDA graphs, or why not."""
+        return self.graphs.reason
+
     def stops(self) -> StopState:
         """The on-device token log and stop flags (kept with the decoder, like sampling())."""
         if self._stops is None:
@@ -265,6 +284,18 @@ class StaticDecoder:
         self.positions[:rows] += 1
         col += 1
         return logits
+
+    def feed(self, tokens: Sequence[int], column: int) -> None:
+        """The tokens rows 0 .. len(tokens) - 1 feed the next step, which writes cache column `column`."""
+        self.tokens[: len(tokens)] = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
+        self.column.fill_(column)
+
+    def logits_step(self, rows: int, length: int, out: torch.Tensor) -> None:
+        """`step_logits(rows, length)` written into out[:rows] (a `logits_buffer`), replayed as that bucket pair's
+        CUDA graph where graphs run."""
+        def step() -> None:
+            out[:rows].copy_(self.step_logits(rows, length))
+        self.graphs.run(("logits", rows, length), step, self.snapshot())
 
     def snapshot(self, extra: Sequence[torch.Tensor] = ()) -> Snapshot:
         """A Snapshot (cuda_graphs.py) of the state a step changes, plus `extra` tensors of the caller's."""

@@ -26,14 +26,15 @@ import os
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from desktop_app.engine.generate.buckets import batch_bucket, bucket_at_most
-from desktop_app.engine.generate.device_sampling import RING, SamplingSettings, StopState
+from desktop_app.engine.generate.device_sampling import RING, StopState
+from desktop_app.engine.generate.settings import DecodeLimits, PromptRows, SamplingSettings
 from desktop_app.engine.generate.static_cache import (
     StaticDecoder,
     check_fits,
@@ -117,34 +118,43 @@ class _Readback:
         return [[t for t in row if t >= 0] for row in table]
 
 
-class StaticGeneration:
-    """One call's decoding over the model's kept StaticDecoder: `samples` rows per prompt (prompt-major),
-    at most `budget` new tokens each. Iterate `run()`; call `finish_rows` to end rows early."""
+@dataclass(frozen=True)
+class StaticOptions:
+    """How the static path runs: token reads every `sync_every` steps (None: 8 on a GPU, every step elsewhere),
+    steps as CUDA graphs (`graphs`: None/True where available, False eager) and `compile_steps` (see GraphSet)."""
 
-    def __init__(self, model: Any, prompts: Sequence[Sequence[int]], *, budget: int, samples: int = 1,
-                 settings: SamplingSettings = SamplingSettings(), seed: int = 0, stop_ids: Iterable[int] = (),
-                 pad_id: int = 0, newline_ids: Iterable[int] = (), max_lines: int = 0,
-                 sync_every: int | None = None, graphs: bool | None = None, compile_steps: bool = False):
-        if not prompts or budget < 1 or samples < 1:
+    sync_every: int | None = None
+    graphs: bool | None = None
+    compile_steps: bool = False
+
+
+class StaticGeneration:
+    """One call's decoding over the model's kept StaticDecoder: the `rows` (samples per prompt, prompt-major),
+    each ending at a stop id or its line limit (`limits`, on the device) or after `limits.budget` new tokens.
+    Iterate `run()`; call `finish_rows` to end rows early (stop strings)."""
+
+    def __init__(self, model: Any, rows: PromptRows, limits: DecodeLimits,
+                 settings: SamplingSettings = SamplingSettings(), seed: int = 0,
+                 options: StaticOptions = StaticOptions()):
+        if not rows.prompts or limits.budget < 1 or rows.samples < 1:
             raise ValueError("a static generation needs prompts, a budget and samples of at least 1")
-        self.model, self.prompts = model, [list(p) for p in prompts]
-        self.budget, self.samples, self.settings, self.seed = budget, samples, settings, seed
-        self.stop_ids, self.newline_ids, self.max_lines = set(stop_ids), set(newline_ids), max_lines
-        self.pad_id, self.graphs, self.compile_steps = pad_id, graphs, compile_steps
-        self.n = len(self.prompts) * samples
+        self.model, self.prompts = model, [list(p) for p in rows.prompts]
+        self.budget, self.samples, self.settings, self.seed = limits.budget, rows.samples, settings, seed
+        self.limits, self.pad_id, self.options = limits, rows.pad_id, options
+        self.n = len(self.prompts) * rows.samples
         device = next(model.parameters()).device
         default = DEFAULT_SYNC_EVERY if device.type == "cuda" else 1
-        self.sync_every = max(1, min(RING // 2, sync_every or default))
+        self.sync_every = max(1, min(RING // 2, options.sync_every or default))
         self.decoder: StaticDecoder | None = None
         self._ended: set[int] = set()
 
     def _acquire(self) -> StaticDecoder:
         longest = max(len(p) for p in self.prompts)
-        decoder = decoder_for(self.model, self.n, longest + self.budget, graphs=self.graphs,
-                              compile_steps=self.compile_steps)
+        graphs, compile_steps = self.options.graphs, self.options.compile_steps
+        decoder = decoder_for(self.model, self.n, longest + self.budget, graphs=graphs, compile_steps=compile_steps)
         if not decoder.lock.acquire(blocking=False):  # another thread decodes with the kept one
-            decoder = StaticDecoder(self.model, batch_bucket(self.n), decoder.columns, graphs=self.graphs,
-                                    compile_steps=self.compile_steps)
+            decoder = StaticDecoder(self.model, batch_bucket(self.n), decoder.columns, graphs=graphs,
+                                    compile_steps=compile_steps)
             decoder.lock.acquire()
         return decoder
 
@@ -172,7 +182,7 @@ class StaticGeneration:
             d.refresh()
             sampling, stops = d.sampling(), d.stops()
             sampling.start(self.settings, self.seed, [self.prompts[i] for i in rows_of])
-            stops.start(n, self.stop_ids, self.newline_ids, self.max_lines)
+            stops.start(n, self.limits.stop_ids, self.limits.newline_ids, self.limits.max_lines)
             d.idle_rows(n, b)
             logits = d.prefill(self.prompts, rows_of, 0, self.pad_id)
             d.column.fill_(longest)
@@ -234,16 +244,15 @@ def _host_buffers(d: StaticDecoder, rows: int) -> list[tuple[torch.Tensor, torch
              torch.empty(rows, dtype=torch.bool, pin_memory=pin)) for _ in range(_MAX_PENDING + 2)]
 
 
-def static_completions(model: Any, prompts: Sequence[Sequence[int]], *, samples: int, budget: int,
-                       settings: SamplingSettings, seed: int, stop_ids: Iterable[int], pad_id: int,
-                       newline_ids: Iterable[int] = (), max_lines: int = 0, graphs: bool | None = None,
-                       compile_steps: bool = False) -> list[list[int]]:
-    """`samples` completions per prompt (prompt-major) through the static path, each ending after its first
-    stop id (kept) or its `max_lines`-th line break. Batches that do not fit the free GPU memory at once
+def static_completions(model: Any, rows: PromptRows, limits: DecodeLimits, settings: SamplingSettings,
+                       seed: int = 0, options: StaticOptions = StaticOptions()) -> list[list[int]]:
+    """`rows.samples` completions per prompt (prompt-major) through the static path, each ending after its first
+    stop id (kept) or its `limits.max_lines`-th line break. Batches that do not fit the free GPU memory at once
     run in groups of prompts that do (a group's seed is seed + its index); the kept decoder this call takes
     over counts as free memory."""
-    columns = round_columns(max(len(p) for p in prompts) + budget)
-    kept = reusable_decoder(model, graphs, compile_steps)
+    prompts, samples = rows.prompts, rows.samples
+    columns = round_columns(rows.longest + limits.budget)
+    kept = reusable_decoder(model, options.graphs, options.compile_steps)
     fit = rows_that_fit(model, columns, kept=kept)
     per_group = len(prompts)
     if fit is not None:
@@ -251,15 +260,12 @@ def static_completions(model: Any, prompts: Sequence[Sequence[int]], *, samples:
             check_fits(model, batch_bucket(samples), columns, kept=kept)  # raises the one-line message
         per_group = max(1, bucket_at_most(fit) // samples)
     out: list[list[int]] = []
-    stop_ids, newline_ids = set(stop_ids), set(newline_ids)
     for g, start in enumerate(range(0, len(prompts), per_group)):
-        group = prompts[start:start + per_group]
-        rows: list[list[int]] = [[] for _ in range(len(group) * samples)]
-        run = StaticGeneration(model, group, budget=budget, samples=samples, settings=settings, seed=seed + g,
-                               stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids, max_lines=max_lines,
-                               graphs=graphs, compile_steps=compile_steps)
+        group = replace(rows, prompts=prompts[start:start + per_group])
+        completions: list[list[int]] = [[] for _ in range(group.count)]
+        run = StaticGeneration(model, group, limits, settings, seed + g, options)
         for chunk in run.run():
-            for row, tokens in zip(rows, chunk.tokens, strict=True):
+            for row, tokens in zip(completions, chunk.tokens, strict=True):
                 row.extend(tokens)
-        out.extend(rows)
+        out.extend(completions)
     return out

@@ -28,7 +28,33 @@ import torch.nn.functional as F
 
 from desktop_app.engine.model.architecture import is_plain_llama
 
+# gpt2's activation_function -> F.gelu's `approximate` (the ones whose math both gpt2 paths repeat)
+GPT2_ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 KVSink = Callable[[int, torch.Tensor, torch.Tensor], None]  # (layer, keys [R, kv, T, hd], values [R, kv, T, hd])
+
+
+def is_plain_gpt2(model: Any) -> bool:
+    """A GPT2LMHeadModel with standard layers: the math both the lean runner and the static step repeat."""
+    cfg = model.config
+    if getattr(cfg, "model_type", None) != "gpt2" or cfg.activation_function not in GPT2_ACTIVATIONS:
+        return False
+    if cfg.scale_attn_by_inverse_layer_idx or cfg.reorder_and_upcast_attn or getattr(cfg, "add_cross_attention",
+                                                                                     False):
+        return False
+    return type(model.lm_head) is torch.nn.Linear and model.lm_head.bias is None
+
+
+def rope_tables(rotary_emb: Any, positions: int, head_dim: int, dtype: torch.dtype,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A llama's RoPE tables: cos and sin [positions, head_dim] from its own rotary module (so any rope scaling is
+    honoured), and the rotate-half matrix `rot` [head_dim, head_dim]: rotate_half(x) = cat(-x2, x1) = x @ rot."""
+    cos, sin = rotary_emb(torch.zeros(1, dtype=dtype, device=device), torch.arange(positions, device=device)[None])
+    half = head_dim // 2
+    eye = torch.eye(half, dtype=dtype, device=device)
+    rot = torch.zeros(head_dim, head_dim, dtype=dtype, device=device)
+    rot[half:, :half] = -eye
+    rot[:half, half:] = eye
+    return cos[0].to(dtype), sin[0].to(dtype), rot
 
 
 def prompt_mask(mask: torch.Tensor | None, t: int, device: torch.device) -> tuple[torch.Tensor | None, bool]:
@@ -127,14 +153,8 @@ class StaticLlama(StaticModel):
         if self.cos.shape[0] >= columns:
             return
         with torch.inference_mode(False), torch.no_grad():
-            positions = torch.arange(columns, device=self.device)[None]
-            cos, sin = self.model.model.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), positions)
-            self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # [columns, head_dim]
-            half = self.head_dim // 2
-            eye = torch.eye(half, dtype=self.dtype, device=self.device)
-            self.rot = torch.zeros(self.head_dim, self.head_dim, dtype=self.dtype, device=self.device)
-            self.rot[half:, :half] = -eye
-            self.rot[:half, half:] = eye
+            self.cos, self.sin, self.rot = rope_tables(self.model.model.rotary_emb, columns, self.head_dim, self.dtype,
+                                                       self.device)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (self.hidden,), weight, self.eps)
@@ -187,7 +207,6 @@ class StaticLlama(StaticModel):
 
 
 class StaticGPT2(StaticModel):
-    _ACTS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 
     def __init__(self, model: Any):
         super().__init__(model)
@@ -195,20 +214,14 @@ class StaticGPT2(StaticModel):
         self.n_heads, self.hidden = cfg.n_head, cfg.n_embd
         self.kv_heads, self.head_dim = self.n_heads, self.hidden // self.n_heads
         self.eps = float(cfg.layer_norm_epsilon)
-        self.approx = self._ACTS[cfg.activation_function]
+        self.approx = GPT2_ACTIVATIONS[cfg.activation_function]
         self.scale = self.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
         self.layers, self.vocab = len(model.transformer.h), int(model.lm_head.weight.shape[0])
         self.max_positions = getattr(cfg, "n_positions", None)
 
-    @classmethod
-    def supports(cls, model: Any) -> bool:
-        cfg = model.config
-        if getattr(cfg, "model_type", None) != "gpt2" or cfg.activation_function not in cls._ACTS:
-            return False
-        if cfg.scale_attn_by_inverse_layer_idx or cfg.reorder_and_upcast_attn or getattr(cfg, "add_cross_attention",
-                                                                                         False):
-            return False
-        return type(model.lm_head) is torch.nn.Linear and model.lm_head.bias is None
+    @staticmethod
+    def supports(model: Any) -> bool:
+        return is_plain_gpt2(model)
 
     def _ln(self, x: torch.Tensor, ln: Any) -> torch.Tensor:
         return F.layer_norm(x, (self.hidden,), ln.weight, ln.bias, self.eps)

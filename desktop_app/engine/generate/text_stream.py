@@ -15,7 +15,9 @@ Two layers, one per promise:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
+from typing import Any
 
 REPLACEMENT_CHAR = "\ufffd"
 # A UTF-8 character has at most 4 bytes, so after this many held tokens the U+FFFD is real, not partial.
@@ -24,6 +26,14 @@ _MAX_HELD_TOKENS = 6
 _CONTEXT_TOKENS = 4
 
 Decode = Callable[[Sequence[int]], str]
+
+
+def text_decoder(tokenizer: Any) -> Decode:
+    """ids -> text through the Rust tokenizer directly (the Python wrapper adds per-call overhead)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return lambda ids: backend.decode(list(ids), skip_special_tokens=True)
+    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 class IncrementalDetokenizer:
@@ -126,6 +136,15 @@ class TextStream:
     @property
     def stopped(self) -> bool:
         return self._stops.stopped
+
+    def fork(self) -> TextStream:
+        """An independent copy (its token list and stop filter), cheaper than deepcopy (beam search forks a
+        stream per continuation)."""
+        new = copy.copy(self)
+        new._detok = copy.copy(self._detok)
+        new._detok.ids = list(self._detok.ids)
+        new._stops = copy.copy(self._stops)
+        return new
 
     def push(self, token_id: int) -> str:
         out = self._stops.push(self._detok.push(token_id))

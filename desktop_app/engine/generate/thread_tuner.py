@@ -18,22 +18,34 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True)
+class TunerTiming:
+    """How a ThreadTuner times its steps and when it probes the other thread count."""
+
+    warm: int = 2  # first steps not timed: they pay for allocations and cache warm-up
+    probe: int = 3  # steps a probe of the other count runs
+    interval: int = 64  # timed steps between probes (doubled up to max_interval while the other count loses)
+    max_interval: int = 256
+    jump: float = 2.0  # a step this many times the median: the machine's load changed (probe again, or stop one)
+    margin: float = 0.05  # the other count wins when this much faster
 
 
 class ThreadTuner:
     """Times steps and picks the faster of two torch thread counts. Use: `apply()` before a step,
     `record(seconds)` after it. Thread counts are per calling thread in torch's OpenMP build."""
 
-    def __init__(self, start: int, other: int, *, warm: int = 2, probe: int = 3, interval: int = 64,
-                 max_interval: int = 256, jump: float = 2.0, margin: float = 0.05,
+    def __init__(self, start: int, other: int, timing: TunerTiming = TunerTiming(),
                  quick_check: Callable[[], object] | None = None):
         self.current, self.other = start, other
         self.quick_check = quick_check
-        self.warm, self.probe, self.base_interval, self.max_interval = warm, probe, interval, max_interval
-        self.jump, self.margin = jump, margin
+        self.warm, self.probe = timing.warm, timing.probe  # warm counts down
+        self.base_interval, self.max_interval = timing.interval, timing.max_interval
+        self.jump, self.margin = timing.jump, timing.margin
         self.interval = 2  # the first probe comes right after two timed steps
         self.since_probe = 0
         self.history: deque[float] = deque(maxlen=8)  # recent step times of `current`
@@ -47,14 +59,15 @@ class ThreadTuner:
                 "since_probe": self.since_probe}
 
     @classmethod
-    def resume(cls, state: dict[str, int], **kwargs: Any) -> ThreadTuner:
+    def resume(cls, state: dict[str, int], timing: TunerTiming = TunerTiming(),
+               quick_check: Callable[[], object] | None = None) -> ThreadTuner:
         """A tuner that continues from an earlier loop's state, so repeated short generations do not
         each pay for a probe. It always starts on the fewer threads (never the slow case): when more
         won last time they are probed right after the warm-up (a few slower steps if they still win,
         one collapsed step if the machine got busy meanwhile); when fewer won, the probe back-off
         carries on where it was."""
         few, many = sorted((state["current"], state["other"]))
-        tuner = cls(few, many, **kwargs)
+        tuner = cls(few, many, timing, quick_check)
         if state["current"] == few:
             tuner.interval, tuner.since_probe = state["interval"], state["since_probe"]
         return tuner

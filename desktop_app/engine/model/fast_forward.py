@@ -24,7 +24,7 @@ equal transformers' forward to float rounding (tests/engine/test_fast_forward.py
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -119,18 +119,26 @@ def _compiled_flex() -> Any:
     return torch.compile(flex_attention, dynamic=False)
 
 
+class Masks(NamedTuple):
+    """How packed rows keep their examples apart (both None: plain causal rows). A NamedTuple: torch.compile and
+    activation checkpointing take it apart as they do a tuple."""
+
+    dense: torch.Tensor | None = None  # block_causal_mask
+    block: Any = None  # document_block_mask (FlexAttention)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, dropout: float,
-              dense_mask: torch.Tensor | None = None, block_mask: Any = None) -> torch.Tensor:
+              masks: Masks = Masks()) -> torch.Tensor:
     """Causal attention of [B, heads, T, head_dim] q/k/v (k/v may have fewer heads: grouped-query attention)."""
     gqa = k.shape[1] != q.shape[1]
-    if block_mask is not None:
+    if masks.block is not None:
         from torch.nn.attention.flex_attention import flex_attention
 
         compiled = torch.compiler.is_compiling() or q.device.type != "cuda"
         flex = flex_attention if compiled else _compiled_flex()
-        return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
-    if dense_mask is not None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=dense_mask, dropout_p=dropout, scale=scale,
+        return flex(q, k, v, block_mask=masks.block, scale=scale, enable_gqa=gqa)
+    if masks.dense is not None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=masks.dense, dropout_p=dropout, scale=scale,
                                               enable_gqa=gqa)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale, enable_gqa=gqa)
 
@@ -208,18 +216,29 @@ def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
 
 
-def _llama_layer(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dropout: float, liger: bool,
-                 masks: dict[str, Any], dtype: torch.dtype) -> torch.Tensor:
+class LlamaRun(NamedTuple):
+    """What every llama layer of one forward shares: RoPE's cos/sin, the attention dropout, the masks, the compute
+    dtype each norm's output is cast to, and whether Liger's kernels run."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    dropout: float
+    masks: Masks
+    dtype: torch.dtype
+    liger: bool
+
+
+def _llama_layer(layer: Any, x: torch.Tensor, run: LlamaRun) -> torch.Tensor:
     b, t, _ = x.shape
-    attn, mlp = layer.self_attn, layer.mlp
-    h = _rms(x, layer.input_layernorm, liger).to(dtype)
+    attn, mlp, liger = layer.self_attn, layer.mlp, run.liger
+    h = _rms(x, layer.input_layernorm, liger).to(run.dtype)
     q = linear(attn.q_proj, h).view(b, t, -1, attn.head_dim).transpose(1, 2)
     k = linear(attn.k_proj, h).view(b, t, -1, attn.head_dim).transpose(1, 2)
     v = linear(attn.v_proj, h).view(b, t, -1, attn.head_dim).transpose(1, 2)
-    q, k = _rope(q, k, cos, sin, liger)
-    out = attention(q.to(v.dtype), k.to(v.dtype), v, scale=attn.scaling, dropout=dropout, **masks)
+    q, k = _rope(q, k, run.cos, run.sin, liger)
+    out = attention(q.to(v.dtype), k.to(v.dtype), v, scale=attn.scaling, dropout=run.dropout, masks=run.masks)
     x = x + linear(attn.o_proj, out.transpose(1, 2).reshape(b, t, -1))
-    h = _rms(x, layer.post_attention_layernorm, liger).to(dtype)
+    h = _rms(x, layer.post_attention_layernorm, liger).to(run.dtype)
     gate, up = linear(mlp.gate_proj, h), linear(mlp.up_proj, h)
     if liger:
         from liger_kernel.transformers.functional import liger_swiglu
@@ -228,7 +247,7 @@ def _llama_layer(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     return x + linear(mlp.down_proj, F.silu(gate) * up)
 
 
-def _gpt2_block(block: Any, x: torch.Tensor, cfg: Any, training: bool, masks: dict[str, Any],
+def _gpt2_block(block: Any, x: torch.Tensor, cfg: Any, training: bool, masks: Masks,
                 dtype: torch.dtype) -> torch.Tensor:
     b, t, d = x.shape
     heads = cfg.n_head
@@ -236,7 +255,7 @@ def _gpt2_block(block: Any, x: torch.Tensor, cfg: Any, training: bool, masks: di
     h = F.layer_norm(x, (d,), ln1.weight, ln1.bias, ln1.eps).to(dtype)
     q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in linear(block.attn.c_attn, h).split(d, dim=2))
     dropout = cfg.attn_pdrop if training else 0.0
-    out = attention(q, k, v, scale=(d // heads) ** -0.5, dropout=dropout, **masks)
+    out = attention(q, k, v, scale=(d // heads) ** -0.5, dropout=dropout, masks=masks)
     out = linear(block.attn.c_proj, out.transpose(1, 2).reshape(b, t, d))
     x = x + F.dropout(out, cfg.resid_pdrop, training)
     h = F.layer_norm(x, (d,), ln2.weight, ln2.bias, ln2.eps).to(dtype)
@@ -264,7 +283,7 @@ class FastForward(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
                 dense_mask: torch.Tensor | None = None, block_mask: Any = None,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
-        masks = {"dense_mask": dense_mask, "block_mask": block_mask}
+        masks = Masks(dense_mask, block_mask)
         inner = self.inner
         training = inner.training
         recompute = training and torch.is_grad_enabled() and activation_checkpointing(inner)
@@ -276,9 +295,10 @@ class FastForward(torch.nn.Module):
                 torch.arange(input_ids.shape[1], device=input_ids.device)[None]
             cos, sin = core.rotary_emb(x, positions)
             dropout = float(inner.config.attention_dropout or 0.0) if training else 0.0
+            run = LlamaRun(cos, sin, dropout, masks, dtype, self.liger)
             for layer in core.layers:
-                args = (layer, x, cos, sin, dropout, self.liger, masks, dtype)
-                x = checkpoint(_llama_layer, *args, use_reentrant=False) if recompute else _llama_layer(*args)
+                x = checkpoint(_llama_layer, layer, x, run, use_reentrant=False) if recompute else \
+                    _llama_layer(layer, x, run)
             return _rms(x, core.norm, self.liger)
         core, cfg = inner.transformer, inner.config
         positions = position_ids if position_ids is not None else \

@@ -118,10 +118,23 @@ def _describe(kernels: Kernels, family: str) -> str:
     return f"{how}, {loss} output projection + loss (no full logits){packed}"
 
 
-def choose_kernels(model: Any, device: torch.device, *, requested: str = "auto", compile_flag: bool = False,
-                   steps: int = 0, quantized: bool = False, fsdp: bool = False) -> KernelChoice:
-    """The kernels to train `model` on `device` with, and why. requested: TrainSpec.kernels; compile_flag:
-    TrainSpec.compile (compile when kernels is auto); steps: the run's length (short runs skip compiling)."""
+@dataclass(frozen=True)
+class KernelRequest:
+    """What a run asks of the kernels: `requested` is TrainSpec.kernels, `compile_flag` TrainSpec.compile (compile
+    when kernels is auto), `steps` the run's length (short runs skip compiling); a 4-bit base (`quantized`) and FSDP
+    keep their own kernels."""
+
+    requested: str = "auto"
+    compile_flag: bool = False
+    steps: int = 0
+    quantized: bool = False
+    fsdp: bool = False
+
+
+def choose_kernels(model: Any, device: torch.device, request: KernelRequest = KernelRequest()) -> KernelChoice:
+    """The kernels to train `model` on `device` with, and why."""
+    requested, compile_flag, steps = request.requested, request.compile_flag, request.steps
+    quantized, fsdp = request.quantized, request.fsdp
     inner = inner_model(model)
     family = str(getattr(getattr(inner, "config", None), "model_type", "") or type(inner).__name__)
     params = sum(p.numel() for p in model.parameters())

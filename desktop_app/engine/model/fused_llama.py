@@ -25,7 +25,7 @@ fast_path.py), whose forward is written for torch.compile and Liger's kernels in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,9 @@ from torch.utils.checkpoint import checkpoint
 
 from desktop_app.engine.model.architecture import is_plain_llama
 from desktop_app.engine.model.fused_loss import linear_cross_entropy
+
+if TYPE_CHECKING:
+    from desktop_app.engine.protocols import CausalLM
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -88,12 +91,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return _Rotary.apply(x, cos, sin)
 
 
-def supports(model: Any) -> bool:
+def supports(model: CausalLM) -> bool:
     """True for a plain transformers LlamaForCausalLM (standard linears, silu, no tensor parallel)."""
     return is_plain_llama(model) and model.lm_head.bias is None
 
 
-def usable(model: Any, device: torch.device) -> bool:
+def usable(model: CausalLM, device: torch.device) -> bool:
     """Whether training `model` on `device` goes through this forward: CPU, fp32, no autocast, not sharded (FSDP's
     weights are gathered only inside each module's own forward, which this path calls around)."""
     return (device.type == "cpu" and not torch.is_autocast_enabled("cpu") and supports(model)
@@ -121,7 +124,7 @@ def _checkpointing(model: Any) -> bool:
     return False
 
 
-def final_hidden(model: Any, ids: torch.Tensor) -> torch.Tensor:
+def final_hidden(model: CausalLM, ids: torch.Tensor) -> torch.Tensor:
     """The normed last hidden states [batch, time, d] of unpadded rows `ids` [batch, time]."""
     core = model.model
     x = core.embed_tokens(ids)
@@ -139,7 +142,7 @@ def final_hidden(model: Any, ids: torch.Tensor) -> torch.Tensor:
     return rms_norm(x, core.norm.weight, core.norm.variance_epsilon)
 
 
-def causal_lm_loss(model: Any, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def causal_lm_loss(model: CausalLM, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of `model` on inputs/targets [batch, time] (fp32)."""
     hidden = final_hidden(model, inputs)
     return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight, targets.reshape(-1))

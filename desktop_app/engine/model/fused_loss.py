@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -87,10 +87,20 @@ def _compiled_chunk() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     return torch.compile(_chunk_ce_fusable, dynamic=None)
 
 
+class _CrossEntropyPlan(NamedTuple):
+    """How _LinearCrossEntropy goes through its rows (one argument of its forward: no gradient flows to it)."""
+
+    chunk: int  # rows per chunk
+    dtype: torch.dtype  # the matmuls' compute dtype
+    total_rows: int  # the summed loss is divided by this: the rows for a mean, 1 for a sum
+    kernel: str  # each chunk's softmax and gradient: "eager" or "compiled"
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
-                dtype: torch.dtype, total_rows: int, kernel: str) -> torch.Tensor:
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                plan: _CrossEntropyPlan) -> torch.Tensor:
+        chunk, dtype, total_rows, kernel = plan
         rows = hidden.shape[0]
         need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         with _no_autocast(hidden.device):
@@ -122,7 +132,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         hidden_dtype, weight_dtype = ctx.dtypes
         scale = grad / ctx.total_rows
         return ((grad_hidden * scale.to(grad_hidden.dtype)).to(hidden_dtype),
-                (grad_weight * scale.to(grad_weight.dtype)).to(weight_dtype), None, None, None, None, None)
+                (grad_weight * scale.to(grad_weight.dtype)).to(weight_dtype), None, None)
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
@@ -141,16 +151,25 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     if rows == 0:
         return hidden.sum() * 0.0 + weight.sum() * 0.0
     chunk = chunk or chunk_rows(weight.shape[0], hidden.device)
-    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, compute_dtype(hidden),
-                                     rows if reduction == "mean" else 1, chunk_kernel)
+    plan = _CrossEntropyPlan(chunk, compute_dtype(hidden), rows if reduction == "mean" else 1, chunk_kernel)
+    return _LinearCrossEntropy.apply(hidden, weight, targets, plan)
 
 
 # --- per-row log-probabilities ----------------------------------------------------------------------------------
 
+class _LogpsPlan(NamedTuple):
+    """How _LinearTokenLogps goes through its rows (one argument of its forward: no gradient flows to it)."""
+
+    chunk: int  # rows per chunk
+    dtype: torch.dtype  # the matmuls' compute dtype
+    with_entropy: bool  # each row's entropy too (a metric, no gradient)
+
+
 class _LinearTokenLogps(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
-                dtype: torch.dtype, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                plan: _LogpsPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk, dtype, with_entropy = plan
         rows = hidden.shape[0]
         logps = torch.empty(rows, dtype=torch.float32, device=hidden.device)
         lse_all = torch.empty(rows, dtype=torch.float32, device=hidden.device)
@@ -192,8 +211,7 @@ class _LinearTokenLogps(torch.autograd.Function):
                     grad_hidden[start:start + chunk] = (grad_logits @ w).to(hidden.dtype)
                 if grad_weight is not None:
                     grad_weight += (grad_logits.t() @ h).float()
-        return (grad_hidden, grad_weight.to(weight.dtype) if grad_weight is not None else None,
-                None, None, None, None)
+        return grad_hidden, grad_weight.to(weight.dtype) if grad_weight is not None else None, None, None
 
 
 def linear_token_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
@@ -205,7 +223,8 @@ def linear_token_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torc
         empty = hidden.new_zeros(0, dtype=torch.float32) + (hidden.sum() + weight.sum()).float() * 0.0
         return empty, (empty.detach() if with_entropy else None)
     chunk = chunk or chunk_rows(weight.shape[0], hidden.device)
-    logps, entropy = _LinearTokenLogps.apply(hidden, weight, targets, chunk, compute_dtype(hidden), with_entropy)
+    logps, entropy = _LinearTokenLogps.apply(hidden, weight, targets, _LogpsPlan(chunk, compute_dtype(hidden),
+                                                                                 with_entropy))
     return logps, (entropy if with_entropy else None)
 
 

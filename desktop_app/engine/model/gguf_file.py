@@ -214,76 +214,99 @@ def is_gguf_file(path: str | Path) -> bool:
 
 def read_header(path: str | Path) -> GGUFInfo:
     """The checked header of a GGUF file; UserError naming the first claim the file does not back."""
-    import gguf
-
     p = Path(path)
-    what = f"the GGUF file {p}"
     try:
         size = p.stat().st_size
         fh = open(p, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise UserError(f"cannot read {p}: {exc.strerror or exc}") from None
     with fh:
-        r = _Reader(fh, size, what)
+        r = _Reader(fh, size, f"the GGUF file {p}")
         magic = fh.read(4)
         r.pos = len(magic)
         if magic != MAGIC:
             raise UserError(f"{p} is not a GGUF file (it does not start with 'GGUF')")
-        version = r.u32("the version")
-        if version not in (2, 3):
-            raise UserError(f"{what} has GGUF version {version}; versions 2 and 3 are supported")
-        n_tensors, n_kv = r.u64("the tensor count"), r.u64("the metadata count")
-        if n_tensors > MAX_TENSORS:
-            raise UserError(f"{what} claims {n_tensors:,} tensors (the limit is {MAX_TENSORS:,}): refused as "
-                            "damaged or hostile")
-        if n_kv > MAX_KV:
-            raise UserError(f"{what} claims {n_kv:,} metadata entries (the limit is {MAX_KV:,}): refused as "
-                            "damaged or hostile")
-        r.need(n_kv * 12 + n_tensors * 24, f"{n_kv:,} metadata entries and {n_tensors:,} tensors")
+        version, n_tensors, n_kv = _counts(r)
         metadata: dict[str, Any] = {}
         for _ in range(n_kv):
             key = r.string("a metadata key", MAX_KEY) or ""
             metadata[key] = _value(r, r.u32(f"the type of {key!r}"), key)
-        alignment = metadata.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
-            raise UserError(f"{what} has an invalid alignment {alignment!r}")
-        raw: list[tuple[str, tuple[int, ...], str, int, int]] = []
+        alignment = _alignment(r, metadata)
         names: set[str] = set()
-        for k in range(n_tensors):
-            name = r.string(f"the name of tensor {k}", MAX_KEY) or ""
-            if name in names:
-                raise UserError(f"{what} has two tensors named {name!r}")
-            names.add(name)
-            n_dims = r.u32(f"the rank of tensor {name!r}")
-            if not 1 <= n_dims <= MAX_DIMS:
-                raise UserError(f"{what}: tensor {name!r} claims {n_dims} dimensions (1 to {MAX_DIMS} allowed)")
-            shape = tuple(r.u64(f"a dimension of tensor {name!r}") for _ in range(n_dims))
-            elements = 1
-            for d in shape:
-                elements *= d
-                if elements > MAX_ELEMENTS:
-                    raise UserError(f"{what}: tensor {name!r} claims the shape {shape}, beyond any real model")
-            type_id = r.u32(f"the type of tensor {name!r}")
-            try:
-                qtype = gguf.GGMLQuantizationType(type_id)
-                block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError):
-                raise UserError(f"{what}: tensor {name!r} has an unknown type {type_id}") from None
-            if shape[0] % block:
-                raise UserError(f"{what}: tensor {name!r} of type {qtype.name} has rows of {shape[0]} values, not a "
-                                f"multiple of its block of {block}")
-            offset = r.u64(f"the offset of tensor {name!r}")
-            if offset % alignment:
-                raise UserError(f"{what}: tensor {name!r} starts at offset {offset}, not aligned to {alignment}")
-            raw.append((name, shape, qtype.name, offset, elements // block * type_size))
-        data_start = -(-r.pos // alignment) * alignment
-        tensors = []
-        for name, shape, type_name, offset, nbytes in raw:
-            if data_start + offset + nbytes > size:
-                raise UserError(f"{what} is truncated or damaged: tensor {name!r} ({nbytes:,} bytes at "
-                                f"{data_start + offset:,}) reaches past the end of the file ({size:,} bytes)")
-            tensors.append(TensorInfo(name, shape, type_name, data_start + offset, nbytes))
+        raw = [_tensor_entry(r, k, names, alignment) for k in range(n_tensors)]
+        tensors = _placed(r, raw, alignment)
     return GGUFInfo(p, version, size, metadata, tensors)
+
+
+def _counts(r: _Reader) -> tuple[int, int, int]:
+    """(version, tensor count, metadata count), each within limits and backed by the bytes left."""
+    version = r.u32("the version")
+    if version not in (2, 3):
+        raise UserError(f"{r.what} has GGUF version {version}; versions 2 and 3 are supported")
+    n_tensors, n_kv = r.u64("the tensor count"), r.u64("the metadata count")
+    if n_tensors > MAX_TENSORS:
+        raise UserError(f"{r.what} claims {n_tensors:,} tensors (the limit is {MAX_TENSORS:,}): refused as "
+                        "damaged or hostile")
+    if n_kv > MAX_KV:
+        raise UserError(f"{r.what} claims {n_kv:,} metadata entries (the limit is {MAX_KV:,}): refused as "
+                        "damaged or hostile")
+    r.need(n_kv * 12 + n_tensors * 24, f"{n_kv:,} metadata entries and {n_tensors:,} tensors")
+    return version, n_tensors, n_kv
+
+
+def _alignment(r: _Reader, metadata: dict[str, Any]) -> int:
+    import gguf
+
+    alignment = metadata.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
+        raise UserError(f"{r.what} has an invalid alignment {alignment!r}")
+    return alignment
+
+
+def _tensor_entry(r: _Reader, k: int, names: set[str], alignment: int) -> tuple[str, tuple[int, ...], str, int, int]:
+    """Tensor k of the table: (name, shape, type name, offset in the data, bytes), every claim checked."""
+    import gguf
+
+    what = r.what
+    name = r.string(f"the name of tensor {k}", MAX_KEY) or ""
+    if name in names:
+        raise UserError(f"{what} has two tensors named {name!r}")
+    names.add(name)
+    n_dims = r.u32(f"the rank of tensor {name!r}")
+    if not 1 <= n_dims <= MAX_DIMS:
+        raise UserError(f"{what}: tensor {name!r} claims {n_dims} dimensions (1 to {MAX_DIMS} allowed)")
+    shape = tuple(r.u64(f"a dimension of tensor {name!r}") for _ in range(n_dims))
+    elements = 1
+    for d in shape:
+        elements *= d
+        if elements > MAX_ELEMENTS:
+            raise UserError(f"{what}: tensor {name!r} claims the shape {shape}, beyond any real model")
+    type_id = r.u32(f"the type of tensor {name!r}")
+    try:
+        qtype = gguf.GGMLQuantizationType(type_id)
+        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise UserError(f"{what}: tensor {name!r} has an unknown type {type_id}") from None
+    if shape[0] % block:
+        raise UserError(f"{what}: tensor {name!r} of type {qtype.name} has rows of {shape[0]} values, not a "
+                        f"multiple of its block of {block}")
+    offset = r.u64(f"the offset of tensor {name!r}")
+    if offset % alignment:
+        raise UserError(f"{what}: tensor {name!r} starts at offset {offset}, not aligned to {alignment}")
+    return name, shape, qtype.name, offset, elements // block * type_size
+
+
+def _placed(r: _Reader, raw: list[tuple[str, tuple[int, ...], str, int, int]], alignment: int) -> list[TensorInfo]:
+    """The tensors at their absolute offsets (the data starts at the next aligned byte after the header), each
+    within the file."""
+    data_start = -(-r.pos // alignment) * alignment
+    tensors = []
+    for name, shape, type_name, offset, nbytes in raw:
+        if data_start + offset + nbytes > r.size:
+            raise UserError(f"{r.what} is truncated or damaged: tensor {name!r} ({nbytes:,} bytes at "
+                            f"{data_start + offset:,}) reaches past the end of the file ({r.size:,} bytes)")
+        tensors.append(TensorInfo(name, shape, type_name, data_start + offset, nbytes))
+    return tensors
 
 
 def model_type_of(info: GGUFInfo) -> str:

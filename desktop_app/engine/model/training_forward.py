@@ -17,7 +17,7 @@ count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,9 @@ from desktop_app.engine.model.fused_loss import (
     linear_cross_entropy,
     linear_token_logps,
 )
+
+if TYPE_CHECKING:
+    from desktop_app.engine.protocols import CausalLM
 
 MODES = ("compile", "liger", "eager")
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
@@ -132,14 +135,14 @@ class TrainingModel(torch.nn.Module):
 
 # --- what the objectives call -------------------------------------------------------------------------------------
 
-def uses_fused_loss(model: Any, device: torch.device) -> bool:
+def uses_fused_loss(model: CausalLM, device: torch.device) -> bool:
     """Whether the objectives train `model` through hidden states and the chunked loss: on CUDA, and wherever the loop
     chose a fast path. (The CPU keeps its own exact paths: fused_llama.py for a plain fp32 llama, else the module
     forward, so its numbers stay those of earlier versions.)"""
     return isinstance(model, TrainingModel) or device.type == "cuda"
 
 
-def output_weight(model: Any) -> torch.Tensor | None:
+def output_weight(model: CausalLM) -> torch.Tensor | None:
     """The output projection's [vocab, d] matrix when the logits are exactly hidden @ it.T, else None."""
     inner = inner_model(model.model if isinstance(model, TrainingModel) else model)
     cfg = getattr(inner, "config", None)
@@ -153,7 +156,7 @@ def output_weight(model: Any) -> torch.Tensor | None:
     return head.weight
 
 
-def hidden_states(model: Any, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+def hidden_states(model: CausalLM, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The normed last hidden states [B, T, d] (packed rows isolated by their position ids)."""
     if isinstance(model, TrainingModel):
         return model.hidden(input_ids, position_ids)
@@ -172,7 +175,7 @@ def _rows(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return t[mask] if mask is not None else t.reshape(-1, *t.shape[2:])
 
 
-def next_token_loss(model: Any, inputs: torch.Tensor, targets: torch.Tensor, *, mask: torch.Tensor | None = None,
+def next_token_loss(model: CausalLM, inputs: torch.Tensor, targets: torch.Tensor, *, mask: torch.Tensor | None = None,
                     position_ids: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy of predicting targets [B, T] from inputs [B, T] at the positions `mask` selects (all when None),
     mean or summed over them; the softmax runs in fp32 on one chunk of rows at a time."""
@@ -188,7 +191,7 @@ def next_token_loss(model: Any, inputs: torch.Tensor, targets: torch.Tensor, *, 
                                 chunk_kernel="compiled" if kind == "compiled" else "eager")
 
 
-def next_token_logps(model: Any, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *,
+def next_token_logps(model: CausalLM, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, *,
                      position_ids: torch.Tensor | None = None, with_entropy: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(target | inputs so far) at the positions `mask` selects, in row-major order ([n] fp32, differentiable),

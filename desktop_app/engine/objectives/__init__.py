@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-# objective name -> (module, class); imported lazily (objectives pull in torch). grpo / self_play go here.
+if TYPE_CHECKING:
+    from desktop_app.engine.objectives.base import Objective
+
+# objective name -> (module, class); imported lazily (objectives pull in torch).
 REGISTRY: dict[str, tuple[str, str]] = {
     "causal_lm": ("desktop_app.engine.objectives.causal_lm", "CausalLMObjective"),
     "sft": ("desktop_app.engine.objectives.sft", "SFTObjective"),
@@ -14,7 +17,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
 }
 
 
-def make_objective(name: str) -> Any:
+def make_objective(name: str) -> Objective:
     """The objective named in a run config."""
     import importlib
 

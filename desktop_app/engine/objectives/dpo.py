@@ -19,6 +19,7 @@ only their hidden states reach the output projection, chunk by chunk: model/trai
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,39 +29,43 @@ from desktop_app.engine.data.batches import IndexBatchSource
 from desktop_app.engine.events import Log
 from desktop_app.engine.finetune import reference as ref_mod
 from desktop_app.engine.model.training_forward import next_token_logps, uses_fused_loss
-from desktop_app.engine.objectives.base import Objective, TrainContext
+from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.objectives.sft import (
     IGNORE_INDEX,
+    FineTuneObjective,
     TokenBatch,
-    chat_samples,
     collate,
-    data_paths,
-    held_out_split,
     max_len_for,
     pad_id_of,
-    verdict_events,
+    read_examples,
 )
 
 
-def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, beta: float, loss_type: str = "sigmoid",
-             chosen_tokens: torch.Tensor | None = None,
-             rejected_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-pair losses, chosen rewards and rejected rewards from summed answer log-probabilities [pairs].
+@dataclass
+class Pairs:
+    """One value per preference pair for its chosen and for its rejected answer ([pairs] each)."""
 
-    ipo divides each log-probability by its answer's token count (chosen_tokens / rejected_tokens)."""
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+
+
+def dpo_loss(policy: Pairs, reference: Pairs, beta: float, loss_type: str = "sigmoid",
+             tokens: Pairs | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-pair losses, chosen rewards and rejected rewards from the policy's and the reference's summed answer
+    log-probabilities. ipo divides each log-probability by its answer's token count (`tokens`)."""
     if loss_type == "ipo":
-        assert chosen_tokens is not None and rejected_tokens is not None
-        c, r = chosen_tokens.clamp(min=1).to(policy_chosen.dtype), rejected_tokens.clamp(min=1).to(policy_chosen.dtype)
-        logits = (policy_chosen / c - ref_chosen / c) - (policy_rejected / r - ref_rejected / r)
+        assert tokens is not None
+        dtype = policy.chosen.dtype
+        c, r = tokens.chosen.clamp(min=1).to(dtype), tokens.rejected.clamp(min=1).to(dtype)
+        logits = (policy.chosen / c - reference.chosen / c) - (policy.rejected / r - reference.rejected / r)
         losses = (logits - 1.0 / (2.0 * beta)) ** 2
     elif loss_type == "sigmoid":
-        logits = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+        logits = (policy.chosen - reference.chosen) - (policy.rejected - reference.rejected)
         losses = -F.logsigmoid(beta * logits)
     else:
         raise ValueError(f"unknown DPO loss {loss_type!r}")
-    chosen_rewards = beta * (policy_chosen - ref_chosen).detach()
-    rejected_rewards = beta * (policy_rejected - ref_rejected).detach()
+    chosen_rewards = beta * (policy.chosen - reference.chosen).detach()
+    rejected_rewards = beta * (policy.rejected - reference.rejected).detach()
     return losses, chosen_rewards, rejected_rewards
 
 
@@ -86,7 +91,7 @@ def _pair_rows(ex: Any) -> tuple[tuple[list[int], list[int], None], tuple[list[i
             (p + list(ex.rejected_ids), masked + list(ex.rejected_ids), None))
 
 
-class DPOObjective(Objective):
+class DPOObjective(FineTuneObjective):
     """Preference optimisation against a frozen reference (precomputed or live; see finetune/reference.py)."""
 
     name = "dpo"
@@ -94,14 +99,11 @@ class DPOObjective(Objective):
     def __init__(self) -> None:
         super().__init__()
         self._train: list[Any] = []
-        self._val: list[Any] = []
-        self._pad = 0
         self._beta = 0.1
         self._loss = "sigmoid"
         self._tables: dict[str, torch.Tensor] = {}
         self._reference: ref_mod.Reference | None = None
         self._autocast: Any = None
-        self._sample_prompts: list[list[int]] = []
 
     # --- setup -----------------------------------------------------------------------------------------------
 
@@ -114,22 +116,11 @@ class DPOObjective(Objective):
         self._beta, self._loss = float(opts.beta), opts.loss
         self._autocast = ctx.autocast
         max_len = max_len_for(model, opts.max_len)
-        examples, verdicts = build_preference_examples(data_paths(ctx, ctx.config.data), tok, max_len,
-                                                       overlong=opts.overlong)
-        groups = [("data", verdicts)]
-        if opts.val_data:
-            val, val_verdicts = build_preference_examples(data_paths(ctx, opts.val_data), tok, max_len,
-                                                          overlong=opts.overlong)
-            groups.append(("validation data", val_verdicts))
-            train = examples
-        else:
-            train_idx, val_idx = held_out_split(len(examples), opts.val_fraction, ctx.seed)
-            train, val = [examples[i] for i in train_idx], [examples[i] for i in val_idx]
-        self.notes = verdict_events(groups, ctx.run_dir)
-        if not val:
-            why = "val_fraction is 0" if not opts.val_fraction else f"only {len(examples)} pair(s)"
-            self.notes.append(Log("warning", f"no pairs held out for validation ({why}), so there is no validation "
-                                  "loss or held-out preference accuracy; set val_fraction or val_data"))
+        split = read_examples(ctx, opts, lambda paths: build_preference_examples(paths, tok, max_len,
+                                                                                 overlong=opts.overlong),
+                              "pair", "loss or held-out preference accuracy")
+        train, val = split.train, split.val
+        self.notes = split.notes
         self._train, self._val = train, val
         self._sample_prompts = [list(e.prompt_ids) for e in val[:opts.sample_count]]
 
@@ -188,28 +179,25 @@ class DPOObjective(Objective):
         return [self._collate([self._train[i] for i in batch[s:s + micro_batch]], batch[s:s + micro_batch])
                 for s in range(0, len(batch), micro_batch)]
 
-    def to_device(self, micro: TokenBatch, device: torch.device) -> TokenBatch:
-        return micro.to(device)
-
-    def _ref_logps(self, split: str, micro: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _ref_logps(self, split: str, micro: TokenBatch) -> Pairs:
         assert micro.index is not None
         device = micro.input_ids.device
         if f"{split}.chosen" in self._tables:
             idx = micro.index
-            return (self._tables[f"{split}.chosen"][idx].to(device),
-                    self._tables[f"{split}.rejected"][idx].to(device))
+            return Pairs(self._tables[f"{split}.chosen"][idx].to(device),
+                         self._tables[f"{split}.rejected"][idx].to(device))
         assert self._reference is not None
         lp = self._reference.logps(micro, sequence_logps, self._autocast, during_training=True)
         half = len(micro) // 2
-        return lp[:half], lp[half:]
+        return Pairs(lp[:half], lp[half:])
 
     def _pair_losses(self, model: Any, micro: TokenBatch, split: str) -> tuple[torch.Tensor, torch.Tensor,
                                                                                 torch.Tensor]:
         total, count = sequence_logps(model, micro)
-        half = len(micro) // 2
-        ref_c, ref_r = self._ref_logps(split, micro)
-        return dpo_loss(total[:half], total[half:], ref_c, ref_r, self._beta, self._loss,
-                        chosen_tokens=count[:half], rejected_tokens=count[half:])
+        half = len(micro) // 2  # chosen rows first, then the rejected ones
+        reference = self._ref_logps(split, micro)
+        return dpo_loss(Pairs(total[:half], total[half:]), reference, self._beta, self._loss,
+                        tokens=Pairs(count[:half], count[half:]))
 
     def loss(self, model: torch.nn.Module, micro: TokenBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         losses, chosen, rejected = self._pair_losses(model, micro, "train")
@@ -218,9 +206,6 @@ class DPOObjective(Objective):
             "reward_margin": (chosen - rejected).mean(),
             "preference_accuracy": (chosen > rejected).float().mean(),
         }
-
-    def tokens(self, micro: TokenBatch) -> int:
-        return sum(micro.lengths)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
@@ -242,7 +227,3 @@ class DPOObjective(Objective):
                 "val_rewards_rejected": sums["rejected"] / n,
                 "val_reward_margin": (sums["chosen"] - sums["rejected"]) / n,
                 "val_preference_accuracy": sums["correct"] / n}
-
-    @torch.no_grad()
-    def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
-        return chat_samples(model, ctx, self._sample_prompts)

@@ -31,17 +31,27 @@ from typing import Any
 import torch
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.heldout import drain, mean_rate, solve_heldout
+from desktop_app.engine.evaluate.heldout import HeldoutSettings, drain, mean_rate, solve_heldout
 from desktop_app.engine.events import Log
-from desktop_app.engine.generate.runners import forget_prepared_weights
 from desktop_app.engine.method_options import SelfPlayOptions, typed_options
-from desktop_app.engine.objectives.base import Objective, TrainContext, context_of
+from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.episodes import EpisodeObjective
 from desktop_app.engine.selfplay.buffer import TaskBuffer
-from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, make_reference, policy_loss, reference_logps
-from desktop_app.engine.selfplay.prompting import TaskPrompter, default_world, make_prompter
+from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch
+from desktop_app.engine.selfplay.prompting import default_world
 from desktop_app.engine.selfplay.rewards import learnability
-from desktop_app.engine.selfplay.rollout import RoundSource, sample_completions
-from desktop_app.engine.selfplay.round import DUPLICATE, HELD_OUT, INVALID, NEW, TRIVIAL, Decoded, Proposals, Round
+from desktop_app.engine.selfplay.rollout import RoundSource
+from desktop_app.engine.selfplay.round import (
+    DUPLICATE,
+    HELD_OUT,
+    INVALID,
+    NEW,
+    TRIVIAL,
+    Attempts,
+    Decoded,
+    Proposals,
+    Round,
+)
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
 from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol, program_key, program_shape
 
@@ -68,7 +78,7 @@ class SelfPlaySource(RoundSource):
         self.o.truncate_log(self.round)
 
 
-class SelfPlayObjective(Objective):
+class SelfPlayObjective(EpisodeObjective):
     name = "selfplay"
 
     def __init__(self, options: SelfPlayOptions | dict[str, Any] | None = None, world: TaskWorld | None = None):
@@ -79,12 +89,6 @@ class SelfPlayObjective(Objective):
         self.buffers: dict[str, TaskBuffer] = {t: TaskBuffer() for t in self.options.task_types}
         self.heldout: dict[str, list[Task]] = {}
         self.seed_tasks: dict[str, list[Task]] = {}  # the buffers' first tasks (regenerated alike on resume)
-        self.model: torch.nn.Module | None = None
-        self.reference: Any = None
-        self.prompter: TaskPrompter | None = None
-        self.seed = 0
-        self.max_len = 512
-        self.last_rollouts: list[dict[str, Any]] = []
         self.log_path: Path | None = None
         self.protocol: HeldoutProtocol | None = None
         self.proposed_heldout: set[str] = set()  # held-out programs proposed so far (a repeat earns nothing)
@@ -96,10 +100,8 @@ class SelfPlayObjective(Objective):
         if self._from_config and ctx.config.method_options:
             self.options = typed_options(SelfPlayOptions, ctx.config.method_options, "self-play")
             self.buffers = {t: TaskBuffer() for t in self.options.task_types}
-        self.model, self.seed = model, ctx.seed
-        self.prompter = make_prompter(ctx.tokenizer, self.options.prompt_style, model)
+        self.attach(ctx, model)
         self.log_path = Path(ctx.run_dir) / LOG_NAME
-        self.max_len = context_of(ctx, model)
         if self.world is None:
             name = default_world(ctx.tokenizer) if self.options.world == "auto" else self.options.world
             self.world = get_world(name, strict=bool(self.options.strict_sandbox), **dict(self.options.world_options))
@@ -111,7 +113,7 @@ class SelfPlayObjective(Objective):
                 self.buffers[task_type].add(task)
             self.heldout[task_type] = self.protocol.selection_sets[task_type]
         if float(self.options.kl_coef) > 0:
-            self.reference = make_reference(ctx.adapter, ctx.load_reference)
+            self.keep_reference(ctx)
 
     def _seeds(self, task_type: str, seed: int) -> list[Task]:
         """A buffer's first tasks: the identity program, the user's seed tasks and the world's generated ones, none
@@ -129,29 +131,22 @@ class SelfPlayObjective(Objective):
     def batch_source(self, ctx: TrainContext) -> SelfPlaySource:
         return SelfPlaySource(self)
 
-    def split(self, batch: EpisodeBatch, micro_batch: int) -> list[EpisodeBatch]:
-        return [EpisodeBatch(batch[i:i + micro_batch], batch.stats) for i in range(0, len(batch), micro_batch)] \
-            or [EpisodeBatch([], batch.stats)]
-
-    def to_device(self, micro: EpisodeBatch, device: torch.device) -> EpisodeBatch:
-        return micro
-
-    def tokens(self, micro: EpisodeBatch) -> int:
-        return sum(len(e.prompt) + len(e.completion) for e in micro)
-
-    # -- rollouts ------------------------------------------------------------------------------------
-    def _sample(self, encoded: list[list[int]], samples: int, seed: int, max_lines: int,
-                finished: Any = None) -> tuple[list[list[int]], list[str]]:
-        """`samples` replies to each prompt: their ids and texts (prompt-major)."""
-        assert self.model is not None and self.prompter is not None
-        codec = self.prompter.codec
-        ids = sample_completions(self.model, encoded, samples=samples,
-                                 max_new_tokens=int(self.options.max_new_tokens),
-                                 temperature=float(self.options.temperature), top_p=float(self.options.top_p),
-                                 seed=seed, stop_ids=self.prompter.stop_ids, max_len=self.max_len,
-                                 newline_ids=codec.newline_ids() if max_lines else set(), max_lines=max_lines,
-                                 finished=finished, tokens=codec.vocab_size())
-        return ids, [codec.decode(c) for c in ids]
+    # -- a round: propose, validate, solve, score, record ----------------------------------------------
+    def play_round(self, round_index: int) -> EpisodeBatch:
+        """One round in its named steps (the module's docstring says what each does): its teaching episodes."""
+        assert self.world is not None and self.prompter is not None
+        rng = self.round_rng(round_index)
+        seed = rng.randrange(2**31)
+        rnd = Round(round_index)
+        proposed = self._validate(rnd, self._propose(rnd, rng, seed)) if self.options.proposer else {}
+        attempts = self._solve(rnd, self._solver_tasks(proposed, rng), seed + 104729)
+        self._score(rnd, proposed, attempts)
+        self._record(rnd, proposed, attempts)
+        batch = rnd.batch()
+        self.fill_reference(list(batch))
+        self.last_rollouts = rnd.rollouts
+        self._log(rnd)
+        return batch
 
     def _sample_types(self, prompts: dict[str, list[list[int]]], samples: int, seed: int,
                       role: str) -> dict[str, Decoded]:
@@ -178,34 +173,9 @@ class SelfPlayObjective(Objective):
                 at += len(prompts[t])
         return out
 
-    # -- a round: propose, validate, solve, score, record ----------------------------------------------
-    def play_round(self, round_index: int) -> EpisodeBatch:
-        assert self.world is not None and self.prompter is not None
-        rng = random.Random(f"{self.seed}-selfplay-{round_index}")
-        forget_prepared_weights(self.model)  # the optimizer changed the weights in place since the last round
-        seed = rng.randrange(2**31)
-        rnd = Round(round_index)
-        proposed = self._propose(rnd, rng, seed) if self.options.proposer else {}
-        # per type: the tasks that train the solver, then the held-out hits (solved to reward the proposer only)
-        trained = {t: self._solver_tasks(t, proposed.get(t), rng) for t in self.options.task_types}
-        tasks = {t: trained[t] + (proposed[t].judged if t in proposed else []) for t in trained}
-        solved = self._solve(rnd, tasks, seed + 104729)
-        for task_type, solver_tasks in tasks.items():
-            rates = self._score_solver(rnd, task_type, solver_tasks, solved[task_type], len(trained[task_type]))
-            if task_type in proposed:
-                self._score_proposer(rnd, task_type, proposed[task_type],
-                                     {id(t): r for t, r in zip(solver_tasks, rates, strict=True)})
-            self._type_stats(rnd, task_type, rates[: len(trained[task_type])])
-        batch = rnd.batch()
-        if self.reference is not None:
-            reference_logps(self.reference, list(batch), model=self.model)
-        self.last_rollouts = rnd.rollouts
-        self._log(rnd)
-        return batch
-
-    def _propose(self, rnd: Round, rng: random.Random, seed: int) -> dict[str, Proposals]:
-        """propose + validate: every type's proposals in one decode, judged by the world, each given its fate
-        (`_fate`: invalid, trivial, duplicate, held-out or new)."""
+    def _propose(self, rnd: Round, rng: random.Random, seed: int) -> dict[str, tuple[list[str], Decoded]]:
+        """propose: P proposer prompts per type (K reference tasks each from its buffer), every type's in one
+        decode; per type its prompts and their decode."""
         assert self.world is not None and self.prompter is not None
         o, world, prompter = self.options, self.world, self.prompter
         prompts = {t: [world.propose_prompt(t, self.buffers[t].sample(int(o.references), rng), rng)
@@ -213,11 +183,17 @@ class SelfPlayObjective(Objective):
         start = time.perf_counter()
         decoded = self._sample_types({t: [prompter.propose_ids(p) for p in prompts[t]] for t in o.task_types}, 1,
                                      seed, "proposer")
-        checked = time.perf_counter()
-        out = {}
-        for t in o.task_types:
-            verdicts = world.validate(t, [prompter.proposal(text) for text in decoded[t].texts])
-            out[t] = proposals = Proposals(prompts[t], decoded[t], verdicts)
+        rnd.stats.decode_s += time.perf_counter() - start
+        return {t: (prompts[t], decoded[t]) for t in o.task_types}
+
+    def _validate(self, rnd: Round, drafts: dict[str, tuple[list[str], Decoded]]) -> dict[str, Proposals]:
+        """validate: the world judges every type's proposals, and each is given its fate (`_fate`: invalid,
+        trivial, duplicate, held-out or new)."""
+        assert self.world is not None and self.prompter is not None
+        start, out = time.perf_counter(), {}
+        for t, (prompts, decoded) in drafts.items():
+            verdicts = self.world.validate(t, [self.prompter.proposal(text) for text in decoded.texts])
+            out[t] = proposals = Proposals(prompts, decoded, verdicts)
             earlier: list[Task] = []  # this round's new and held-out proposals so far
             for verdict in verdicts:
                 fate, reason = self._fate(t, verdict, earlier)
@@ -228,8 +204,7 @@ class SelfPlayObjective(Objective):
             rnd.stats.trivial += proposals.fates.count(TRIVIAL)
             rnd.stats.heldout_hits += proposals.fates.count(HELD_OUT)
             rnd.stats.duplicates += proposals.fates.count(DUPLICATE)
-        rnd.stats.decode_s += checked - start
-        rnd.stats.check_s += time.perf_counter() - checked
+        rnd.stats.check_s += time.perf_counter() - start
         return out
 
     def _fate(self, task_type: str, verdict: Any, earlier: list[Task]) -> tuple[str, str]:
@@ -255,47 +230,55 @@ class SelfPlayObjective(Objective):
             return DUPLICATE, f"{cap} buffer tasks already share its shape (equal up to constants): no reward"
         return NEW, ""
 
-    def _solver_tasks(self, task_type: str, proposals: Proposals | None, rng: random.Random) -> list[Task]:
-        """The type's tasks that train the solver: its fresh proposals first (their learnability needs a solve
-        rate), then buffer tasks."""
-        count = int(self.options.solver_tasks_per_type)
-        fresh = proposals.fresh if proposals is not None else []
-        return (fresh + self._draw(task_type, count, rng))[: max(count, len(fresh))]
 
-    def _solve(self, rnd: Round, tasks: dict[str, list[Task]], seed: int) -> dict[str, tuple[Decoded, list[Any]]]:
+    def _solver_tasks(self, proposed: dict[str, Proposals], rng: random.Random) -> dict[str, Attempts]:
+        """Per type, the tasks that train the solver (its fresh proposals first: their learnability needs a solve
+        rate; then buffer tasks), then its held-out hits (solved only to reward the proposer)."""
+        count, out = int(self.options.solver_tasks_per_type), {}
+        for t in self.options.task_types:
+            fresh = proposed[t].fresh if t in proposed else []
+            trained = (fresh + self._draw(t, count, rng))[: max(count, len(fresh))]
+            judged = proposed[t].judged if t in proposed else []
+            out[t] = Attempts(trained + judged, len(trained), int(self.options.solver_samples))
+        return out
+
+    def _solve(self, rnd: Round, attempts: dict[str, Attempts], seed: int) -> dict[str, Attempts]:
         """solve: every type's tasks, N answers each, in one decode; the world checks every answer by value."""
         assert self.world is not None and self.prompter is not None
         world, prompter, n = self.world, self.prompter, int(self.options.solver_samples)
         start = time.perf_counter()
-        decoded = self._sample_types({t: [prompter.solve_ids(world, task) for task in tasks[t]] for t in tasks}, n,
-                                     seed, "solver")
+        decoded = self._sample_types({t: [prompter.solve_ids(world, task) for task in a.tasks]
+                                      for t, a in attempts.items()}, n, seed, "solver")
         rnd.stats.decode_s += time.perf_counter() - start
-        out = {}
         for t, replies in decoded.items():
-            start = time.perf_counter()
-            out[t] = (replies, world.check([task for task in tasks[t] for _ in range(n)],
-                                           [prompter.answer(world, tasks[t][i // n], a)
-                                            for i, a in enumerate(replies.texts)]))
+            start, tasks = time.perf_counter(), attempts[t].tasks
+            attempts[t].replies = replies
+            attempts[t].checks = world.check([task for task in tasks for _ in range(n)],
+                                             [prompter.answer(world, tasks[i // n], a)
+                                              for i, a in enumerate(replies.texts)])
             rnd.stats.check_s += time.perf_counter() - start
-        return out
+        return attempts
 
-    def _score_solver(self, rnd: Round, task_type: str, tasks: list[Task], solved: tuple[Decoded, list[Any]],
-                      trained: int) -> list[float]:
-        """score the solver: 1 / 0 / -0.5 / -1 per answer, an episode each for the first `trained` tasks (none for
-        the held-out hits after them); returns each task's solve rate."""
-        assert self.world is not None
-        replies, checks = solved
-        n, o = int(self.options.solver_samples), self.options
-        rates: list[float] = []
-        for j, task in enumerate(tasks):
-            group = checks[j * n:(j + 1) * n]
-            rates.append(sum(c.correct for c in group) / n)
-            if j >= trained:  # a held-out program a proposer wrote: solved only to reward the proposer
+    def _score(self, rnd: Round, proposed: dict[str, Proposals], attempts: dict[str, Attempts]) -> None:
+        """score: per type, the solver's answers, then the proposals (rewarded by how their tasks were solved)."""
+        for task_type, tried in attempts.items():
+            self._score_solver(rnd, task_type, tried)
+            if task_type in proposed:
+                self._score_proposer(rnd, task_type, proposed[task_type], tried.rate_by_task())
+
+    def _score_solver(self, rnd: Round, task_type: str, tried: Attempts) -> None:
+        """score the solver: 1 / 0 / -0.5 / -1 per answer, an episode each for the trained tasks (none for the
+        held-out hits after them)."""
+        assert self.world is not None and tried.replies is not None
+        replies, n = tried.replies, tried.samples
+        per_task = self.options.solver_baseline != "type"  # the advantage's baseline: per task, else per type
+        for j, task in enumerate(tried.tasks):
+            if j >= tried.trained:  # a held-out program a proposer wrote: solved only to reward the proposer
                 rnd.stats.generated_tokens += sum(len(c) for c in replies.completion_ids[j * n:(j + 1) * n])
                 continue
-            for m, check in enumerate(group):
+            for m, check in enumerate(tried.checks[j * n:(j + 1) * n]):
                 i = j * n + m
-                key = ("solver", task_type) if o.solver_baseline == "type" else ("solver", task_type, str(j))
+                key = ("solver", task_type, str(j)) if per_task else ("solver", task_type)
                 rnd.add(Episode(replies.prompt_ids[j], replies.completion_ids[i], 0.0, "solver", task_type),
                         check.reward, key)
                 rnd.stats.format_errors += check.status in ("format", "unparseable")
@@ -304,32 +287,46 @@ class SelfPlayObjective(Objective):
                     rnd.rollouts.append({"role": "solver", "type": task_type, "prompt": self.world.solve_prompt(task),
                                          "answer": replies.texts[i], "verdict": check.status,
                                          "reward": check.reward, "reason": check.reason})
-        return rates
 
     def _score_proposer(self, rnd: Round, task_type: str, proposals: Proposals, rates: dict[int, float]) -> None:
-        """score and record the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a new task or a held-out
-        program's first proposal, nothing for a duplicate, the format penalty for an invalid or trivial one; new
-        tasks enter the buffer."""
-        buffer, decoded = self.buffers[task_type], proposals.decoded
+        """score the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a new task or a held-out program's
+        first proposal, nothing for a duplicate, the format penalty for an invalid or trivial one."""
+        decoded = proposals.decoded
         for i, (verdict, fate, reason) in enumerate(zip(proposals.verdicts, proposals.fates, proposals.reasons,
                                                         strict=True)):
-            task = verdict.task
-            if fate in (INVALID, TRIVIAL) or task is None:
-                reward = PENALTY_FORMAT
-                buffer.record({"round": rnd.index, "type": task_type, "program": decoded.texts[i][:300],
-                               "verdict": fate, "reason": reason, "reward": reward})
-            else:
-                rate = rates.get(id(task)) if fate != DUPLICATE else None
-                reward = learnability(rate) if rate is not None else 0.0
-                if fate == NEW:
-                    buffer.add(task)
-                buffer.record({"round": rnd.index, "type": task_type, "program": task.program,
-                               "inputs": list(task.inputs), "outputs": list(task.outputs), "verdict": fate,
-                               "solve_rate": rate, "reward": reward, **({"reason": reason} if reason else {})})
+            refused = fate in (INVALID, TRIVIAL) or verdict.task is None
+            rate = None if refused or fate == DUPLICATE else rates.get(id(verdict.task))
+            reward = PENALTY_FORMAT if refused else (learnability(rate) if rate is not None else 0.0)
+            proposals.rates.append(rate)
+            proposals.rewards.append(reward)
             rnd.add(Episode(decoded.prompt_ids[i], decoded.completion_ids[i], 0.0, "proposer", task_type), reward,
                     ("proposer", task_type))
             rnd.rollouts.append({"role": "proposer", "type": task_type, "prompt": proposals.prompts[i],
                                  "answer": decoded.texts[i], "verdict": fate, "reward": reward, "reason": reason})
+
+    def _record(self, rnd: Round, proposed: dict[str, Proposals], attempts: dict[str, Attempts]) -> None:
+        """record: per type, new tasks enter the buffer and every proposal its history (the task browser's); then
+        the type's figures of the round."""
+        for task_type, tried in attempts.items():
+            if task_type in proposed:
+                self._record_proposals(rnd, task_type, proposed[task_type])
+            self._type_stats(rnd, task_type, tried.rates()[: tried.trained])
+
+    def _record_proposals(self, rnd: Round, task_type: str, proposals: Proposals) -> None:
+        buffer, texts = self.buffers[task_type], proposals.decoded.texts
+        for i, (verdict, fate, reason) in enumerate(zip(proposals.verdicts, proposals.fates, proposals.reasons,
+                                                        strict=True)):
+            task, reward = verdict.task, proposals.rewards[i]
+            if fate in (INVALID, TRIVIAL) or task is None:
+                buffer.record({"round": rnd.index, "type": task_type, "program": texts[i][:300],
+                               "verdict": fate, "reason": reason, "reward": reward})
+                continue
+            if fate == NEW:
+                buffer.add(task)
+            buffer.record({"round": rnd.index, "type": task_type, "program": task.program,
+                           "inputs": list(task.inputs), "outputs": list(task.outputs), "verdict": fate,
+                           "solve_rate": proposals.rates[i], "reward": reward,
+                           **({"reason": reason} if reason else {})})
 
     def _type_stats(self, rnd: Round, task_type: str, rates: list[float]) -> None:
         """A type's figures of the round: mean rewards per role, solve rate and learnability of the trained tasks,
@@ -391,17 +388,13 @@ class SelfPlayObjective(Objective):
                 continue
         self.log_path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
 
-    # -- loss ----------------------------------------------------------------------------------------
-    def loss(self, model: torch.nn.Module, micro: EpisodeBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return policy_loss(model, micro, clip=float(self.options.clip), kl_coef=float(self.options.kl_coef))
-
     # -- evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
         """Greedy solve rate per type on the fixed held-out tasks; val_loss = 1 - their mean (best / early stop)."""
         assert self.world is not None and self.prompter is not None
-        results = drain(solve_heldout(model, self.prompter, self.world, self.heldout, max_len=self.max_len,
-                                      max_new_tokens=int(self.options.max_new_tokens)))
+        settings = HeldoutSettings(max_len=self.max_len, max_new_tokens=int(self.options.max_new_tokens))
+        results = drain(solve_heldout(model, self.prompter, self.world, self.heldout, settings))
         out = {f"heldout_solve_rate/{t}": r.rate for t, r in results.items()}
         out["heldout_solve_rate"] = mean_rate(results)
         out["val_loss"] = 1.0 - out["heldout_solve_rate"]
@@ -410,10 +403,6 @@ class SelfPlayObjective(Objective):
     def stalled(self, evaluations: int, best_val_loss: float) -> str:
         return (f"the held-out solve rate has not risen for {evaluations} evaluations (best "
                 f"{1.0 - best_val_loss:.3f}, mean over the task types)")
-
-    def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
-        return [(r["prompt"][-200:], f"{r['answer'].strip()}  [{r['verdict']}, reward {r['reward']:+.2f}]")
-                for r in self.last_rollouts[:3]]
 
     def close(self) -> None:
         if self.world is not None:

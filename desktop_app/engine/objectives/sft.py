@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,40 @@ def verdict_events(groups: list[tuple[str, list[Any]]], run_dir: Path) -> list[L
                           f"verdict is in {run_dir / VERDICTS_FILE}"))
     events += [Log("info", f"{what}: {v}") for what, verdicts in groups for v in verdicts if not v.line]
     return events
+
+
+@dataclass
+class ExampleSplit:
+    """A fine-tuning method's records as examples, split into training and held-out ones, with notes on the data."""
+
+    examples: list[Any]  # every example of the training files
+    train: list[Any]
+    val: list[Any]
+    val_idx: list[int] | None  # where val lies in examples; None when the validation files hold it
+    notes: list[Log]
+
+
+def read_examples(ctx: TrainContext, opts: Any, build: Callable[[list[str]], tuple[list[Any], list[Any]]],
+                  unit: str, missing: str) -> ExampleSplit:
+    """The training files' examples and the held-out ones (the validation files', else a seeded `val_fraction` of
+    the training files'), with the data verdicts' notes and a warning when none is held out. build(paths) ->
+    (examples, verdicts); `unit` names one example ("example", "pair"), `missing` what a run goes without."""
+    examples, verdicts = build(data_paths(ctx, ctx.config.data))
+    groups = [("data", verdicts)]
+    val_idx: list[int] | None = None
+    if opts.val_data:
+        val, val_verdicts = build(data_paths(ctx, opts.val_data))
+        groups.append(("validation data", val_verdicts))
+        train = examples
+    else:
+        train_idx, val_idx = held_out_split(len(examples), opts.val_fraction, ctx.seed)
+        train, val = [examples[i] for i in train_idx], [examples[i] for i in val_idx]
+    notes = verdict_events(groups, ctx.run_dir)
+    if not val:
+        why = "val_fraction is 0" if not opts.val_fraction else f"only {len(examples)} {unit}(s)"
+        notes.append(Log("warning", f"no {unit}s held out for validation ({why}), so there is no validation {missing}; "
+                         "set val_fraction or val_data"))
+    return ExampleSplit(examples, train, val, val_idx, notes)
 
 
 @dataclass
@@ -212,9 +247,30 @@ def pad_id_of(tokenizer: Any) -> int:
     return 0
 
 
+class FineTuneObjective(Objective):
+    """What SFT and DPO share: right-padded token batches of rendered records, and greedy answers to held-out
+    prompts at each evaluation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._val: list[Any] = []  # the held-out examples
+        self._pad = 0
+        self._sample_prompts: list[list[int]] = []
+
+    def to_device(self, micro: TokenBatch, device: torch.device) -> TokenBatch:
+        return micro.to(device)
+
+    def tokens(self, micro: TokenBatch) -> int:
+        return sum(micro.lengths)
+
+    @torch.no_grad()
+    def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
+        return chat_samples(model, ctx, self._sample_prompts)
+
+
 # --- the objective -------------------------------------------------------------------------------------------
 
-class SFTObjective(Objective):
+class SFTObjective(FineTuneObjective):
     """loss = mean cross-entropy of the loss-bearing tokens (assistant turns by default) of each step."""
 
     name = "sft"
@@ -222,9 +278,6 @@ class SFTObjective(Objective):
     def __init__(self) -> None:
         super().__init__()
         self._rows: list[tuple[list[int], list[int], list[int] | None]] = []
-        self._val: list[Any] = []
-        self._pad = 0
-        self._sample_prompts: list[list[int]] = []
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
         from desktop_app.engine.finetune.examples import build_sft_examples, pack_examples
@@ -233,22 +286,11 @@ class SFTObjective(Objective):
         tok = ctx.tokenizer
         self._pad = pad_id_of(tok)
         max_len = max_len_for(model, opts.max_len)
-        examples, verdicts = build_sft_examples(data_paths(ctx, ctx.config.data), tok, max_len,
-                                                loss_on=opts.loss_on, overlong=opts.overlong)
-        groups = [("data", verdicts)]
-        if opts.val_data:
-            val, val_verdicts = build_sft_examples(data_paths(ctx, opts.val_data), tok, max_len,
-                                                   loss_on=opts.loss_on, overlong=opts.overlong)
-            groups.append(("validation data", val_verdicts))
-            train, val_idx = examples, []
-        else:
-            train_idx, val_idx = held_out_split(len(examples), opts.val_fraction, ctx.seed)
-            train, val = [examples[i] for i in train_idx], [examples[i] for i in val_idx]
-        self.notes = verdict_events(groups, ctx.run_dir)
-        if not val:
-            why = "val_fraction is 0" if not opts.val_fraction else f"only {len(examples)} example(s)"
-            self.notes.append(Log("warning", f"no examples held out for validation ({why}), so there is no "
-                                  "validation loss (and no early stopping); set val_fraction or val_data"))
+        split = read_examples(ctx, opts, lambda paths: build_sft_examples(paths, tok, max_len, loss_on=opts.loss_on,
+                                                                          overlong=opts.overlong),
+                              "example", "loss (and no early stopping)")
+        train, val = split.train, split.val
+        self.notes = split.notes
         self._val = val
         if opts.packing:
             rows = pack_examples(train, max_len, self._pad)
@@ -261,8 +303,7 @@ class SFTObjective(Objective):
         loss_tokens = sum(sum(1 for t in e.labels[1:] if t != IGNORE_INDEX) for e in train)
         self.notes.append(Log("info", f"SFT on {len(train)} example(s) ({loss_tokens:,} loss-bearing tokens, loss on "
                               f"{opts.loss_on}), {len(val)} held out; max_len {max_len}"))
-        self._sample_prompts = self._prompts(ctx, opts, max_len, val, val_idx if not opts.val_data else None,
-                                             len(examples))
+        self._sample_prompts = self._prompts(ctx, opts, max_len, val, split.val_idx, len(split.examples))
 
     @staticmethod
     def _prompts(ctx: TrainContext, opts: Any, max_len: int, val: list[Any], val_idx: list[int] | None,
@@ -311,17 +352,11 @@ class SFTObjective(Objective):
             pieces.append(piece)
         return pieces
 
-    def to_device(self, micro: TokenBatch, device: torch.device) -> TokenBatch:
-        return micro.to(device)
-
     def loss(self, model: torch.nn.Module, micro: TokenBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # The loop weights each micro-batch by rows / step rows; scale undoes that and divides by the step's
         # loss-bearing tokens, so the step's loss is the token mean over the whole batch.
         total, _ = masked_ce_sum(model, micro)
         return total * micro.scale, {}
-
-    def tokens(self, micro: TokenBatch) -> int:
-        return sum(micro.lengths)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
@@ -337,7 +372,3 @@ class SFTObjective(Objective):
             count += n
         val_loss = total / max(1, count)
         return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 80.0))}
-
-    @torch.no_grad()
-    def samples(self, model: torch.nn.Module, ctx: TrainContext) -> list[tuple[str, str]]:
-        return chat_samples(model, ctx, self._sample_prompts)

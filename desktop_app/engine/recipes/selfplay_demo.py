@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,37 +69,52 @@ CONTROL_ARMS = (("solver_rl", "solver-only RL on the world's generated tasks (no
                 ("control", "continued pretraining on the seed corpus"))
 
 
-def run_demo(out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0, corpus_tasks: int = 12000,
-             pretrain_share: float = 0.5, controls: Controls | None = None,
-             selfplay_options: dict[str, Any] | None = None, pretrain_steps: int = 100_000,
-             selfplay_steps: int = 100_000, eval_every: int = 0, train_overrides: dict[str, Any] | None = None,
-             control: bool = False, base: str = "", world: str = "", device: str = "auto",
-             eval_options: dict[str, Any] | None = None) -> Iterator[Event]:
-    """The demo within `minutes` (from scratch, pretraining gets up to `pretrain_share` of it; the control, when
-    asked, the self-play phase's wall time on top). `pretrain_steps` / `selfplay_steps` cap the phases by steps
-    as well (tests use them for a seeded run that does not depend on the machine's speed)."""
-    from desktop_app.engine.method_options import SelfPlayOptions
+@dataclass
+class DemoSettings:
+    """What run_demo does besides its time budget (`minutes`).
 
-    controls = controls or Controls()
-    out = Path(out_dir).expanduser()
+    From scratch (no `base`): a seed corpus of `corpus_tasks` tasks, and pretraining for up to `pretrain_share` of
+    the time. `pretrain_steps` / `selfplay_steps` cap the phases by steps as well (tests use them for a seeded run
+    that does not depend on the machine's speed); `eval_every` (0: the recipe's) sets how often self-play measures
+    and saves. `control`: also run the controls, each for self-play's wall time. `base`: self-play from this model
+    instead (`world`: its task world; the world's default otherwise). `selfplay_options`, `train_overrides` and
+    `eval_options` override the recipe's method options, TrainSpec fields and held-out evaluation."""
+
+    seed: int = 0
+    corpus_tasks: int = 12000
+    pretrain_share: float = 0.5
+    selfplay_options: dict[str, Any] | None = None
+    pretrain_steps: int = 100_000
+    selfplay_steps: int = 100_000
+    eval_every: int = 0
+    train_overrides: dict[str, Any] | None = None
+    control: bool = False
+    base: str = ""
+    world: str = ""
+    device: str = "auto"
+    eval_options: dict[str, Any] | None = None
+
+
+def run_demo(out_dir: str | Path, *, minutes: float = 15.0, controls: Controls | None = None,
+             settings: DemoSettings | None = None, **options: Any) -> Iterator[Event]:
+    """The demo within `minutes` (from scratch, pretraining gets up to settings.pretrain_share of it; the controls,
+    when asked, the self-play phase's wall time on top). `settings`, or its fields as keywords (seed=..., base=...);
+    an unknown keyword is a TypeError, as for any call."""
+    settings = replace(settings or DemoSettings(), **options)
+    return _demo(Path(out_dir).expanduser(), minutes, controls or Controls(), settings)
+
+
+def _demo(out: Path, minutes: float, controls: Controls, settings: DemoSettings) -> Iterator[Event]:
     if out.exists() and any(out.iterdir()):
         raise UserError(f"{out} is not empty: choose a new folder for the demo")
     if minutes <= 0.5:
         raise UserError("give the demo at least a minute (--minutes)")
+    base = settings.base
     if base and not Path(base).expanduser().exists():
         raise UserError(f"base model {base} does not exist (give a run, checkpoint, export or Hugging Face folder)")
-    # a base model: the world's own tasks (python by default for a chat model), asked through its chat template
-    sp_defaults = BASE_SELFPLAY if base else DEMO_SELFPLAY
-    options = SelfPlayOptions.from_dict({**sp_defaults, **({"world": world} if world else {}),
-                                         **(selfplay_options or {})}).check()
-    train_spec = {**SELFPLAY_TRAIN, **(BASE_TRAIN if base else {}), "steps": selfplay_steps, "device": device,
-                  **({"eval_every": eval_every, "save_every": eval_every} if eval_every else {}),
-                  **(train_overrides or {})}
-    demo = Demo(out, controls, time.monotonic() + minutes * 60.0, seed, options.to_dict(), train_spec,
-                {**(BASE_EVAL if base else DEMO_EVAL), "device": device, **(eval_options or {})})
+    demo = Demo(out, controls, time.monotonic() + minutes * 60.0, settings)
     out.mkdir(parents=True, exist_ok=True)
-    yield from demo.run(base, minutes, corpus_tasks, pretrain_share, pretrain_steps, control, train_overrides or {})
-
+    yield from demo.run(minutes)
 
 
 def phase_budget(budget_s: float, overrides: dict[str, Any]) -> float:
@@ -106,43 +122,47 @@ def phase_budget(budget_s: float, overrides: dict[str, Any]) -> float:
     asked = float(overrides.get("time_budget_s") or 0.0)
     return max(1.0, min(budget_s, asked) if asked > 0 else budget_s)
 
+
 class Demo:
     """One demo's folder, clock and settings; each phase is a method that yields its events."""
 
-    def __init__(self, out: Path, controls: Controls, deadline: float, seed: int, selfplay_options: dict[str, Any],
-                 selfplay_train: dict[str, Any], eval_options: dict[str, Any]):
-        self.out, self.controls, self.deadline, self.seed = out, controls, deadline, seed
-        self.selfplay_options, self.selfplay_train, self.eval_options = selfplay_options, selfplay_train, eval_options
+    def __init__(self, out: Path, controls: Controls, deadline: float, settings: DemoSettings):
+        from desktop_app.engine.method_options import SelfPlayOptions
+
+        self.out, self.controls, self.deadline, self.settings = out, controls, deadline, settings
+        self.seed = settings.seed
+        self.train_overrides: dict[str, Any] = settings.train_overrides or {}
+        base = settings.base
+        # a base model: the world's own tasks (python by default for a chat model), asked through its chat template
+        self.selfplay_options: dict[str, Any] = SelfPlayOptions.from_dict(
+            {**(BASE_SELFPLAY if base else DEMO_SELFPLAY), **({"world": settings.world} if settings.world else {}),
+             **(settings.selfplay_options or {})}).check().to_dict()
+        self.selfplay_train: dict[str, Any] = {
+            **SELFPLAY_TRAIN, **(BASE_TRAIN if base else {}), "steps": settings.selfplay_steps,
+            "device": settings.device,
+            **({"eval_every": settings.eval_every, "save_every": settings.eval_every} if settings.eval_every else {}),
+            **self.train_overrides}
+        self.eval_options: dict[str, Any] = {**(BASE_EVAL if base else DEMO_EVAL), "device": settings.device,
+                                             **(settings.eval_options or {})}
         self.dataset: Path | None = None
         self.world = ""  # the world the evaluations use (resolved from the base's tokenizer for "auto")
         self.results: dict[str, dict[str, float]] = {}
         self.steps: dict[str, int] = {}
 
     # -- the whole demo --------------------------------------------------------------------------------
-    def run(self, base: str, minutes: float, corpus_tasks: int, pretrain_share: float, pretrain_steps: int,
-            control: bool, train_overrides: dict[str, Any]) -> Iterator[Event]:
+    def run(self, minutes: float) -> Iterator[Event]:
         start = time.monotonic()
+        base, control = self.settings.base, self.settings.control
         phases = 3 + (0 if base else 3) + (len(CONTROL_ARMS) if control else 0)
         phase = 0
         if not base:
-            yield Log("info", f"1/{phases} seed corpus: {corpus_tasks} mini tasks with answers, and propose examples "
-                      "(the held-out tasks' programs left out)")
-            if not (yield from self.corpus(corpus_tasks)):
-                return
-            yield Log("info", f"2/{phases} tokenizer and dataset (a small character-level BPE: digits stay digits)")
-            if not (yield from self.prepare()):
-                return
-            budget = minutes * 60.0 * pretrain_share - (time.monotonic() - start)
-            yield Log("info", f"3/{phases} pretraining the tiny preset for up to {max(budget, 0) / 60:.1f} minutes "
-                      "(it stops early when validation loss stops improving)")
-            base = yield from self.pretrain(budget, pretrain_steps, train_overrides)
+            base = yield from self.from_scratch(start, minutes, phases)
             if not base:
                 return
             phase = 3
         phase += 1
         yield Log("info", f"{phase}/{phases} the base model on the held-out tasks")
-        before = yield from self.evaluate("before", [base])
-        if before is None:
+        if (yield from self.evaluate("before", [base])) is None:
             return
         phase += 1
         left = self.deadline - time.monotonic()
@@ -160,17 +180,38 @@ class Demo:
         if best and best != final and (yield from self.evaluate("best", [best])) is None:
             return
         self.results.setdefault("best", self.results["final"])
-        if control:
-            for arm, what in CONTROL_ARMS:
-                phase += 1
-                what = what if arm == "solver_rl" or self.dataset is not None else "fine-tuning on generated tasks"
-                yield Log("info", f"{phase}/{phases} control: {what} from the same start for the same "
-                          f"{selfplay_seconds / 60:.1f} minutes")
-                done = yield from (self.solver_only(base, selfplay_seconds) if arm == "solver_rl"
-                                   else self.control(base, selfplay_seconds, train_overrides))
-                if not done or (yield from self.evaluate(arm, [done])) is None:
-                    return
+        if control and not (yield from self.controls_arms(base, selfplay_seconds, phase, phases)):
+            return
         yield from self.finish(start, base)
+
+    def from_scratch(self, start: float, minutes: float, phases: int) -> Iterator[Event]:
+        """Phases 1-3 without a base: seed corpus, tokenizer and dataset, pretraining; returns the checkpoint it
+        hands on ("" when the demo ended)."""
+        corpus_tasks = self.settings.corpus_tasks
+        yield Log("info", f"1/{phases} seed corpus: {corpus_tasks} mini tasks with answers, and propose examples "
+                  "(the held-out tasks' programs left out)")
+        if not (yield from self.corpus(corpus_tasks)):
+            return ""
+        yield Log("info", f"2/{phases} tokenizer and dataset (a small character-level BPE: digits stay digits)")
+        if not (yield from self.prepare()):
+            return ""
+        budget = minutes * 60.0 * self.settings.pretrain_share - (time.monotonic() - start)
+        yield Log("info", f"3/{phases} pretraining the tiny preset for up to {max(budget, 0) / 60:.1f} minutes "
+                  "(it stops early when validation loss stops improving)")
+        return (yield from self.pretrain(budget, self.settings.pretrain_steps, self.train_overrides))
+
+    def controls_arms(self, base: str, seconds: float, phase: int, phases: int) -> Iterator[Event]:
+        """The controls from the same start for self-play's wall time, each measured; False when the demo ended."""
+        for arm, what in CONTROL_ARMS:
+            phase += 1
+            what = what if arm == "solver_rl" or self.dataset is not None else "fine-tuning on generated tasks"
+            yield Log("info", f"{phase}/{phases} control: {what} from the same start for the same "
+                      f"{seconds / 60:.1f} minutes")
+            done = yield from (self.solver_only(base, seconds) if arm == "solver_rl"
+                               else self.control(base, seconds, self.train_overrides))
+            if not done or (yield from self.evaluate(arm, [done])) is None:
+                return False
+        return True
 
     def finish(self, start: float, base: str) -> Iterator[Event]:
         summary: dict[str, Any] = {name: {t: rates.get(f"solve_rate/{t}", float("nan")) for t in TASK_TYPES}
@@ -243,7 +284,7 @@ class Demo:
         return finished
 
     def pretrain(self, budget_s: float, steps: int, overrides: dict[str, Any]) -> Iterator[Event]:
-        from desktop_app.engine.train.setup import config_from_preset
+        from desktop_app.engine.train.request import config_from_preset
 
         assert self.dataset is not None
         config, notes = config_from_preset(self.dataset, "tiny", seed=self.seed, steps=steps,

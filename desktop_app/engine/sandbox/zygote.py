@@ -212,85 +212,29 @@ def _plain(value: object, budget: list) -> object:
 
 
 def _child(job: dict, tmpdir: str, report_fd: int) -> None:
-    """In the forked child: confine, then run. Never returns."""
+    """In the forked child: confine, then run. Never returns. The program runs in this very frame (as deep in the
+    stack as it always did: its recursion limit leaves it the same depth)."""
     import ast  # noqa: F401 - loaded before the hook (literal_eval of inputs)
 
-    limits = job.get("limits", {})
     try:
-        os.chdir(tmpdir)
-        out = os.open(os.path.join(tmpdir, "out.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        keep = sorted({0, 1, 2, report_fd})
-        low = 3
-        for fd in keep:
-            if fd >= low:
-                os.closerange(low, fd)
-                low = fd + 1
-        os.closerange(low, 4096)
-        if LIBC is not None:
-            LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
-        if os.geteuid() == 0:
-            os.chown(tmpdir, NOBODY, NOBODY)
-            os.chown(os.path.join(tmpdir, "out.txt"), NOBODY, NOBODY)
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-        with open("/proc/self/statm") as fh:
-            base = int(fh.read().split()[0]) * resource.getpagesize()
-        cpu = max(1, int(limits.get("cpu_seconds", 2)))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        memory = int(limits.get("memory_mb", 256)) << 20
-        if hasattr(resource, "RLIMIT_AS"):
-            resource.setrlimit(resource.RLIMIT_AS, (base + memory, base + memory))
-        size = int(limits.get("output_bytes", 65536))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
-        if hasattr(resource, "RLIMIT_NPROC"):
-            resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-        sys.setrecursionlimit(int(limits.get("recursion", 1000)))
-        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-        sys.stdout = open(1, "w", buffering=1, closefd=False, errors="replace")  # noqa: SIM115
-        sys.stderr = sys.stdout
+        _confine(job.get("limits", {}), tmpdir, report_fd)
     except Exception as exc:  # pragma: no cover - confinement failed: refuse to run anything
         os.write(report_fd, (json.dumps({"setup_error": f"{type(exc).__name__}: {exc}"}) + "\n").encode())
         os._exit(3)
-
-    code_box: list = []
-    result: dict = {"results": []}
     try:
         code = compile(job["source"], "<program>", "exec")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         os.write(report_fd, (json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}) + "\n").encode())
         os._exit(0)
     import ast as _ast
-    import builtins as _builtins
 
     calls = [_ast.literal_eval("(" + text + ",)") if text.strip() else () for text in job.get("calls") or []]
     entry = job.get("entry") or "f"
-    safe = {name: getattr(_builtins, name) for name in SAFE_BUILTINS if hasattr(_builtins, name)}
-    modules = sys.modules
-    write, dumps = os.write, json.dumps
-
-    def safe_import(name: str, globals=None, locals=None, fromlist=(), level=0):
-        if level or name.split(".")[0] not in ALLOWED_MODULES:
-            write(report_fd, (dumps({"violation": "import", "detail": f"module {name!r}"}) + "\n").encode())
-            raise Violation(f"import of {name!r} is not allowed in the sandbox")
-        module = modules.get(name)
-        if module is None:
-            raise ImportError(f"module {name!r} is not available in the sandbox")
-        if fromlist or "." not in name:
-            return module
-        return modules[name.split(".")[0]]
-
-    safe["__import__"] = safe_import
-    namespace = {"__builtins__": safe, "__name__": "__main__"}
-    code_box.append(code)
-    plain = _plain
-    _install_hook(tmpdir, report_fd, code_box)
-    status = "ok"
+    namespace = {"__builtins__": _safe_builtins(report_fd), "__name__": "__main__"}
+    # taken before the program runs, so that it cannot swap what reports its result
+    plain, failure, write, dumps = _plain, _failure, os.write, json.dumps
+    result: dict = {"results": []}
+    _install_hook(tmpdir, report_fd, [code])
     try:
         exec(code, namespace)
         if calls:
@@ -308,24 +252,98 @@ def _child(job: dict, tmpdir: str, report_fd: int) -> None:
                     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
                         raise
                     result["results"].append({"error": f"{type(exc).__name__}: {exc}"[:300]})
-    except MemoryError:
-        status = "memory"
-        result = {"memory": True}
-    except Violation as exc:
-        status = "forbidden"
-        result["error"] = str(exc)[:500]
-    except SystemExit as exc:
-        result["error"] = f"SystemExit({exc.code!r})"[:300]
     except BaseException as exc:
-        result["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        result = failure(exc, result)
     with contextlib.suppress(BaseException):
         sys.stdout.flush()
-    del status
     text = dumps(result)
     if len(text) > MAX_RESULT_BYTES:
         text = dumps({"error": "results too large"})
     write(report_fd, (text + "\n").encode())
     os._exit(0)
+
+
+def _failure(exc: BaseException, result: dict) -> dict:
+    """The report of a program that raised `exc` (its results so far kept, except when memory ran out)."""
+    if isinstance(exc, MemoryError):
+        return {"memory": True}
+    if isinstance(exc, Violation):
+        result["error"] = str(exc)[:500]
+    elif isinstance(exc, SystemExit):
+        result["error"] = f"SystemExit({exc.code!r})"[:300]
+    else:
+        result["error"] = f"{type(exc).__name__}: {exc}"[:500]
+    return result
+
+
+def _confine(limits: dict, tmpdir: str, report_fd: int) -> None:
+    """The child's confinement: its own folder and output file, no other open files, the zygote's death ends it,
+    no privileges (as root), resource limits."""
+    os.chdir(tmpdir)
+    out = os.open(os.path.join(tmpdir, "out.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    keep = sorted({0, 1, 2, report_fd})
+    low = 3
+    for fd in keep:
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 4096)
+    if LIBC is not None:
+        LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
+    if os.geteuid() == 0:
+        os.chown(tmpdir, NOBODY, NOBODY)
+        os.chown(os.path.join(tmpdir, "out.txt"), NOBODY, NOBODY)
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+    _set_limits(limits)
+    sys.stdout = open(1, "w", buffering=1, closefd=False, errors="replace")  # noqa: SIM115
+    sys.stderr = sys.stdout
+
+
+def _set_limits(limits: dict) -> None:
+    """CPU time, memory (above what the child already uses), output size, open files, no new processes, recursion."""
+    with open("/proc/self/statm") as fh:
+        base = int(fh.read().split()[0]) * resource.getpagesize()
+    cpu = max(1, int(limits.get("cpu_seconds", 2)))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    memory = int(limits.get("memory_mb", 256)) << 20
+    if hasattr(resource, "RLIMIT_AS"):
+        resource.setrlimit(resource.RLIMIT_AS, (base + memory, base + memory))
+    size = int(limits.get("output_bytes", 65536))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+    if hasattr(resource, "RLIMIT_NPROC"):
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    sys.setrecursionlimit(int(limits.get("recursion", 1000)))
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+
+
+def _safe_builtins(report_fd: int) -> dict:
+    """The builtins a program sees: SAFE_BUILTINS, and an __import__ of the allow-listed (preloaded) modules only."""
+    import builtins as _builtins
+
+    safe = {name: getattr(_builtins, name) for name in SAFE_BUILTINS if hasattr(_builtins, name)}
+    modules = sys.modules
+    write, dumps = os.write, json.dumps
+
+    def safe_import(name: str, globals=None, locals=None, fromlist=(), level=0):
+        if level or name.split(".")[0] not in ALLOWED_MODULES:
+            write(report_fd, (dumps({"violation": "import", "detail": f"module {name!r}"}) + "\n").encode())
+            raise Violation(f"import of {name!r} is not allowed in the sandbox")
+        module = modules.get(name)
+        if module is None:
+            raise ImportError(f"module {name!r} is not available in the sandbox")
+        if fromlist or "." not in name:
+            return module
+        return modules[name.split(".")[0]]
+
+    safe["__import__"] = safe_import
+    return safe
 
 
 def _classify(job_report: list, wait_status: int, timed_out: bool, out_size: int, limits: dict) -> tuple[str, str]:
@@ -379,38 +397,15 @@ def _run_batch(message: dict, emit) -> None:
             read_fd, write_fd = os.pipe()
             start = time.monotonic()
             pid = os.fork()
-            if pid == 0:  # child
+            if pid == 0:  # child (forked here, not in a helper: the program runs no deeper in the stack)
                 try:
                     os.close(read_fd)
                     _child(job, tmpdir, write_fd)
                 finally:
                     os._exit(4)
             os.close(write_fd)
-            os.set_blocking(read_fd, False)
-            wall = float(job.get("limits", {}).get("wall_seconds", 5))
-            running[pid] = {"index": index, "fd": read_fd, "buf": bytearray(), "start": start,
-                            "deadline": start + wall, "tmp": tmpdir, "limits": job.get("limits", {}),
-                            "timed_out": False}
-        fds = {info["fd"]: pid for pid, info in running.items() if info["fd"] >= 0}
-        # Sleep until a report pipe has data or closes (the child ended) or the nearest deadline;
-        # poll briefly only for children that closed their pipe but are not reaped yet.
-        wait = min([info["deadline"] for info in running.values()], default=0.0) - time.monotonic()
-        wait = 0.0005 if len(fds) < len(running) else min(max(wait, 0.0), 0.05)
-        if fds:
-            ready, _, _ = select.select(list(fds), [], [], wait)
-            for fd in ready:
-                info = running[fds[fd]]
-                try:
-                    chunk = os.read(fd, 65536)
-                except BlockingIOError:
-                    continue
-                if chunk and len(info["buf"]) < MAX_RESULT_BYTES + 4096:
-                    info["buf"] += chunk
-                elif not chunk:
-                    os.close(fd)
-                    info["fd"] = -1
-        else:
-            time.sleep(wait)
+            running[pid] = _tracked(index, job, tmpdir, read_fd, start)
+        _read_reports(running)
         now = time.monotonic()
         for pid, info in list(running.items()):
             if now > info["deadline"] and not info["timed_out"]:
@@ -421,40 +416,83 @@ def _run_batch(message: dict, emit) -> None:
             if not done:
                 continue
             seconds = time.monotonic() - info["start"]
-            if info["fd"] >= 0:
-                try:
-                    while True:
-                        chunk = os.read(info["fd"], 65536)
-                        if not chunk or len(info["buf"]) > MAX_RESULT_BYTES + 4096:
-                            break
-                        info["buf"] += chunk
-                except BlockingIOError:
-                    pass
-                os.close(info["fd"])
+            _drain(info)
             del running[pid]
-            limits = info["limits"]
-            out_path = os.path.join(info["tmp"], "out.txt")
-            cap = int(limits.get("stdout_chars", 4096))
-            try:
-                out_size = os.path.getsize(out_path)
-                with open(out_path, "rb") as fh:
-                    stdout = fh.read(cap).decode("utf-8", "replace")
-            except OSError:
-                out_size, stdout = 0, ""
-            shutil.rmtree(info["tmp"], ignore_errors=True)
-            lines = bytes(info["buf"]).decode("utf-8", "replace").splitlines()
-            status, reason = _classify(lines, wait_status, info["timed_out"], out_size, limits)
-            results = []
-            for line in reversed(lines):
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    continue
-                if "results" in data:
-                    results = data["results"] if isinstance(data["results"], list) else []
-                    break
-            emit({"job": info["index"], "status": status, "reason": reason, "stdout": stdout,
-                  "seconds": round(seconds, 6), "results": results})
+            emit(_job_report(info, wait_status, seconds))
+
+
+def _tracked(index: int, job: dict, tmpdir: str, read_fd: int, start: float) -> dict:
+    """What the zygote tracks of a running child: its job, report pipe (read without blocking), clock and folder."""
+    os.set_blocking(read_fd, False)
+    wall = float(job.get("limits", {}).get("wall_seconds", 5))
+    return {"index": index, "fd": read_fd, "buf": bytearray(), "start": start, "deadline": start + wall,
+            "tmp": tmpdir, "limits": job.get("limits", {}), "timed_out": False}
+
+
+def _read_reports(running: dict[int, dict]) -> None:
+    """Sleep until a report pipe has data or closes (the child ended) or the nearest deadline, and read what came;
+    poll briefly only for children that closed their pipe but are not reaped yet."""
+    fds = {info["fd"]: pid for pid, info in running.items() if info["fd"] >= 0}
+    wait = min([info["deadline"] for info in running.values()], default=0.0) - time.monotonic()
+    wait = 0.0005 if len(fds) < len(running) else min(max(wait, 0.0), 0.05)
+    if not fds:
+        time.sleep(wait)
+        return
+    ready, _, _ = select.select(list(fds), [], [], wait)
+    for fd in ready:
+        info = running[fds[fd]]
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if chunk and len(info["buf"]) < MAX_RESULT_BYTES + 4096:
+            info["buf"] += chunk
+        elif not chunk:
+            os.close(fd)
+            info["fd"] = -1
+
+
+def _drain(info: dict) -> None:
+    """Read the rest of an ended child's report pipe (up to the size cap) and close it."""
+    if info["fd"] < 0:
+        return
+    try:
+        while True:
+            chunk = os.read(info["fd"], 65536)
+            if not chunk or len(info["buf"]) > MAX_RESULT_BYTES + 4096:
+                break
+            info["buf"] += chunk
+    except BlockingIOError:
+        pass
+    os.close(info["fd"])
+
+
+def _job_report(info: dict, wait_status: int, seconds: float) -> dict:
+    """The {"job": i, ...} message of an ended child: its verdict, captured stdout and results (its folder
+    removed)."""
+    limits = info["limits"]
+    out_path = os.path.join(info["tmp"], "out.txt")
+    cap = int(limits.get("stdout_chars", 4096))
+    try:
+        out_size = os.path.getsize(out_path)
+        with open(out_path, "rb") as fh:
+            stdout = fh.read(cap).decode("utf-8", "replace")
+    except OSError:
+        out_size, stdout = 0, ""
+    shutil.rmtree(info["tmp"], ignore_errors=True)
+    lines = bytes(info["buf"]).decode("utf-8", "replace").splitlines()
+    status, reason = _classify(lines, wait_status, info["timed_out"], out_size, limits)
+    results = []
+    for line in reversed(lines):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if "results" in data:
+            results = data["results"] if isinstance(data["results"], list) else []
+            break
+    return {"job": info["index"], "status": status, "reason": reason, "stdout": stdout,
+            "seconds": round(seconds, 6), "results": results}
 
 
 def main() -> int:

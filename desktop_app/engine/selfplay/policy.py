@@ -8,13 +8,14 @@ form stays so more updates per round remain PPO.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from desktop_app.engine.model.training_forward import next_token_logps, uses_fused_loss
+from desktop_app.engine.selfplay.rewards import grouped_advantages
 
 
 @dataclass
@@ -36,6 +37,13 @@ class EpisodeBatch(list):
         super().__init__(episodes)
         self.stats = dict(stats or {})
 
+
+def teaching_episodes(episodes: list[Episode], rewards: Sequence[float], groups: Sequence[object]) -> list[Episode]:
+    """Set each episode's advantage (its reward normalised within its group) and keep those that teach: an advantage
+    other than 0 and a completion. At least one is kept, so every round makes a step."""
+    for episode, advantage in zip(episodes, grouped_advantages(rewards, groups), strict=True):
+        episode.advantage = advantage
+    return [e for e in episodes if e.advantage != 0.0 and e.completion] or episodes[:1]
 
 
 ADAPTER_OFF = "adapter-off"  # the reference is the trained model with its LoRA adapters switched off

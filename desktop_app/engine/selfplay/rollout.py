@@ -7,19 +7,18 @@ resumed run samples the same completions. The model is put in eval mode (no drop
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from desktop_app.engine.data.batches import BatchSource
-from desktop_app.engine.generate.device_sampling import SamplingSettings
-from desktop_app.engine.generate.runners import left_padded, make_runner
+from desktop_app.engine.generate.rows import Check, Row
+from desktop_app.engine.generate.runners import Runner, left_padded, make_runner
 from desktop_app.engine.generate.sampling import Sampler
+from desktop_app.engine.generate.settings import DecodeLimits, PromptRows, SamplingSettings
 from desktop_app.engine.generate.static_decode import log_choice, static_completions, use_static_path
-
-Check = Callable[[list[int]], bool]  # is this completion's answer complete?
 
 
 @dataclass
@@ -47,90 +46,126 @@ class TextCodec:
         return self._newlines
 
 
+@dataclass(frozen=True)
+class RolloutOptions:
+    """What sample_completions decodes: `samples` completions per prompt of at most `max_new_tokens` (fewer when
+    `max_len`, the context, leaves less room after the prompts), drawn at `temperature` / `top_p` from `seed`;
+    each cut after its first stop id (kept), its `max_lines`-th token holding a line break (`newline_ids`; 0 = no
+    limit), or once `finished(its ids)` says its answer is complete (one check, or one per prompt). `pad_id` pads
+    the prompts on the left; `backend`: auto (the static path on CUDA, the lean runners elsewhere), static, lean
+    or hf; `tokens`: the tokenizer's size when the model's vocabulary is padded beyond it (those ids are never
+    sampled)."""
+
+    samples: int = 1
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop_ids: Collection[int] = frozenset()
+    pad_id: int = 0
+    max_len: int | None = None
+    newline_ids: Collection[int] = frozenset()
+    max_lines: int = 0
+    finished: Check | Sequence[Check | None] | None = None
+    backend: str = "auto"
+    tokens: int = 0
+
+    def fit(self, prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], DecodeLimits]:
+        """The prompts as the context holds them (an over-long one keeps its end, leaving room to answer) and
+        the limits of their completions (the token budget that fits after the longest)."""
+        if self.max_len is not None:
+            keep = max(1, self.max_len - self.max_new_tokens)
+            prompts = [list(p)[-keep:] for p in prompts]
+        longest = max(len(p) for p in prompts)
+        budget = self.max_new_tokens if self.max_len is None else max(1, min(self.max_new_tokens,
+                                                                             self.max_len - longest))
+        return [list(p) for p in prompts], DecodeLimits(budget, self.stop_ids, (), self.newline_ids, self.max_lines)
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(temperature=self.temperature, top_p=self.top_p, tokens=self.tokens)
+
+
 @torch.no_grad()
-def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, samples: int = 1,
-                       max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-                       stop_ids: set[int] | frozenset[int] = frozenset(), pad_id: int = 0,
-                       max_len: int | None = None, newline_ids: set[int] | frozenset[int] = frozenset(),
-                       max_lines: int = 0, finished: Check | Sequence[Check | None] | None = None,
-                       backend: str = "auto", tokens: int = 0) -> list[list[int]]:
-    """`samples` completions per prompt (prompt-major order), each cut after its first stop id (kept), or
-    after its `max_lines`-th token that holds a line break (when max_lines > 0), or once `finished(its ids)`
-    says its answer is complete (a chat reply's closing </answer> tag or code fence); `finished` may also be one
-    check per prompt (prompts of several task types in one batch).
+def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]], options: RolloutOptions | None = None,
+                       **keywords: Any) -> list[list[int]]:
+    """`samples` completions per prompt (prompt-major order), as `options` (RolloutOptions) says; `keywords` are
+    its fields (`sample_completions(model, prompts, samples=4, temperature=0.8, ...)`), over `options` when both
+    are given. A prompt's completion is cut after its first stop id (kept), after its `max_lines`-th token that
+    holds a line break, or once `finished(its ids)` says its answer is complete (a chat reply's closing </answer>
+    tag or code fence); `finished` may also be one check per prompt (prompts of several task types in one batch).
 
     Prompts are left-padded into one batch and prefilled once; their cache rows are repeated per sample. A prefix
     that all prompts share (a chat template, a task's instructions) is prefilled once for all of them.
-    backend: auto (the static path on CUDA, the lean runners elsewhere), static, lean or hf. tokens: the
-    tokenizer's size, when the model's vocabulary is padded beyond it (those ids are never sampled).
     """
+    options = replace(options or RolloutOptions(), **keywords)
     if not prompts:
         return []
-    if max_len is not None:  # keep the end of an over-long prompt, leaving room to answer
-        keep = max(1, max_len - max_new_tokens)
-        prompts = [list(p)[-keep:] for p in prompts]
-    longest = max(len(p) for p in prompts)
-    budget = max_new_tokens if max_len is None else max(1, min(max_new_tokens, max_len - longest))
-    device = next(model.parameters()).device
-    checks = _row_checks(finished, len(prompts), samples)
+    prompts, limits = options.fit(prompts)
+    checks = _row_checks(options.finished, len(prompts), options.samples)
+    rows = PromptRows(prompts, options.samples, options.pad_id)
     was_training = model.training
     model.eval()
-    static, reason = use_static_path(model, backend)
+    static, reason = use_static_path(model, options.backend)
     try:
         if static:  # on CUDA: static cache, CUDA graphs, sampling and stop checks on the GPU
             log_choice(model, reason)
-            completions = static_completions(model, prompts, samples=samples, budget=budget,
-                                             settings=SamplingSettings(temperature=temperature, top_p=top_p,
-                                                                       tokens=tokens),
-                                             seed=seed, stop_ids=stop_ids, pad_id=pad_id, newline_ids=newline_ids,
-                                             max_lines=max_lines)
+            completions = static_completions(model, rows, limits, options.sampling, options.seed)
             return [c if check is None else cut_when_finished(c, check) for c, check in zip(completions, checks,
                                                                                            strict=True)]
         with torch.inference_mode():
-            n = len(prompts) * samples
-            sampler = Sampler(temperature=temperature, top_p=top_p, seed=seed, batch=n, tokens=tokens,
-                              vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
-            shared = shared_prefix(prompts)
-            if shared:  # the chat template and the instructions: prefilled once, not once per prompt
-                runner = make_runner(model, 1, longest + budget, backend)
-                runner.prefill(torch.tensor([list(prompts[0][:shared])], dtype=torch.long, device=device), None)
-                runner.expand(len(prompts))
-                ids, mask = left_padded([p[shared:] for p in prompts], pad_id, device)
-                logits = runner.extend(ids, mask)
-            else:
-                runner = make_runner(model, len(prompts), longest + budget, backend)
-                ids, mask = left_padded(prompts, pad_id, device)
-                logits = runner.prefill(ids, mask)
-            if samples > 1:
-                runner.expand(samples)
-                logits = logits.repeat_interleave(samples, dim=0)
-            out: list[list[int]] = [[] for _ in range(n)]
-            done = [False] * n
-            lines = [0] * n
-            rows = list(range(n))  # the completion each of the runner's rows writes
-            for step in range(budget):
-                next_ids = sampler(logits)
-                for b, token in zip(rows, next_ids.tolist(), strict=True):
-                    if not done[b]:
-                        out[b].append(token)
-                        if token in newline_ids:
-                            lines[b] += 1
-                        done[b] = token in stop_ids or (max_lines > 0 and lines[b] >= max_lines) or (
-                            checks[b] is not None and checks[b](out[b]))
-                if all(done) or step == budget - 1:
-                    break
-                live = [i for i, b in enumerate(rows) if not done[b]]
-                if sampler.greedy and len(live) <= len(rows) // 2:
-                    # half the rows have finished: stop decoding them (a chat model's long replies otherwise
-                    # keep a whole batch of short ones running). Greedy only: a sampled row's draws would change.
-                    keep = torch.tensor(live, dtype=torch.long, device=device)
-                    runner.reorder(keep)
-                    next_ids, rows = next_ids.index_select(0, keep), [rows[i] for i in live]
-                logits = runner.step(next_ids)
-            del runner
+            return _decode_rows(model, rows, limits, checks, options)
     finally:
         model.train(was_training)
-    return out
+
+
+def _prefill(model: torch.nn.Module, rows: PromptRows, budget: int, backend: str) -> tuple[Runner, torch.Tensor]:
+    """A runner holding every row's prompt, and the rows' first logits. A prefix all prompts share is prefilled once,
+    then each prompt's rest; each prompt's cache rows are repeated for its samples."""
+    prompts, device = rows.prompts, next(model.parameters()).device
+    shared = shared_prefix(prompts)
+    if shared:  # the chat template and the instructions: prefilled once, not once per prompt
+        runner = make_runner(model, 1, rows.longest + budget, backend)
+        runner.prefill(torch.tensor([list(prompts[0][:shared])], dtype=torch.long, device=device), None)
+        runner.expand(len(prompts))
+        ids, mask = left_padded([p[shared:] for p in prompts], rows.pad_id, device)
+        logits = runner.extend(ids, mask)
+    else:
+        runner = make_runner(model, len(prompts), rows.longest + budget, backend)
+        ids, mask = left_padded(prompts, rows.pad_id, device)
+        logits = runner.prefill(ids, mask)
+    if rows.samples > 1:
+        runner.expand(rows.samples)
+        logits = logits.repeat_interleave(rows.samples, dim=0)
+    return runner, logits
+
+
+def _decode_rows(model: torch.nn.Module, rows: PromptRows, limits: DecodeLimits, checks: list[Check | None],
+                 options: RolloutOptions) -> list[list[int]]:
+    """The lean / transformers runners' rollout loop: every row's ids until its Row (rows.py) says it ended."""
+    device, budget = next(model.parameters()).device, limits.budget
+    states = [Row(limits, check=check) for check in checks]
+    sampler = Sampler(options.sampling, seed=options.seed, batch=rows.count,
+                      vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
+    runner, logits = _prefill(model, rows, budget, options.backend)
+    order = list(range(rows.count))  # the completion each of the runner's rows writes
+    for step in range(budget):
+        next_ids = sampler(logits)
+        for b, token in zip(order, next_ids.tolist(), strict=True):
+            if states[b].reason is None:
+                states[b].push(token)
+        if all(s.reason is not None for s in states) or step == budget - 1:
+            break
+        live = [i for i, b in enumerate(order) if states[b].reason is None]
+        if sampler.greedy and len(live) <= len(order) // 2:
+            # half the rows have finished: stop decoding them (a chat model's long replies otherwise
+            # keep a whole batch of short ones running). Greedy only: a sampled row's draws would change.
+            keep = torch.tensor(live, dtype=torch.long, device=device)
+            runner.reorder(keep)
+            next_ids, order = next_ids.index_select(0, keep), [order[i] for i in live]
+        logits = runner.step(next_ids)
+    del runner
+    return [s.ids for s in states]
 
 
 MIN_SHARED_PREFIX = 8  # tokens: below this a separate prefill of the prefix saves less than it costs

@@ -1,14 +1,14 @@
-"""What one self-play round collects: the decodes, the proposals and their fate, the episodes with their rewards, and
-the round's statistics (objectives/selfplay.py plays the round in named steps and fills these)."""
+"""What one self-play round collects: the decodes, the proposals and their fate, the solver's attempts, the episodes
+with their rewards, and the round's statistics (objectives/selfplay.py plays the round in named steps and fills
+these)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch
-from desktop_app.engine.selfplay.rewards import grouped_advantages
-from desktop_app.engine.tasks.base import Task, Validation
+from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, teaching_episodes
+from desktop_app.engine.tasks.base import Check, Task, Validation
 
 
 @dataclass
@@ -42,6 +42,8 @@ class Proposals:
     verdicts: list[Validation]
     fates: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)  # the score step's, one per proposal
+    rates: list[float | None] = field(default_factory=list)  # the solve rate each reward came from (None: none)
 
     def tasks(self, fate: str) -> list[Task]:
         return [v.task for v, f in zip(self.verdicts, self.fates, strict=True) if f == fate and v.task is not None]
@@ -53,6 +55,28 @@ class Proposals:
     @property
     def judged(self) -> list[Task]:
         return self.tasks(HELD_OUT)
+
+
+@dataclass
+class Attempts:
+    """One task type's solver tasks of a round and the world's checks of their answers (`samples` each, task-major):
+    the first `trained` tasks train the solver; those after them (held-out programs a proposer wrote) are solved
+    only to reward the proposer."""
+
+    tasks: list[Task]
+    trained: int
+    samples: int
+    replies: Decoded | None = None
+    checks: list[Check] = field(default_factory=list)
+
+    def rates(self) -> list[float]:
+        """Each task's solve rate."""
+        n = self.samples
+        return [sum(c.correct for c in self.checks[j * n:(j + 1) * n]) / n for j in range(len(self.tasks))]
+
+    def rate_by_task(self) -> dict[int, float]:
+        """Solve rates by the task object's id: a proposal's task is found as the very object that was solved."""
+        return {id(t): r for t, r in zip(self.tasks, self.rates(), strict=True)}
 
 
 @dataclass
@@ -107,7 +131,5 @@ class Round:
 
     def batch(self) -> EpisodeBatch:
         """The episodes that teach (advantage normalised per group, not 0, a completion), at least one."""
-        for episode, advantage in zip(self.episodes, grouped_advantages(self.rewards, self.groups), strict=True):
-            episode.advantage = advantage
-        kept = [e for e in self.episodes if e.advantage != 0.0 and e.completion] or self.episodes[:1]
+        kept = teaching_episodes(self.episodes, self.rewards, self.groups)
         return EpisodeBatch(kept, self.stats.summary(self.rewards, len(kept)))

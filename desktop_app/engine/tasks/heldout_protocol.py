@@ -24,7 +24,7 @@ from typing import Any
 
 from desktop_app.engine.tasks.base import Task, TaskWorld
 
-REPORTED_SEED = 9002  # the `eval` verb's default set: the figures the README and the demo report
+REPORTED_SEED = 9002  # the `eval` verb's default set: the figures docs/selfplay.md and the demo report
 SELECTION_SEED = 9001  # self-play's default `heldout_seed`: its best checkpoint and early stopping
 
 

@@ -34,7 +34,6 @@ from desktop_app.engine.tasks.base import (
     TASK_TYPES,
     Check,
     Task,
-    TaskWorld,
     Validation,
     bad_format,
     check_type,
@@ -44,6 +43,7 @@ from desktop_app.engine.tasks.base import (
     wrong,
 )
 from desktop_app.engine.tasks.mini_lang import MiniError, check_value, parse_program, random_input, random_program
+from desktop_app.engine.tasks.seeded import SeededWorld
 
 ANSWER_LIMITS = LiteralLimits(max_chars=2_000, max_depth=8, max_items=1_000, max_int_digits=13, max_str_chars=100)
 MAX_OUTPUT_CHARS = 200  # outputs of proposed tasks, as literal text
@@ -59,7 +59,7 @@ def _task_value(text: str) -> Any:
 
 
 @dataclass
-class MiniWorld(TaskWorld):
+class MiniWorld(SeededWorld):
     """Options: depth (max expression depth of generated programs, default 2: a tiny model learns them within
     minutes), references (tasks shown in a propose prompt, default 3), pairs (induction pairs, default 6), shown
     (of them shown, default 3)."""
@@ -72,17 +72,7 @@ class MiniWorld(TaskWorld):
     def depth(self) -> int:
         return int(self.options.get("depth", 2))
 
-    # -- generation --------------------------------------------------------------------------------
-    def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
-        check_type(self, task_type)
-        return self._generate(task_type, count, random.Random(f"mini-{task_type}-{seed}"), set(exclude))
-
-    def heldout_set(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
-        """Fixed evaluation tasks: their own random stream (so never the corpus's for the same seed), and no
-        program in `exclude` (pass the programs of the seed corpus to keep the two apart)."""
-        check_type(self, task_type)
-        return self._generate(task_type, count, random.Random(f"mini-heldout-{task_type}-{seed}"), set(exclude))
-
+    # -- generation (generate and heldout_set: SeededWorld) ----------------------------------------------
     def _generate(self, task_type: str, count: int, rng: random.Random, exclude: set[str]) -> list[Task]:
         tasks: list[Task] = []
         seen = set(exclude)  # one task per program: variety matters more than volume for a tiny model

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import random
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,7 +20,6 @@ from desktop_app.engine.sandbox.screen import ScreenError, screen_source
 from desktop_app.engine.tasks.base import (
     Check,
     Task,
-    TaskWorld,
     Validation,
     bad_format,
     check_type,
@@ -31,6 +29,7 @@ from desktop_app.engine.tasks.base import (
     wrong,
 )
 from desktop_app.engine.tasks.python_programs import LETTERS, random_args, random_program
+from desktop_app.engine.tasks.seeded import SeededWorld
 
 ANSWER_LIMITS = LiteralLimits(max_chars=2_000, max_depth=8, max_items=500, max_int_digits=30, max_str_chars=500)
 MAX_OUTPUT_CHARS = 1_000
@@ -159,7 +158,7 @@ def _args_text(args: tuple) -> str:
 
 
 @dataclass
-class PythonWorld(TaskWorld):
+class PythonWorld(SeededWorld):
     name: ClassVar[str] = "python"
     options: dict = field(default_factory=dict)
     _executor: Executor | None = field(default=None, init=False, repr=False)
@@ -177,17 +176,7 @@ class PythonWorld(TaskWorld):
             self._executor.close()
         self._executor = None
 
-    # -- generation --------------------------------------------------------------------------------
-    def generate(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
-        check_type(self, task_type)
-        return self._generate(task_type, count, random.Random(f"python-{task_type}-{seed}"), set(exclude))
-
-    def heldout_set(self, task_type: str, count: int, seed: int, exclude: Iterable[str] = ()) -> list[Task]:
-        """Fixed evaluation tasks: their own random stream (so never the training stream's for the same seed), and
-        no program in `exclude`. Training leaves out these programs (pass them as `generate`'s `exclude`)."""
-        check_type(self, task_type)
-        return self._generate(task_type, count, random.Random(f"python-heldout-{task_type}-{seed}"), set(exclude))
-
+    # -- generation (generate and heldout_set: SeededWorld) ----------------------------------------------
     def _generate(self, task_type: str, count: int, rng: random.Random, exclude: set[str]) -> list[Task]:
         """One task per program, drafted in fixed batches: the first tasks do not depend on `count`."""
         tasks: list[Task] = []

@@ -3,8 +3,8 @@
 `train(config, run_dir, controls)` is a generator of events (see events.py). Every yield is a progress report and a
 cancel point; the GUI iterates it in a worker thread, the CLI with a progress bar. The loop owns optimisation,
 precision, accumulation, clipping, failure handling, controls, metrics and checkpoints; the objective owns batches,
-loss and evaluation. The setup (setup.py) runs first; then each step is: take the batch, forward/backward over
-micro-batches, clip, (sync processes), check finiteness, step the optimizer, log, evaluate, save.
+loss and evaluation. The setup (setup.py, then build.py for the parts) runs first; then each step is: take the batch,
+forward/backward over micro-batches, clip, (sync processes), check finiteness, step the optimizer, log, evaluate, save.
 
 Cost notes (why the hot path looks the way it does): per optimizer step there is exactly one device->host sync
 (loss and grad norm read together, needed anyway to keep non-finite values away from the optimizer); per
@@ -15,25 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from desktop_app.engine import run_folder
-from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.devices import (
+    PrecisionChoice,
     apply_threads,
     choose_precision,
     choose_threads,
     cpu_cores,
     free_device_memory,
     is_out_of_memory,
-    measure_matmul_peak,
     resolve_device,
 )
 from desktop_app.engine.errors import UserError
@@ -51,22 +49,15 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.methods import method_of
-from desktop_app.engine.model import fast_path
-from desktop_app.engine.model.training_forward import TrainingModel
-from desktop_app.engine.objectives.base import Objective, TrainContext
+from desktop_app.engine.objectives.base import Objective
 from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train import distributed as dist_mod
 from desktop_app.engine.train import setup
-from desktop_app.engine.train.auto_batch import choose_micro_batch
+from desktop_app.engine.train.build import Found, build_parts
 from desktop_app.engine.train.cpu_alloc import restore_allocator, tune_allocator
 from desktop_app.engine.train.distributed import DistContext, PeerLostError
-from desktop_app.engine.train.optim import (
-    build_optimizer,
-    lr_at,
-    resolve_optimizer,
-    set_lr,
-)
+from desktop_app.engine.train.optim import lr_at, set_lr
 from desktop_app.engine.train.run import Run
 from desktop_app.engine.train.setup import Parts
 from desktop_app.engine.train.sync import SyncedControls, check_run, rank_device, rows_for_rank
@@ -151,11 +142,12 @@ def _start(run: Run, resume: bool, accept_config_change: bool) -> list[Event]:
         run.metrics = setup.open_run_folder(run.run_dir, run.config, loaded)
     precision, found = _tune_process(run, device, loaded)
     notes += found
-    notes += _build(run, device, precision, base_info, loaded)
+    notes += build_parts(run, Found(device, precision, base_info, loaded))
     return notes
 
 
-def _tune_process(run: Run, device: torch.device, loaded: ckpt.LoadedCheckpoint | None) -> tuple[Any, list[Event]]:
+def _tune_process(run: Run, device: torch.device,
+                  loaded: ckpt.LoadedCheckpoint | None) -> tuple[PrecisionChoice, list[Event]]:
     """Threads and precision; on the CPU, denormals flushed and the allocator tuned (undone in train())."""
     spec, notes = run.spec, []
     local = run.dist.local_world if run.dist is not None else 1  # processes on one machine share its cores
@@ -176,103 +168,6 @@ def _tune_process(run: Run, device: torch.device, loaded: ckpt.LoadedCheckpoint 
             notes.append(Log("info", "CPU allocator tuned for training: large buffers are reused between steps"))
     notes.append(Log("warning" if precision.warning else "info", f"precision {precision.name}: {precision.reason}"))
     return precision, notes
-
-
-def _build(run: Run, device: torch.device, precision: Any, base_info: Any,
-           loaded: ckpt.LoadedCheckpoint | None) -> list[Event]:
-    """The model (placed, sharded, compiled), the objective and its source, the optimizer; then the seeded state,
-    overwritten by the checkpoint's exact state when resuming. Sets run.parts; returns notes."""
-    config, spec, dist = run.config, run.spec, run.dist
-    store = TokenStore(config.dataset) if config.dataset else None
-    prepared = setup.prepare_model(config, base_info, store, device, spec)
-    notes: list[Event] = [Log("info", note) for note in prepared.notes]
-    model = prepared.model
-    if loaded is not None:
-        if loaded.adapter != prepared.adapter:
-            raise UserError(f"cannot resume: the checkpoint {loaded.path.name} holds "
-                            f"{'an adapter' if loaded.adapter else 'a full model'} but the run config asks for "
-                            f"{'an adapter' if prepared.adapter else 'full fine-tuning'}")
-        ckpt.load_model_state(model, loaded.model_state)
-    if not prepared.quantized:  # a 4-bit model is placed by its loader (bitsandbytes weights cannot move)
-        model.to(device)
-    if spec.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        notes.append(Log("info", "gradient checkpointing on: less memory, ~30% more compute"))
-    model.train()
-    if dist is not None and dist.fsdp:  # shard after loading, quantizing and adapters; before the optimizer
-        notes += [Log("info", n) for n in dist_mod.shard_fsdp(model, dist, device,
-                                                              autocast_dtype=precision.autocast_dtype)]
-    # The kernels (on CUDA the measured fast path; see model/fast_path.py) and the model the losses run through.
-    fsdp = dist is not None and dist.fsdp
-    choice = fast_path.choose_kernels(model, device, requested=spec.kernels, compile_flag=spec.compile,
-                                      steps=spec.steps, quantized=prepared.quantized, fsdp=fsdp)
-    notes.append(Log("warning" if choice.warning else "info", f"kernels {choice.name}: {choice.reason}"))
-    forward_model, found = fast_path.prepare(model, choice, run.run_dir)
-    notes += [Log("info", n) for n in found]
-
-    objective = run.objective
-    if objective is None:
-        from desktop_app.engine.objectives import make_objective
-
-        objective = run.objective = make_objective(config.objective)
-    wrapped = dist_mod.wrap(model, forward_model, objective.loss, dist, device)
-    notes += [Log("info", n) for n in wrapped.notes]
-    optimizer, why = _optimizer(run, model, device, prepared.quantized, loaded)
-    notes += [Log("info", why)] if why else []
-    scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
-    dtype = precision.autocast_dtype
-
-    def autocast() -> Any:
-        return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-
-    ctx = TrainContext(run_dir=run.run_dir, config=config, train_spec=spec, device=device, autocast=autocast,
-                       seed=config.seed, store=store, dataset_dir=Path(config.dataset) if config.dataset else None,
-                       model_spec=prepared.model_spec, tokenizer=prepared.tokenizer, resumed=loaded is not None,
-                       base=base_info, adapter=prepared.adapter, load_reference=prepared.load_reference)
-    objective.setup(ctx, model)
-    notes += objective.notes
-    source = objective.batch_source(ctx)
-    # MFU reference: the measured matmul peak of this machine (cached per process; before seeding, and with its own
-    # generator, so it cannot disturb the training RNG). A GPU reaches its peak only on large matmuls.
-    peak = measure_matmul_peak(device, dtype or torch.float32, size=8192 if device.type == "cuda" else 1024) \
-        if device.type != "mps" else 0.0
-    run.parts = Parts(model, wrapped, optimizer, scaler, objective, source, ctx, prepared.write_tokenizer,
-                      setup.flops_per_token(model, prepared.model_spec, adapter=prepared.adapter), peak,
-                      source_shards=dist is not None and source.set_shard(dist.rank, dist.world),
-                      fast=forward_model if isinstance(forward_model, TrainingModel) else None)
-    run.rank_batch = spec.batch_size // (dist.world if dist is not None else 1)
-
-    # Seed, then overwrite with the checkpoint's exact state when resuming.
-    torch.manual_seed(config.seed)
-    random.seed(config.seed)
-    np.random.seed(config.seed % (2**32))
-    run.state.micro_batch = spec.micro_batch
-    if loaded is not None:
-        run.restore(loaded, sharded=dist_mod.is_fsdp(model))
-        run.last_checkpoint = loaded.path
-        notes.append(Log("info", f"resumed from {loaded.path.name} (step {loaded.step})"))
-    elif run.is_main:
-        run.remember_checkpoint_vals()
-    run.state.micro_batch = min(run.state.micro_batch, run.rank_batch)  # a step's rows per process
-    if spec.auto_micro_batch:
-        run.state.micro_batch, why = choose_micro_batch(run.parts, dist, run.rank_batch, run.state.micro_batch,
-                                                        precision.name)
-        notes.append(Log("info", why))
-    return notes
-
-
-def _optimizer(run: Run, model: torch.nn.Module, device: torch.device, quantized: bool,
-               loaded: ckpt.LoadedCheckpoint | None) -> tuple[torch.optim.Optimizer, str]:
-    """The optimizer the spec asks for on this device (and why, when not plain AdamW)."""
-    kind, why = resolve_optimizer(run.spec.optimizer, device, quantized=quantized)
-    if run.dist is not None and run.dist.fsdp and kind != "adamw":  # auto on a 4-bit base (checked above)
-        kind, why = "adamw", "AdamW (8-bit AdamW cannot update FSDP's sharded parameters)"
-    if loaded is not None:
-        setup.check_optimizer_state(loaded.optimizer_tensors, kind)
-    return build_optimizer(model, run.spec, device, kind=kind), f"optimizer: {why}" if kind != "adamw" else ""
 
 
 # --- the steps --------------------------------------------------------------------------------------------------
@@ -322,128 +217,213 @@ def _run(run: Run, notes: list[Event]) -> Iterator[Event]:
         yield run.emit(Finished("failed", step=run.state.step, message=message, result=run.result()))
 
 
-def _steps(run: Run) -> Iterator[Event]:
+@dataclass
+class _StepNumbers:
+    """One step's figures once its gradients are in: loss and gradient norm (read in the step's one sync), the
+    objective's metric sums and the tokens it processed (every process's, when several train)."""
+
+    loss: float
+    grad_norm: float
+    metrics: dict[str, Any]
+    tokens: int
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.loss) and math.isfinite(self.grad_norm)
+
+
+@dataclass
+class _Session:
+    """What the step loop keeps across steps: the parameters it clips, the step this session started at, whether this
+    process evaluates, and the tokens/s window since the last logged step (evaluating and saving not counted)."""
+
+    params: list[torch.nn.Parameter]
+    clip: float
+    start_step: int
+    evaluates: bool
+    log_t0: float = field(default_factory=time.perf_counter)
+    log_tokens: int = 0
+
+    def exclude(self, since: float) -> None:
+        """Leave the time since `since` out of tokens/s."""
+        self.log_t0 += time.perf_counter() - since
+
+
+def _steps(run: Run) -> Generator[Event, None, str | None]:
     """The step loop; returns a reason when it ended the run itself (after emitting its Finished)."""
-    spec, parts, dist = run.spec, run.parts, run.dist
+    spec, parts = run.spec, run.parts
     assert parts is not None and run.sync is not None
-    params = [p for p in parts.model.parameters() if p.requires_grad]
-    clip = spec.grad_clip if spec.grad_clip > 0 else float("inf")
     run.session_start, run.paused_s = time.perf_counter(), 0.0
-    log_t0, log_tokens = time.perf_counter(), 0
-    start_step = run.state.step
     # FSDP: every process takes part in each forward (evaluation too); DDP: process 0 evaluates alone.
-    evaluates = run.is_main or (dist is not None and dist.fsdp)
-    budget = spec.time_budget_s
+    session = _Session([p for p in parts.model.parameters() if p.requires_grad],
+                       spec.grad_clip if spec.grad_clip > 0 else float("inf"), run.state.step,
+                       evaluates=run.is_main or (run.dist is not None and run.dist.fsdp))
     while run.state.step < spec.steps:
-        if run.flag("pause") and not run.flag("stop"):
-            yield run.emit(Log("info", f"paused at step {run.state.step}"))
-            t = time.perf_counter()
-            run.sync.wait_while_paused()
-            run.paused_s += time.perf_counter() - t
-            if not run.flag("stop"):
-                yield run.emit(Log("info", "resumed"))
+        yield from _pause_point(run)
         if run.flag("stop"):
             break
-
         step = run.state.step + 1
         batch, position = parts.source.take(spec.batch_size)
-        batch = rows_for_rank(dist, parts.objective, batch, source_shards=parts.source_shards,
+        batch = rows_for_rank(run.dist, parts.objective, batch, source_shards=parts.source_shards,
                               batch_size=spec.batch_size)
-        parts.optimizer.zero_grad(set_to_none=True)
-        loss_sum, metric_sums, step_tokens = yield from _forward_backward(run, batch, step)
-        if parts.scaler is not None:
-            parts.scaler.unscale_(parts.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor; the global norm is its full value
-            grad_norm = grad_norm.full_tensor()
-        if dist is None:
-            loss_value, norm_value = torch.stack([loss_sum.float(), grad_norm.float().to(loss_sum.device)]).tolist()
-        else:
-            loss_value, norm_value, metric_sums, step_tokens = run.sync.sync_step(loss_sum, grad_norm, metric_sums,
-                                                                                   step_tokens)
-
-        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
-            parts.optimizer.zero_grad(set_to_none=True)
-            if parts.scaler is not None and math.isfinite(loss_value):
-                parts.scaler.update()  # fp16 overflow: normal loss-scale calibration, not a bad batch
-                run.state.step = step
-                continue
-            yield from _nonfinite(run, step, position, loss_value, norm_value)
-            if run.state.nonfinite_count >= spec.max_nonfinite:
-                report = "; ".join(f"step {e['step']} batch {e['batch']}" for e in run.state.nonfinite_events)
-                message = (f"stopped after {run.state.nonfinite_count} non-finite steps ({report}). Try a lower "
-                           "learning rate, a longer warm-up or fp32.")
-                yield run.emit(Log("error", message))
-                yield run.emit(Finished("failed", step=run.state.step, message=message, result=run.result()))
+        numbers = yield from _gradients(run, session, batch, step)
+        if not numbers.finite:
+            if (yield from _not_finite(run, step, position, numbers)):
                 return "failed"
             continue
-
-        # a time-limited run decays over its time limit too (when that comes before its last step), from the end of
-        # its first step on: that step holds the one-off costs (compilation, graph capture: 60% of a 4-minute
-        # self-play run on an H100) that would otherwise spend the decay before any update
-        time_share = 0.0
-        if budget:
-            clock = _clock(run)
-            if run.state.first_step_s is None:
-                run.state.first_step_s = clock
-            time_share = (clock - run.state.first_step_s) / max(budget - run.state.first_step_s, 1e-9)
-        lr = lr_at(step, spec, run.state.lr_scale, time_share)
-        set_lr(parts.optimizer, lr)
-        if parts.scaler is not None:
-            parts.scaler.step(parts.optimizer)
-            parts.scaler.update()
-        else:
-            parts.optimizer.step()
-        parts.optimizer.zero_grad(set_to_none=True)
+        lr = _update(run, step)
         run.state.step = step
-        run.state.tokens_seen += step_tokens
-        log_tokens += step_tokens
-
+        run.state.tokens_seen += numbers.tokens
+        session.log_tokens += numbers.tokens
         if step % spec.log_every == 0 or step == spec.steps:
-            now = time.perf_counter()
-            tps = log_tokens / max(now - log_t0, 1e-9)
-            session = now - run.session_start - run.paused_s
-            eta = session / max(1, step - start_step) * (spec.steps - step)
-            progress = step / spec.steps
-            if budget:  # a time-limited run: whichever ends it first, the steps or the clock
-                progress = max(progress, min(1.0, run.elapsed() / budget))
-                eta = min(eta, max(0.0, budget - run.elapsed()))
-            metrics = {"loss": loss_value, "lr": lr, "grad_norm": norm_value, "tokens_per_s": tps,
-                       "mfu": parts.flops_per_token * tps / parts.peak_flops if parts.peak_flops else 0.0,
-                       "tokens": run.state.tokens_seen, "epoch": parts.source.epoch_progress, "progress": progress}
-            for name, value in metric_sums.items():
-                metrics[name] = float(value)
-            log_t0, log_tokens = time.perf_counter(), 0
-            yield run.emit(StepMetrics(step=step, total_steps=spec.steps, metrics=metrics,
-                                       elapsed_s=run.state.elapsed_s + session, eta_s=eta))
-
-        early_stop = False
-        if spec.eval_every and (step % spec.eval_every == 0 or step == spec.steps):
-            t_eval = time.perf_counter()
-            if evaluates:
-                yield from _evaluate(run)
-            early_stop = bool(spec.early_stopping_patience
-                              and run.state.evals_since_best >= spec.early_stopping_patience)
-            if dist is not None:  # process 0's verdict (it holds the validation history)
-                early_stop = dist.from_main([float(early_stop)])[0] > 0
-            log_t0 += time.perf_counter() - t_eval  # ...but not in tokens/s
-
-        if (spec.save_every and step % spec.save_every == 0) or run.flag("save_now") or run.flag("stop") \
-                or early_stop or step == spec.steps:
-            run.sync.clear_save_now()
-            t_save = time.perf_counter()
-            yield from _save(run)
-            log_t0 += time.perf_counter() - t_save
+            yield run.emit(_step_metrics(run, session, step, lr, numbers))
+        early_stop = yield from _evaluate_due(run, session, step)
+        yield from _save_due(run, session, step, early_stop)
         if early_stop:
-            message = parts.objective.stalled(spec.early_stopping_patience, run.state.best_val_loss) \
-                if run.state.best_val_loss is not None else \
-                f"no improvement for {spec.early_stopping_patience} evaluations (process 0 holds the history)"
-            yield run.emit(Log("info", f"early stopping: {message}"))
-            yield run.emit(Finished("early_stopped", step=step, message=message, result=run.result()))
+            yield from _stop_early(run, step)
             return "early_stopped"
-        if budget and _clock(run) >= budget:
+        if spec.time_budget_s and _clock(run) >= spec.time_budget_s:
             return "time_budget"
     return None
+
+
+def _pause_point(run: Run) -> Iterator[Event]:
+    """Wait here while the run is paused (a stop ends the pause)."""
+    assert run.sync is not None
+    if run.flag("pause") and not run.flag("stop"):
+        yield run.emit(Log("info", f"paused at step {run.state.step}"))
+        t = time.perf_counter()
+        run.sync.wait_while_paused()
+        run.paused_s += time.perf_counter() - t
+        if not run.flag("stop"):
+            yield run.emit(Log("info", "resumed"))
+
+
+def _gradients(run: Run, session: _Session, batch: Any, step: int) -> Generator[Event, None, _StepNumbers]:
+    """The step's gradients (summed over micro-batches, unscaled, clipped) and its figures, read in one sync."""
+    parts, dist = run.parts, run.dist
+    assert parts is not None and run.sync is not None
+    parts.optimizer.zero_grad(set_to_none=True)
+    loss_sum, metric_sums, step_tokens = yield from _forward_backward(run, batch, step)
+    if parts.scaler is not None:
+        parts.scaler.unscale_(parts.optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(session.params, session.clip)
+    if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor; the global norm is its full value
+        grad_norm = grad_norm.full_tensor()
+    if dist is None:
+        loss_value, norm_value = torch.stack([loss_sum.float(), grad_norm.float().to(loss_sum.device)]).tolist()
+        return _StepNumbers(loss_value, norm_value, metric_sums, step_tokens)
+    return _StepNumbers(*run.sync.sync_step(loss_sum, grad_norm, metric_sums, step_tokens))
+
+
+def _not_finite(run: Run, step: int, position: list[int], numbers: _StepNumbers) -> Generator[Event, None, bool]:
+    """A non-finite loss or gradient norm: nothing is applied. fp16's overflow only recalibrates the loss scale;
+    anything else is skipped or rolled back (_nonfinite). True when too many of them ended the run."""
+    parts, spec = run.parts, run.spec
+    assert parts is not None
+    parts.optimizer.zero_grad(set_to_none=True)
+    if parts.scaler is not None and math.isfinite(numbers.loss):
+        parts.scaler.update()  # fp16 overflow: normal loss-scale calibration, not a bad batch
+        run.state.step = step
+        return False
+    yield from _nonfinite(run, step, position, numbers.loss, numbers.grad_norm)
+    if run.state.nonfinite_count < spec.max_nonfinite:
+        return False
+    report = "; ".join(f"step {e['step']} batch {e['batch']}" for e in run.state.nonfinite_events)
+    message = (f"stopped after {run.state.nonfinite_count} non-finite steps ({report}). Try a lower "
+               "learning rate, a longer warm-up or fp32.")
+    yield run.emit(Log("error", message))
+    yield run.emit(Finished("failed", step=run.state.step, message=message, result=run.result()))
+    return True
+
+
+def _update(run: Run, step: int) -> float:
+    """Apply the step's gradients at its learning rate; returns that rate."""
+    parts = run.parts
+    assert parts is not None
+    lr = lr_at(step, run.spec, run.state.lr_scale, _time_share(run))
+    set_lr(parts.optimizer, lr)
+    if parts.scaler is not None:
+        parts.scaler.step(parts.optimizer)
+        parts.scaler.update()
+    else:
+        parts.optimizer.step()
+    parts.optimizer.zero_grad(set_to_none=True)
+    return lr
+
+
+def _time_share(run: Run) -> float:
+    """How much of a time-limited run's time has passed (0 without a limit). A time-limited run decays over its time
+    limit too (when that comes before its last step), from the end of its first step on: that step holds the
+    one-off costs (compilation, graph capture: 60% of a 4-minute self-play run on an H100) that would otherwise
+    spend the decay before any update."""
+    budget = run.spec.time_budget_s
+    if not budget:
+        return 0.0
+    clock = _clock(run)
+    if run.state.first_step_s is None:
+        run.state.first_step_s = clock
+    return (clock - run.state.first_step_s) / max(budget - run.state.first_step_s, 1e-9)
+
+
+def _step_metrics(run: Run, session: _Session, step: int, lr: float, numbers: _StepNumbers) -> StepMetrics:
+    """A logged step's record: loss, rate, speed, progress and the objective's metrics; restarts the tokens/s window."""
+    spec, parts = run.spec, run.parts
+    assert parts is not None
+    budget = spec.time_budget_s
+    now = time.perf_counter()
+    tps = session.log_tokens / max(now - session.log_t0, 1e-9)
+    elapsed = now - run.session_start - run.paused_s
+    eta = elapsed / max(1, step - session.start_step) * (spec.steps - step)
+    progress = step / spec.steps
+    if budget:  # a time-limited run: whichever ends it first, the steps or the clock
+        progress = max(progress, min(1.0, run.elapsed() / budget))
+        eta = min(eta, max(0.0, budget - run.elapsed()))
+    metrics = {"loss": numbers.loss, "lr": lr, "grad_norm": numbers.grad_norm, "tokens_per_s": tps,
+               "mfu": parts.flops_per_token * tps / parts.peak_flops if parts.peak_flops else 0.0,
+               "tokens": run.state.tokens_seen, "epoch": parts.source.epoch_progress, "progress": progress}
+    for name, value in numbers.metrics.items():
+        metrics[name] = float(value)
+    session.log_t0, session.log_tokens = time.perf_counter(), 0
+    return StepMetrics(step=step, total_steps=spec.steps, metrics=metrics, elapsed_s=run.state.elapsed_s + elapsed,
+                       eta_s=eta)
+
+
+def _evaluate_due(run: Run, session: _Session, step: int) -> Generator[Event, None, bool]:
+    """Evaluate when the schedule says so; returns whether early stopping ends the run (process 0's verdict)."""
+    spec, dist = run.spec, run.dist
+    if not (spec.eval_every and (step % spec.eval_every == 0 or step == spec.steps)):
+        return False
+    t_eval = time.perf_counter()
+    if session.evaluates:
+        yield from _evaluate(run)
+    early_stop = bool(spec.early_stopping_patience and run.state.evals_since_best >= spec.early_stopping_patience)
+    if dist is not None:  # process 0's verdict (it holds the validation history)
+        early_stop = dist.from_main([float(early_stop)])[0] > 0
+    session.exclude(t_eval)
+    return early_stop
+
+
+def _save_due(run: Run, session: _Session, step: int, early_stop: bool) -> Iterator[Event]:
+    """Save on schedule, when asked (save now, stop), before stopping early and after the last step."""
+    spec = run.spec
+    assert run.sync is not None
+    if (spec.save_every and step % spec.save_every == 0) or run.flag("save_now") or run.flag("stop") \
+            or early_stop or step == spec.steps:
+        run.sync.clear_save_now()
+        t_save = time.perf_counter()
+        yield from _save(run)
+        session.exclude(t_save)
+
+
+def _stop_early(run: Run, step: int) -> Iterator[Event]:
+    spec, parts = run.spec, run.parts
+    assert parts is not None
+    message = parts.objective.stalled(spec.early_stopping_patience, run.state.best_val_loss) \
+        if run.state.best_val_loss is not None else \
+        f"no improvement for {spec.early_stopping_patience} evaluations (process 0 holds the history)"
+    yield run.emit(Log("info", f"early stopping: {message}"))
+    yield run.emit(Finished("early_stopped", step=step, message=message, result=run.result()))
 
 
 def _clock(run: Run) -> float:
@@ -452,7 +432,8 @@ def _clock(run: Run) -> float:
     return run.elapsed() if run.dist is None else run.dist.from_main([run.elapsed()])[0]
 
 
-def _forward_backward(run: Run, batch: Any, step: int) -> Iterator[Event]:
+def _forward_backward(run: Run, batch: Any,
+                      step: int) -> Generator[Event, None, tuple[torch.Tensor, dict[str, torch.Tensor], int]]:
     """The step's forward and backward in micro-batches, retried smaller on out-of-memory (the same effective
     batch); returns (loss, metric sums, tokens)."""
     parts = run.parts

@@ -1,8 +1,8 @@
 """Run setup: everything the loop needs before its first step, each piece a short function the loop calls in order.
 
-The run config (its canonical form and differences, a preset fitted to a dataset), the checkpoint a resume continues
-from, the base model and its checksum, the run folder, and the model itself (fresh from a spec, or a base with chat
-tokens and adapters), with its tokenizer writer and FLOPs per token.
+The run config (its canonical form and differences; request.py turns a request into one), the checkpoint a resume
+continues from, the base model and its checksum, the run folder, and the model itself (fresh from a spec, or a base
+with chat tokens and adapters), with its tokenizer writer and FLOPs per token.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from desktop_app.engine.train.distributed import Wrapped
 
 if TYPE_CHECKING:
     from desktop_app.engine.model.folders import BaseModelInfo
+    from desktop_app.engine.protocols import CausalLM, ChatTokenizer, TextTokenizer
 
 
 # --- the run config --------------------------------------------------------------------------------------
@@ -68,43 +69,6 @@ def canonical_config(config_dict: dict[str, Any]) -> dict[str, Any]:
         if options is not None:
             out["method_options"] = options.to_dict()
     return out
-
-
-def adapt_model_to_dataset(spec: ModelSpec, store: TokenStore) -> tuple[ModelSpec, list[str]]:
-    """Fit a (preset) spec to a dataset: vocab_size = the tokenizer's rounded up to a multiple of 64 (the rows past
-    the tokenizer's are never a target; GPUs multiply such matrices far faster: model/architecture.padded_vocab),
-    context_length = the dataset's.
-
-    Returns the adapted spec and one note per change, so callers can say what they did.
-    """
-    from desktop_app.engine.model.architecture import VOCAB_MULTIPLE, padded_vocab
-
-    notes = []
-    vocab = padded_vocab(store.vocab_size)
-    if spec.vocab_size != vocab:
-        padding = f", rounded up to a multiple of {VOCAB_MULTIPLE}" if vocab != store.vocab_size else ""
-        notes.append(f"vocab_size set to {vocab} (the dataset's tokenizer has {store.vocab_size} tokens{padding}) "
-                     f"instead of {spec.vocab_size}")
-        spec = spec.replace(vocab_size=vocab)
-    if spec.context_length != store.context_length:
-        notes.append(f"context_length set to {store.context_length} (the dataset's windows) instead of "
-                     f"{spec.context_length}")
-        spec = spec.replace(context_length=store.context_length)
-    return spec, notes
-
-
-def config_from_preset(dataset: str | Path, preset_name: str, *, seed: int = 1337,
-                       **train_overrides: Any) -> tuple[RunConfig, list[str]]:
-    """A RunConfig training preset `preset_name` on `dataset`, adapted to its tokenizer and context."""
-    from desktop_app.engine.presets import preset
-
-    store = TokenStore(dataset)
-    spec, notes = adapt_model_to_dataset(preset(preset_name), store)
-    train_spec = TrainSpec(**{k: v for k, v in train_overrides.items() if v is not None})
-    config = RunConfig(model=spec.to_dict(), dataset=str(Path(dataset).resolve()), train=train_spec.to_dict(),
-                       seed=seed)
-    config.check()
-    return config, [f"preset {preset_name}: {n}" for n in notes]
 
 
 # --- where the run starts from -----------------------------------------------------------------------------
@@ -259,7 +223,7 @@ class Prepared:
 
 
 def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: TokenStore | None, device: torch.device,
-                   spec: TrainSpec) -> Prepared:
+                  spec: TrainSpec) -> Prepared:
     """A fresh model from the spec, or the base model: for fine-tuning methods with its own (transformers)
     tokenizer, chat tokens ensured (embeddings grown when added) and LoRA/QLoRA adapters applied; for
     pretraining continued from a base, the dataset's tokenizer."""
@@ -277,31 +241,7 @@ def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: Tok
     params = sum(p.numel() for p in model.parameters())
     notes = [f"base model {base_info.name} ({base_info.model_type}, {params / 1e6:.2f}M parameters"
              f"{' as stored' if base.quantized else ''}) from {base_info.folder}", *base.notes]
-    new_ids: list[int] = []
-    if config.is_finetune:
-        from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
-
-        tokenizer = as_hf_tokenizer(base.tokenizer)
-        before = len(tokenizer)
-        notes += ensure_chat_tokens(tokenizer, model)
-        new_ids = list(range(before, len(tokenizer)))
-        from desktop_app.engine.generate.prompts import context_length
-
-        write_tokenizer = hf_tokenizer_writer(tokenizer, context_length(model))
-    elif config.is_rl and store is None:  # rollouts speak the base's own tokenizer (no chat tokens added)
-        from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
-        from desktop_app.engine.generate.prompts import context_length
-
-        tokenizer = as_hf_tokenizer(base.tokenizer)
-        write_tokenizer = hf_tokenizer_writer(tokenizer, context_length(model))
-    else:  # continued pretraining from a base: the dataset was prepared with the base's tokenizer
-        assert store is not None
-        tokenizer = load_dataset_tokenizer(store)
-        vocab = int(getattr(model.config, "vocab_size", 0))
-        if vocab < store.vocab_size:
-            raise UserError(f"base model {base_info.folder} knows {vocab} tokens but the dataset's tokenizer has "
-                            f"{store.vocab_size}: prepare the dataset with the base model's tokenizer")
-        write_tokenizer = store_tokenizer_writer(store)
+    tokenizer, write_tokenizer, new_ids = _base_tokenizer(config, base, base_info, store, notes)
     model_spec = None
     with contextlib.suppress(Exception):
         from desktop_app.engine.model.architecture import spec_from_hf_config
@@ -314,9 +254,42 @@ def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: Tok
                                              quantized=base.quantized,
                                              gradient_checkpointing=spec.gradient_checkpointing)
         notes += adapter_notes
+    return Prepared(model, model_spec, tokenizer, write_tokenizer, notes, adapter=adapter.kind != "none",
+                    quantized=base.quantized, load_reference=_reference_loader(config, base_info, device))
 
+
+def _base_tokenizer(config: RunConfig, base: Any, base_info: BaseModelInfo, store: TokenStore | None,
+                    notes: list[str]) -> tuple[Any, Callable[[Path], None], list[int]]:
+    """The tokenizer a run on a base model speaks, its writer, and the ids of chat tokens it added (notes appended):
+    the base's own with chat tokens for fine-tuning, the base's own for RL rollouts, the dataset's for continued
+    pretraining."""
+    from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
+    from desktop_app.engine.generate.prompts import context_length
+
+    model = base.model
+    if config.is_finetune:
+        from desktop_app.engine.finetune.chat_template import ensure_chat_tokens
+
+        tokenizer = as_hf_tokenizer(base.tokenizer)
+        before = len(tokenizer)
+        notes += ensure_chat_tokens(tokenizer, model)
+        return tokenizer, hf_tokenizer_writer(tokenizer, context_length(model)), list(range(before, len(tokenizer)))
+    if config.is_rl and store is None:  # rollouts speak the base's own tokenizer (no chat tokens added)
+        tokenizer = as_hf_tokenizer(base.tokenizer)
+        return tokenizer, hf_tokenizer_writer(tokenizer, context_length(model)), []
+    assert store is not None  # continued pretraining from a base: the dataset was prepared with its tokenizer
+    vocab = int(getattr(model.config, "vocab_size", 0))
+    if vocab < store.vocab_size:
+        raise UserError(f"base model {base_info.folder} knows {vocab} tokens but the dataset's tokenizer has "
+                        f"{store.vocab_size}: prepare the dataset with the base model's tokenizer")
+    return load_dataset_tokenizer(store), store_tokenizer_writer(store), []
+
+
+def _reference_loader(config: RunConfig, base_info: BaseModelInfo, device: torch.device) -> Callable[[], Any]:
     def load_reference() -> Any:
         """A second, frozen copy of the base prepared the same way (full-model DPO's reference)."""
+        from desktop_app.engine.finetune.base_model import load_base
+
         ref = load_base(base_info, device)
         if config.is_finetune:
             from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
@@ -325,8 +298,7 @@ def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: Tok
         ref.model.eval().requires_grad_(False)
         return ref.model
 
-    return Prepared(model, model_spec, tokenizer, write_tokenizer, notes, adapter=adapter.kind != "none",
-                     quantized=base.quantized, load_reference=load_reference)
+    return load_reference
 
 
 def load_dataset_tokenizer(store: TokenStore) -> Any:
@@ -342,7 +314,7 @@ def load_dataset_tokenizer(store: TokenStore) -> Any:
         return Tokenizer.from_file(str(store.tokenizer_path))
 
 
-def special_ids(tokenizer: Any) -> dict[str, int | None]:
+def special_ids(tokenizer: TextTokenizer) -> dict[str, int | None]:
     if tokenizer is None:
         return {}
     try:
@@ -358,7 +330,8 @@ def special_ids(tokenizer: Any) -> dict[str, int | None]:
     return ids
 
 
-def build_from_spec(config: RunConfig, store: TokenStore, tokenizer: Any) -> tuple[Any, ModelSpec | None]:
+def build_from_spec(config: RunConfig, store: TokenStore, tokenizer: TextTokenizer
+                    ) -> tuple[CausalLM, ModelSpec | None]:
     spec = config.model_spec()
     if spec.vocab_size < store.vocab_size:
         raise UserError(f"the model's vocab_size {spec.vocab_size} is smaller than the dataset tokenizer's "
@@ -383,7 +356,7 @@ def store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
     return write_tokenizer
 
 
-def hf_tokenizer_writer(tokenizer: Any, context_length: int | None) -> Callable[[Path], None]:
+def hf_tokenizer_writer(tokenizer: ChatTokenizer, context_length: int | None) -> Callable[[Path], None]:
     def write_tokenizer(folder: Path) -> None:
         from desktop_app.engine.data.tokenization import save_hf_tokenizer
 
@@ -392,7 +365,7 @@ def hf_tokenizer_writer(tokenizer: Any, context_length: int | None) -> Callable[
     return write_tokenizer
 
 
-def flops_per_token(model: Any, spec: ModelSpec | None, *, adapter: bool = False) -> float:
+def flops_per_token(model: CausalLM, spec: ModelSpec | None, *, adapter: bool = False) -> float:
     """Training FLOPs per token (the MFU numerator); a frozen base (adapters) has no weight gradients."""
     if spec is not None:
         from desktop_app.engine.model.sizing import flops_per_token as spec_flops

@@ -16,9 +16,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
-    QProgressBar,
     QPushButton,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QTextBrowser,
@@ -31,6 +29,7 @@ from desktop_app.engine.specs import DataSpec
 from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.drop_zone import DropZone
+from desktop_app.ui.widgets.layouts import add_items, button, labeled_row, note_label, progress_bar, splitter
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 COLUMNS = ("File", "Size", "Format", "Encoding", "Docs", "Tokens", "Verdict", "Reason")
@@ -78,6 +77,15 @@ class DataTab(QWidget):
         self.last_result: dict[str, Any] | None = None
         self.last_stats: dict[str, Any] | None = None
 
+        top = splitter(Qt.Orientation.Horizontal, [self._build_files_box(), self._build_settings_box()],
+                       stretch=(3, 2))
+        vsplit = splitter(Qt.Orientation.Vertical, [top, self._build_stats_box()], stretch=(3, 2))
+        QVBoxLayout(self).addWidget(vsplit)
+        self._connect_signals()
+        self.refresh_datasets()
+
+    def _build_files_box(self) -> QGroupBox:
+        """The drop zone, the files with their verdicts, and the buttons that add or remove files."""
         self.drop_zone = DropZone()
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("filesTable")
@@ -89,54 +97,34 @@ class DataTab(QWidget):
         self.table.setAlternatingRowColors(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-        self.summary = QLabel("No files yet.")
-        self.summary.setProperty("role", "muted")
-        self.sample_btn = QPushButton("Add the sample corpus")
-        self.sample_btn.setToolTip("A small bundled set of public-domain texts, good for a first run")
+        self.summary = note_label("No files yet.", wrap=False)
+        self.sample_btn = button("Add the sample corpus",
+                                 tip="A small bundled set of public-domain texts, good for a first run")
         self.remove_btn = QPushButton("Remove selected")
         self.clear_btn = QPushButton("Clear")
-        files_buttons = QHBoxLayout()
-        files_buttons.addWidget(self.summary, 1)
-        for b in (self.sample_btn, self.remove_btn, self.clear_btn):
-            files_buttons.addWidget(b)
+        files_buttons = add_items(QHBoxLayout(), (self.summary, 1), self.sample_btn, self.remove_btn, self.clear_btn)
         files_box = QGroupBox("Files")
-        fl = QVBoxLayout(files_box)
-        fl.addWidget(self.drop_zone)
-        fl.addWidget(self.table, 1)
-        fl.addLayout(files_buttons)
+        add_items(QVBoxLayout(files_box), self.drop_zone, (self.table, 1), files_buttons)
+        return files_box
 
-        # settings
+    def _build_settings_box(self) -> QGroupBox:
+        """The dataset's name, the tokenizer and chunking settings, Prepare and its progress."""
         self.name_edit = QLineEdit()
         self.name_edit.setPlaceholderText("dataset name (default: from the first file)")
         self.form = SpecForm(DataSpec)
-        self.prepare_btn = QPushButton("Prepare dataset")
-        self.prepare_btn.setProperty("primary", True)
-        self.prepare_btn.setObjectName("prepareButton")
-        self.cancel_btn = QPushButton("Cancel")
-        self.cancel_btn.setEnabled(False)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1000)
-        self.progress.setValue(0)
-        self.progress.setFormat("idle")
-        self.stage_label = QLabel("")
-        self.stage_label.setProperty("role", "muted")
-        self.stage_label.setWordWrap(True)
+        self.prepare_btn = button("Prepare dataset", "prepareButton", primary=True)
+        self.cancel_btn = button("Cancel", enabled=False)
+        self.progress = progress_bar("idle")
+        self.stage_label = note_label()
         settings_box = QGroupBox("Tokenizer and chunking")
-        sl = QVBoxLayout(settings_box)
-        name_row = QHBoxLayout()
-        name_row.addWidget(QLabel("Name"))
-        name_row.addWidget(self.name_edit, 1)
-        sl.addLayout(name_row)
-        sl.addWidget(self.form)
-        btns = QHBoxLayout()
-        btns.addWidget(self.prepare_btn, 1)
-        btns.addWidget(self.cancel_btn)
-        sl.addLayout(btns)
-        sl.addWidget(self.progress)
-        sl.addWidget(self.stage_label)
+        buttons = add_items(QHBoxLayout(), (self.prepare_btn, 1), self.cancel_btn)
+        sl = add_items(QVBoxLayout(settings_box), labeled_row("Name", self.name_edit), self.form, buttons,
+                       self.progress, self.stage_label)
         sl.addStretch(1)
+        return settings_box
 
-        # stats
+    def _build_stats_box(self) -> QGroupBox:
+        """A prepared dataset's figures, its token-length histogram and a preview of its chunks."""
         self.dataset_box = QComboBox()
         self.dataset_box.setObjectName("datasetBox")
         self.dataset_box.setMinimumWidth(260)
@@ -150,30 +138,11 @@ class DataTab(QWidget):
         self.preview.setObjectName("chunkPreview")
         self.preview.setPlaceholderText("Chunk preview: consecutive training windows, the overlap highlighted")
         stats_box = QGroupBox("Dataset statistics")
-        stl = QVBoxLayout(stats_box)
-        pick = QHBoxLayout()
-        pick.addWidget(QLabel("Dataset"))
-        pick.addWidget(self.dataset_box, 1)
-        stl.addLayout(pick)
-        stl.addWidget(self.stats_label)
-        split = QHBoxLayout()
-        split.addLayout(self.hist_holder, 1)
-        split.addWidget(self.preview, 1)
-        stl.addLayout(split, 1)
+        split = add_items(QHBoxLayout(), (self.hist_holder, 1), (self.preview, 1))
+        add_items(QVBoxLayout(stats_box), labeled_row("Dataset", self.dataset_box), self.stats_label, (split, 1))
+        return stats_box
 
-        top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(files_box)
-        top.addWidget(settings_box)
-        top.setStretchFactor(0, 3)
-        top.setStretchFactor(1, 2)
-        vsplit = QSplitter(Qt.Orientation.Vertical)
-        vsplit.addWidget(top)
-        vsplit.addWidget(stats_box)
-        vsplit.setStretchFactor(0, 3)
-        vsplit.setStretchFactor(1, 2)
-        root = QVBoxLayout(self)
-        root.addWidget(vsplit)
-
+    def _connect_signals(self) -> None:
         self.drop_zone.paths_dropped.connect(self.add_paths)
         self.sample_btn.clicked.connect(self.add_sample_corpus)
         self.remove_btn.clicked.connect(self._remove_selected)
@@ -182,7 +151,6 @@ class DataTab(QWidget):
         self.cancel_btn.clicked.connect(lambda _=False: self.cancel())
         self.form.changed.connect(lambda: self.form.validate())
         self.dataset_box.activated.connect(lambda _i: self._on_dataset_picked())
-        self.refresh_datasets()
 
     # --- files ---
     def add_sample_corpus(self, _checked: bool = False) -> None:

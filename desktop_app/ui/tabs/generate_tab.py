@@ -15,7 +15,6 @@ Two modes (the `chat` setting; a model that ships its own chat template opens in
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
-    QComboBox,
     QFileDialog,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QListWidget,
-    QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
-    QSplitter,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -44,9 +40,11 @@ from desktop_app.engine.events import Controls, GenerationStats, TextDelta
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.generate_support import ModelCache, finish_words, opens_in_chat
+from desktop_app.ui.tabs.generate_sources import list_sources, step_label
 from desktop_app.ui.tabs.serve_panel import ServePanel
 from desktop_app.ui.widgets.chat_view import Bubble, ChatInput, ChatView, copy_text
-from desktop_app.ui.widgets.gguf_models import add_gguf_choices, attach_gguf_chooser
+from desktop_app.ui.widgets.gguf_models import attach_gguf_chooser
+from desktop_app.ui.widgets.layouts import add_items, button, note_label, path_combo, scroll_area, splitter
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.stream_view import StreamView
 
@@ -79,14 +77,6 @@ def _generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[s
             yield (column, event)
 
 
-def checkpoint_folders(run_dir: Path) -> list[Path]:
-    """Committed checkpoints of a run (manifest.json written last marks them), oldest first."""
-    folder = run_dir / "checkpoints"
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists())
-
-
 class GenerateTab(QWidget):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
@@ -104,35 +94,36 @@ class GenerateTab(QWidget):
         self._max_new = 0  # max_new_tokens of the running generation (for "cut at the longest reply")
         self._mode_pending = False  # the model changed while the tab was hidden: choose its mode when shown
 
-        # --- the model and the mode ---
-        self.source_box = QComboBox()
-        self.source_box.setObjectName("sourceBox")
-        self.source_box.setMinimumWidth(200)
-        self.source_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.source_box.setMinimumContentsLength(24)
+        top = self._build_model_bar()
+        body = splitter(Qt.Orientation.Horizontal, [self._build_settings_panel(), self._build_conversation()],
+                        stretch=(0, 1), sizes=(330, 900))
+        add_items(QVBoxLayout(self), top, (body, 1))
+        self._connect_signals()
+        self._sync_beam_controls()
+        self._sync_chat_controls()
+        self._make_outputs(["Output"])
+        self.refresh_sources()
+
+    def _build_model_bar(self) -> QHBoxLayout:
+        """The model to use, Browse and Refresh, and the two modes (Chat, Text completion)."""
+        self.source_box = path_combo("sourceBox", 200, 24)
         self.source_box.setToolTip("A run (its newest checkpoint), one checkpoint, an export or a Hugging Face folder")
         self.browse_btn = QPushButton("Browse…")
         self.refresh_btn = QPushButton("Refresh")
-        self.chat_btn = QPushButton("Chat")
-        self.chat_btn.setObjectName("chatModeButton")
-        self.chat_btn.setToolTip("A conversation through the model's chat template (on for models that ship one)")
-        self.complete_btn = QPushButton("Text completion")
-        self.complete_btn.setObjectName("completionModeButton")
-        self.complete_btn.setToolTip("The model continues your text; several samples or checkpoints side by side")
+        self.chat_btn = button("Chat", "chatModeButton",
+                               "A conversation through the model's chat template (on for models that ship one)")
+        self.complete_btn = button("Text completion", "completionModeButton",
+                                   "The model continues your text; several samples or checkpoints side by side")
         self.mode_group = QButtonGroup(self)
         for b in (self.chat_btn, self.complete_btn):
             b.setCheckable(True)
             self.mode_group.addButton(b)
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Model"))
-        top.addWidget(self.source_box, 1)
-        top.addWidget(self.browse_btn)
-        top.addWidget(self.refresh_btn)
+        top = add_items(QHBoxLayout(), QLabel("Model"), (self.source_box, 1), self.browse_btn, self.refresh_btn)
         top.addSpacing(12)
-        top.addWidget(self.chat_btn)
-        top.addWidget(self.complete_btn)
+        return add_items(top, self.chat_btn, self.complete_btn)
 
-        # --- left: sampling settings, compare, the local server ---
+    def _build_settings_panel(self) -> QScrollArea:
+        """The left column: sampling settings, the checkpoints to compare, the local server."""
         self.form = SpecForm(GenerateSpec)
         self.compare_check = QCheckBox("Compare checkpoints side by side")
         self.compare_list = QListWidget()
@@ -140,25 +131,18 @@ class GenerateTab(QWidget):
         self.compare_list.setVisible(False)
         self.compare_list.setMaximumHeight(150)
         settings_box = QGroupBox("Sampling")
-        sl = QVBoxLayout(settings_box)
-        sl.addWidget(self.form)
-        sl.addWidget(self.compare_check)
-        sl.addWidget(self.compare_list)
-        self.serve_panel = ServePanel(ctx, lambda: self.source_box.currentData())
+        add_items(QVBoxLayout(settings_box), self.form, self.compare_check, self.compare_list)
+        self.serve_panel = ServePanel(self.ctx, lambda: self.source_box.currentData())
         left_inner = QWidget()
-        ll = QVBoxLayout(left_inner)
+        ll = add_items(QVBoxLayout(left_inner), settings_box, self.serve_panel)
         ll.setContentsMargins(0, 0, 6, 0)
-        ll.addWidget(settings_box)
-        ll.addWidget(self.serve_panel)
         ll.addStretch(1)
-        left = QScrollArea()
-        left.setWidgetResizable(True)
-        left.setFrameShape(QScrollArea.Shape.NoFrame)
-        left.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        left.setWidget(left_inner)
+        left = scroll_area(left_inner)
         left.setMinimumWidth(280)
+        return left
 
-        # --- right: the chat or the outputs, then the box and its buttons ---
+    def _build_conversation(self) -> QWidget:
+        """The right column: the system prompt, the chat or the outputs, then the prompt box and its buttons."""
         self.chat_view = ChatView()
         self.out_area = QWidget()
         self.out_grid = QGridLayout(self.out_area)
@@ -180,45 +164,23 @@ class GenerateTab(QWidget):
         self.prompt.setObjectName("promptEdit")
         self.prompt.setMaximumHeight(96)
         self.prompt.setAcceptDrops(False)
-        self.generate_btn = QPushButton("Generate")
-        self.generate_btn.setProperty("primary", True)
-        self.generate_btn.setObjectName("generateButton")
-        self.stop_btn = QPushButton("Stop")
-        self.stop_btn.setEnabled(False)
-        self.clear_btn = QPushButton("Clear")
-        self.clear_btn.setObjectName("clearButton")
-        self.copy_chat_btn = QPushButton("Copy chat")
-        self.copy_chat_btn.setToolTip("Copy the whole conversation as text")
-        self.stats_label = QLabel("")
-        self.stats_label.setObjectName("genStats")
-        self.stats_label.setProperty("role", "muted")
-        self.stats_label.setWordWrap(True)
-        actions = QHBoxLayout()
-        actions.addWidget(self.generate_btn)
-        actions.addWidget(self.stop_btn)
-        actions.addWidget(self.clear_btn)
-        actions.addWidget(self.copy_chat_btn)
-        actions.addWidget(self.stats_label, 1)
         right = QWidget()
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.addWidget(self.system_label)
-        rl.addWidget(self.system_prompt)
-        rl.addWidget(self.output_stack, 1)
-        rl.addWidget(self.prompt_label)
-        rl.addWidget(self.prompt)
-        rl.addLayout(actions)
+        add_items(QVBoxLayout(right), self.system_label, self.system_prompt, (self.output_stack, 1), self.prompt_label,
+                  self.prompt, self._build_action_row(), margins=0)
+        return right
 
-        body = QSplitter(Qt.Orientation.Horizontal)
-        body.addWidget(left)
-        body.addWidget(right)
-        body.setStretchFactor(0, 0)
-        body.setStretchFactor(1, 1)
-        body.setSizes([330, 900])
-        root = QVBoxLayout(self)
-        root.addLayout(top)
-        root.addWidget(body, 1)
+    def _build_action_row(self) -> QHBoxLayout:
+        """Generate (Send), Stop, Clear (New chat), Copy chat and the generation's figures."""
+        self.generate_btn = button("Generate", "generateButton", primary=True)
+        self.stop_btn = button("Stop", enabled=False)
+        self.clear_btn = button("Clear", "clearButton")
+        self.copy_chat_btn = button("Copy chat", tip="Copy the whole conversation as text")
+        self.stats_label = note_label()
+        self.stats_label.setObjectName("genStats")
+        return add_items(QHBoxLayout(), self.generate_btn, self.stop_btn, self.clear_btn,
+                         self.copy_chat_btn, (self.stats_label, 1))
 
+    def _connect_signals(self) -> None:
         self.browse_btn.clicked.connect(self._browse)
         attach_gguf_chooser(self.source_box, lambda: str(self.ctx.workspace.root))
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh_sources())
@@ -235,39 +197,14 @@ class GenerateTab(QWidget):
         self.chat_view.copy_requested.connect(copy_text)
         self.chat_view.regenerate_requested.connect(self.regenerate)
         self.chat_view.edit_requested.connect(self.edit_message)
-        self._sync_beam_controls()
-        self._sync_chat_controls()
-        self._make_outputs(["Output"])
-        self.refresh_sources()
 
     # --- sources ---
     def refresh_sources(self) -> None:
         current = self.source_box.currentData()
         self.source_box.blockSignals(True)
-        self.source_box.clear()
-        self.compare_list.clear()
-        ws = self.ctx.workspace
-        for run in ws.items("runs"):
-            ckpts = checkpoint_folders(run)
-            if ckpts:
-                self.source_box.addItem(f"run {run.name} (newest checkpoint, step {_step(ckpts[-1])})", str(run))
-                for c in ckpts:
-                    item = QListWidgetItem(f"{run.name} · step {_step(c)}")
-                    item.setData(Qt.ItemDataRole.UserRole, str(c))
-                    item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-                    item.setCheckState(Qt.CheckState.Unchecked)
-                    self.compare_list.addItem(item)
-        for kind in ("models", "exports"):
-            for p in ws.items(kind):
-                if p.is_dir() and (p / "config.json").exists():
-                    self.source_box.addItem(f"{kind[:-1]} {p.name}", str(p))
-        add_gguf_choices(self.source_box, ws)  # the workspace's .gguf files, Ollama's and LM Studio's, "GGUF file…"
+        list_sources(self.source_box, self.compare_list, self.ctx.workspace)
         if current:
-            i = self.source_box.findData(current)
-            if i < 0:
-                self.source_box.addItem(Path(current).name, current)
-                i = self.source_box.count() - 1
-            self.source_box.setCurrentIndex(i)
+            self.select_source(current)  # kept, even when it is no longer listed (a folder chosen with Browse)
         self.source_box.blockSignals(False)
         if self.source_box.currentData() != current:
             self._on_source_changed()
@@ -414,23 +351,10 @@ class GenerateTab(QWidget):
         if chat and not text.strip():
             self.ctx.info("Type a message first.")
             return False
-        if self.compare_check.isChecked() and not chat:
-            paths = [self.compare_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.compare_list.count())
-                     if self.compare_list.item(i).checkState() == Qt.CheckState.Checked]
-            if len(paths) < 2:
-                self.ctx.report_error("Tick at least two checkpoints to compare.", title="Compare checkpoints")
-                return False
-            spec = spec.replace(samples=1)
-            titles = [f"{Path(p).parent.parent.name} · step {_step(Path(p))}" for p in paths]
-        else:
-            path = self.source_box.currentData()
-            if not path:
-                self.ctx.report_error("No model to generate with: train one first, or choose a folder with Browse.",
-                                      title="No model")
-                return False
-            paths = [path]
-            label = "Beam" if spec.num_beams > 1 else "Sample"
-            titles = [f"{label} {i + 1}" for i in range(spec.samples)] if spec.samples > 1 else ["Output"]
+        targets = self._targets(spec, chat)
+        if targets is None:
+            return False
+        paths, titles, spec = targets
         if chat:
             self.prompt.clear()  # sent: the box is free for the next message
             if not self.history:
@@ -449,6 +373,26 @@ class GenerateTab(QWidget):
         for view in self.outputs:
             view.set_prefix(text)
         return self._start(paths, text, spec)
+
+    def _targets(self, spec: GenerateSpec, chat: bool) -> tuple[list[str], list[str], GenerateSpec] | None:
+        """(model paths, output titles, spec) of a generation: the ticked checkpoints when comparing, else the chosen
+        model; None (the user told why) when there is nothing to generate with."""
+        if self.compare_check.isChecked() and not chat:
+            paths = [self.compare_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.compare_list.count())
+                     if self.compare_list.item(i).checkState() == Qt.CheckState.Checked]
+            if len(paths) < 2:
+                self.ctx.report_error("Tick at least two checkpoints to compare.", title="Compare checkpoints")
+                return None
+            titles = [f"{Path(p).parent.parent.name} · step {step_label(Path(p))}" for p in paths]
+            return paths, titles, spec.replace(samples=1)
+        path = self.source_box.currentData()
+        if not path:
+            self.ctx.report_error("No model to generate with: train one first, or choose a folder with Browse.",
+                                  title="No model")
+            return None
+        label = "Beam" if spec.num_beams > 1 else "Sample"
+        titles = [f"{label} {i + 1}" for i in range(spec.samples)] if spec.samples > 1 else ["Output"]
+        return [path], titles, spec
 
     def _send_chat(self, paths: list[str], spec: GenerateSpec) -> bool:
         """The conversation so far (ending with your message) to the model; its reply streams into a new bubble."""
@@ -593,8 +537,3 @@ class GenerateTab(QWidget):
         self.chat_view.stop_timers()
         self.serve_panel.stop()  # called when the window shuts down: the server process must not outlive it
 
-
-def _step(path: Path) -> str:
-    name = path.name
-    digits = name.split("-")[-1]
-    return str(int(digits)) if digits.isdigit() else html.escape(name)

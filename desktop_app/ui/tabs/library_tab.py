@@ -23,9 +23,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QInputDialog,
     QLabel,
-    QProgressBar,
     QPushButton,
-    QSplitter,
     QTextBrowser,
     QTreeWidget,
     QTreeWidgetItem,
@@ -41,6 +39,7 @@ from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.library_details import folder_details_html, is_adapter_run, run_details_html, run_status
 from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html
+from desktop_app.ui.widgets.layouts import add_items, button, progress_bar, splitter
 from desktop_app.ui.widgets.run_view import run_method_key
 
 KIND_TITLES = {"runs": "Runs", "models": "Models", "datasets": "Datasets", "tokenizers": "Tokenizers",
@@ -89,6 +88,14 @@ class LibraryTab(QWidget):
         self.ctx = ctx
         self.task = None
         self.last_export: str = ""
+        split = splitter(Qt.Orientation.Horizontal, [self._build_tree_panel(), self._build_actions_panel()],
+                         sizes=(660, 500), collapsible=False)
+        QVBoxLayout(self).addWidget(split, 1)
+        self._connect_signals()
+        self.refresh()
+
+    def _build_tree_panel(self) -> QWidget:
+        """The workspace's items by kind, with the buttons that act on the files themselves."""
         self.tree = QTreeWidget()
         self.tree.setObjectName("libraryTree")
         self.tree.setHeaderLabels(list(COLUMNS))
@@ -99,25 +106,41 @@ class LibraryTab(QWidget):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             self.tree.setColumnWidth(column, width)
         self.tree.headerItem().setToolTip(LOSS, "The last training loss the run reported")
-        self.details = QTextBrowser()
-        self.details.setObjectName("libraryDetails")
-        self.details.setOpenExternalLinks(False)
         self.refresh_btn = QPushButton("Refresh")
         self.open_btn = QPushButton("Open folder")
         self.rename_btn = QPushButton("Rename…")
         self.delete_btn = QPushButton("Delete…")
+        files_bar = add_items(QHBoxLayout(), self.refresh_btn, self.open_btn, self.rename_btn, self.delete_btn)
+        files_bar.addStretch(1)
+        left = QWidget()
+        add_items(QVBoxLayout(left), (self.tree, 1), files_bar, margins=0)
+        return left
+
+    def _build_actions_panel(self) -> QWidget:
+        """What to do with the selected item, its details, and the export row with its progress."""
+        self.details = QTextBrowser()
+        self.details.setObjectName("libraryDetails")
+        self.details.setOpenExternalLinks(False)
         self.plots_btn = QPushButton("Show in plots")
-        self.resume_btn = QPushButton("Resume")
-        self.resume_btn.setObjectName("libraryResume")
-        self.resume_btn.setToolTip("Continue the run from its newest good checkpoint (any method), with its curves")
-        self.watch_btn = QPushButton("Watch live")
-        self.watch_btn.setObjectName("libraryWatch")
-        self.watch_btn.setToolTip("Follow the run's curves as another process (CLI, torchrun) trains it; nothing is "
-                                  "written to the run")
+        self.resume_btn = button("Resume", "libraryResume",
+                                 "Continue the run from its newest good checkpoint (any method), with its curves")
+        self.watch_btn = button("Watch live", "libraryWatch", "Follow the run's curves as another process (CLI, "
+                                                              "torchrun) trains it; nothing is written to the run")
         self.generate_btn = QPushButton("Generate with it")
         self.use_btn = QPushButton("Train on it")
-        self.evaluate_btn = QPushButton("Evaluate…")  # held-out tasks, questions, perplexity (evaluate_view.py)
-        self.evaluate_btn.setObjectName("libraryEvaluate")
+        # held-out tasks, questions, perplexity (evaluate_view.py)
+        self.evaluate_btn = button("Evaluate…", "libraryEvaluate")
+        actions = QGridLayout()  # three by two: the column stays narrow on a small screen
+        for i, b in enumerate((self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.evaluate_btn,
+                               self.use_btn)):
+            actions.addWidget(b, i // 3, i % 3)
+        right = QWidget()
+        add_items(QVBoxLayout(right), actions, (self.details, 1), self._build_export_row(), self.merge_check,
+                  self.progress, margins=0)
+        return right
+
+    def _build_export_row(self) -> QHBoxLayout:
+        """Export as (format), Export and Cancel; the merge option and the progress bar that go under it."""
         self.format_box = QComboBox()
         self.format_box.addItem("Hugging Face folder", "hf")
         self.format_box.addItem("Zip archive", "zip")
@@ -128,49 +151,14 @@ class LibraryTab(QWidget):
                                     "is a plain model any tool loads; the base on disk is untouched")
         self.merge_check.setChecked(True)
         self.merge_check.setVisible(False)
-        self.export_btn = QPushButton("Export")
-        self.export_btn.setProperty("primary", True)
-        self.cancel_export_btn = QPushButton("Cancel")
-        self.cancel_export_btn.setEnabled(False)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1000)
-        self.progress.setFormat("exports go to the workspace's exports folder")
-        self.progress.setValue(0)
-        files_bar = QHBoxLayout()
-        for b in (self.refresh_btn, self.open_btn, self.rename_btn, self.delete_btn):
-            files_bar.addWidget(b)
-        files_bar.addStretch(1)
-        actions = QGridLayout()  # three by two: the column stays narrow on a small screen
-        for i, b in enumerate((self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.evaluate_btn,
-                                   self.use_btn)):
-            actions.addWidget(b, i // 3, i % 3)
-        exp = QHBoxLayout()
-        exp.addWidget(QLabel("Export as"))
-        exp.addWidget(self.format_box)
-        exp.addWidget(self.export_btn)
-        exp.addWidget(self.cancel_export_btn)
+        self.export_btn = button("Export", primary=True)
+        self.cancel_export_btn = button("Cancel", enabled=False)
+        self.progress = progress_bar("exports go to the workspace's exports folder")
+        exp = add_items(QHBoxLayout(), QLabel("Export as"), self.format_box, self.export_btn, self.cancel_export_btn)
         exp.addStretch(1)
-        left = QWidget()
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(self.tree, 1)
-        ll.addLayout(files_bar)
-        right = QWidget()
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.addLayout(actions)
-        rl.addWidget(self.details, 1)
-        rl.addLayout(exp)
-        rl.addWidget(self.merge_check)
-        rl.addWidget(self.progress)
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(left)
-        split.addWidget(right)
-        split.setSizes([660, 500])
-        split.setChildrenCollapsible(False)
-        root = QVBoxLayout(self)
-        root.addWidget(split, 1)
+        return exp
 
+    def _connect_signals(self) -> None:
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh())
         self.open_btn.clicked.connect(lambda _=False: self.open_selected())
         self.rename_btn.clicked.connect(lambda _=False: self._rename_dialog())
@@ -185,7 +173,6 @@ class LibraryTab(QWidget):
         self.cancel_export_btn.clicked.connect(lambda _=False: self.cancel_export())
         self.tree.currentItemChanged.connect(lambda cur, _prev: self._show_details(cur))
         self.tree.itemDoubleClicked.connect(lambda item, _c: self._double_clicked(item))
-        self.refresh()
 
     # --- listing ---
     def refresh(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -14,7 +15,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -26,6 +26,7 @@ from desktop_app.engine import presets
 from desktop_app.engine.model import sizing
 from desktop_app.engine.specs import ModelSpec, SpecError, load_json, save_json
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.layouts import add_items, button, note_label, scroll_area
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 CUSTOM = "custom"
@@ -43,59 +44,57 @@ class ModelTab(QWidget):
         self.base_model = ""  # a local HF folder to start from instead of a fresh spec
         self._loading_preset = False
 
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Preset"))
+        top = self._build_preset_bar()
+        form_box = self._build_form_box()
+        figures = self._build_figures()
+        self.problems = note_label(role="error")
+        self.problems.setObjectName("modelProblems")
+        right = add_items(QVBoxLayout(), figures, self.problems, (self._build_table_box(), 1))
+        body = QHBoxLayout()
+        body.addWidget(form_box, 2)
+        body.addLayout(right, 3)
+        add_items(QVBoxLayout(self), top, (body, 1))
+        self._connect_signals()
+        self.preset_box.setCurrentText(presets.DEFAULT_PRESET)
+        self._on_preset(presets.DEFAULT_PRESET)
+
+    def _build_preset_bar(self) -> QHBoxLayout:
+        """The preset (its description beside it), spec files, and the Hugging Face folder to start from."""
         self.preset_box = QComboBox()
         self.preset_box.setObjectName("presetBox")
         for name, (desc, _spec) in presets.PRESETS.items():
             self.preset_box.addItem(name)
             self.preset_box.setItemData(self.preset_box.count() - 1, desc, role=3)  # tooltip role
         self.preset_box.addItem(CUSTOM)
-        self.preset_desc = QLabel("")
-        self.preset_desc.setProperty("role", "muted")
-        self.preset_desc.setWordWrap(True)
-        top.addWidget(self.preset_box)
-        top.addWidget(self.preset_desc, 1)
+        self.preset_desc = note_label()
         self.load_btn = QPushButton("Load spec…")
         self.save_btn = QPushButton("Save spec…")
-        self.hf_btn = QPushButton("Start from a Hugging Face folder…")
-        self.hf_btn.setToolTip("Fine-tune a local Hugging Face causal-LM folder (llama or gpt2 family) instead "
-                               "of training a fresh model")
-        for b in (self.load_btn, self.save_btn, self.hf_btn):
-            top.addWidget(b)
+        self.hf_btn = button("Start from a Hugging Face folder…", tip="Fine-tune a local Hugging Face causal-LM "
+                                                                      "folder (llama or gpt2 family) instead of "
+                                                                      "training a fresh model")
+        return add_items(QHBoxLayout(), QLabel("Preset"), self.preset_box, (self.preset_desc, 1), self.load_btn,
+                         self.save_btn, self.hf_btn)
 
+    def _build_form_box(self) -> QGroupBox:
+        """Every field of the spec (scrolling), and the base folder training starts from when one is chosen."""
         self.form = SpecForm(ModelSpec)
         form_box = QGroupBox("Architecture")
-        fl = QVBoxLayout(form_box)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setWidget(self.form)
-        fl.addWidget(scroll)
-        self.base_label = QLabel("")
-        self.base_label.setWordWrap(True)
-        self.base_label.setProperty("role", "ok")
+        self.base_label = note_label(role="ok")
         self.base_label.setVisible(False)
         self.clear_base_btn = QPushButton("Use a fresh model instead")
         self.clear_base_btn.setVisible(False)
-        fl.addWidget(self.base_label)
-        fl.addWidget(self.clear_base_btn)
+        add_items(QVBoxLayout(form_box), scroll_area(self.form, vertical_only=False), self.base_label,
+                  self.clear_base_btn)
+        return form_box
 
-        # --- live figures ---
+    def _build_figures(self) -> QGroupBox:
+        """The live figures (parameters, memory, FLOPs, tokens) and what the memory estimate assumes."""
         figures = QGroupBox("Size and cost")
         grid = QGridLayout(figures)
-        self.params_label = QLabel("–")
-        self.params_label.setProperty("role", "metric")
+        self.params_label, self.memory_label, self.flops_label, self.tokens_label = labels = [
+            note_label("–", role="metric", wrap=False) for _ in range(4)]
         self.params_label.setObjectName("paramsLabel")
-        self.memory_label = QLabel("–")
-        self.memory_label.setProperty("role", "metric")
-        self.flops_label = QLabel("–")
-        self.flops_label.setProperty("role", "metric")
-        self.tokens_label = QLabel("–")
-        self.tokens_label.setProperty("role", "metric")
-        self.breakdown_label = QLabel("")
-        self.breakdown_label.setProperty("role", "muted")
-        self.breakdown_label.setWordWrap(True)
+        self.breakdown_label = note_label()
         self.batch_box = QSpinBox()
         self.batch_box.setRange(1, 4096)
         self.batch_box.setValue(16)
@@ -104,28 +103,19 @@ class ModelTab(QWidget):
         self.precision_box.addItems(["fp32", "bf16", "fp16"])
         self.precision_box.setToolTip("Activation precision assumed by the memory estimate")
         captions = ["Parameters (exact)", "Training memory (est.)", "FLOPs / token (train)", "Compute-optimal tokens"]
-        for i, (cap, lab) in enumerate(zip(captions, (self.params_label, self.memory_label, self.flops_label,
-                                                       self.tokens_label), strict=True)):
-            c = QLabel(cap)
-            c.setProperty("role", "muted")
-            c.setWordWrap(True)
+        for i, (cap, lab) in enumerate(zip(captions, labels, strict=True)):
             row, col = 2 * (i // 2), i % 2  # two by two: the figures stay readable in a narrow window
-            grid.addWidget(c, row, col)
+            grid.addWidget(note_label(cap), row, col)
             grid.addWidget(lab, row + 1, col)
-        opts = QHBoxLayout()
-        opts.addWidget(QLabel("Memory estimate for batch"))
-        opts.addWidget(self.batch_box)
-        opts.addWidget(QLabel("at"))
-        opts.addWidget(self.precision_box)
+        opts = add_items(QHBoxLayout(), QLabel("Memory estimate for batch"), self.batch_box, QLabel("at"),
+                         self.precision_box)
         opts.addStretch(1)
         grid.addLayout(opts, 4, 0, 1, 2)
         grid.addWidget(self.breakdown_label, 5, 0, 1, 2)
+        return figures
 
-        self.problems = QLabel("")
-        self.problems.setProperty("role", "error")
-        self.problems.setWordWrap(True)
-        self.problems.setObjectName("modelProblems")
-
+    def _build_table_box(self) -> QGroupBox:
+        """Every tensor of the model with its shape and parameter count."""
         self.table = QTableWidget(0, 3)
         self.table.setHorizontalHeaderLabels(["Tensor", "Shape", "Parameters"])
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
@@ -134,18 +124,9 @@ class ModelTab(QWidget):
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         table_box = QGroupBox("Layer shapes")
         QVBoxLayout(table_box).addWidget(self.table)
+        return table_box
 
-        right = QVBoxLayout()
-        right.addWidget(figures)
-        right.addWidget(self.problems)
-        right.addWidget(table_box, 1)
-        body = QHBoxLayout()
-        body.addWidget(form_box, 2)
-        body.addLayout(right, 3)
-        root = QVBoxLayout(self)
-        root.addLayout(top)
-        root.addLayout(body, 1)
-
+    def _connect_signals(self) -> None:
         self.form.changed.connect(self._on_form_changed)
         self.preset_box.currentTextChanged.connect(self._on_preset)
         self.batch_box.valueChanged.connect(self.refresh)
@@ -154,8 +135,6 @@ class ModelTab(QWidget):
         self.load_btn.clicked.connect(self._load_dialog)
         self.hf_btn.clicked.connect(self._hf_dialog)
         self.clear_base_btn.clicked.connect(lambda _=False: self.set_base_model(""))
-        self.preset_box.setCurrentText(presets.DEFAULT_PRESET)
-        self._on_preset(presets.DEFAULT_PRESET)
 
     # --- state ---
     def current_spec(self) -> ModelSpec | None:
@@ -250,18 +229,19 @@ class ModelTab(QWidget):
         path, _ = QFileDialog.getSaveFileName(self, "Save model spec", str(self.ctx.workspace.folder("models") /
                                                                           "model_spec.json"), "JSON (*.json)")
         if path:
-            try:
-                self.save_spec(path)
-            except Exception as exc:
-                self.ctx.report_exception(exc, title="Could not save the spec")
+            self._reporting(self.save_spec, path, "Could not save the spec")
 
     def _load_dialog(self, _checked: bool = False) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Load model spec", str(self.ctx.workspace.root), "JSON (*.json)")
         if path:
-            try:
-                self.load_spec(path)
-            except Exception as exc:
-                self.ctx.report_exception(exc, title="Could not load the spec")
+            self._reporting(self.load_spec, path, "Could not load the spec")
+
+    def _reporting(self, action: Callable[[str], None], path: str, title: str) -> None:
+        """Run a file action chosen in a dialog; a failure is reported to the user, never raised into Qt."""
+        try:
+            action(path)
+        except Exception as exc:
+            self.ctx.report_exception(exc, title=title)
 
     def _hf_dialog(self, _checked: bool = False) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Choose a local Hugging Face model folder")

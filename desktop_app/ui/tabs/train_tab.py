@@ -2,7 +2,8 @@
 
 Methods: pretraining on a prepared dataset (model from the Model tab), and the fine-tuning / reinforcement
 methods on a base model (SFT, LoRA, QLoRA, DPO, GRPO, self-play), whose fields live in `MethodPanel`.
-Every method builds one RunConfig and runs the engine's `train` generator in the background runner (train_jobs.py).
+Every method builds one RunRequest; the engine plans and starts the run (engine/train/request.py) in the background
+runner (train_jobs.py).
 A Pipeline (`PipelineEditor`) chains stages of those methods and runs the engine's `run_pipeline` instead.
 What a job yields, a run shown again (engine/runs.py `replay_run`) and a run launched outside the window and
 watched (`watch_run`) all reach the one `RunView`.
@@ -39,14 +40,27 @@ from desktop_app.engine.events import (
     StageStarted,
     StepMetrics,
 )
-from desktop_app.engine.methods import PIPELINE, method_of
-from desktop_app.engine.specs import RunConfig, SpecError
+from desktop_app.engine.methods import PIPELINE
+from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError
+from desktop_app.engine.train.request import RunRequest, plan_run
 from desktop_app.ui import train_jobs
+from desktop_app.ui.background import Task
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.tabs.run_watch import RunWatch
 from desktop_app.ui.tabs.train_dialogs import CliDialog, choose_run_folder, save_config_dialog
+from desktop_app.ui.train_state import (
+    DEMO,
+    PIPELINE_JOB,
+    RUN,
+    JobStart,
+    TrainState,
+    start_hint,
+)
 from desktop_app.ui.widgets.record_preview import RecordPreview
 from desktop_app.ui.widgets.run_view import PLOT_FAMILY, RunView
-from desktop_app.ui.widgets.train_setup import TrainSetup
+from desktop_app.ui.widgets.train_setup import SAMPLE_DATASET, TrainSetup
+
+STARTING = "starting… (loading the engine)"
 
 
 class TrainTab(QWidget):
@@ -59,20 +73,30 @@ class TrainTab(QWidget):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self.ctx = ctx
-        self.task = None
-        self.run_dir: Path | None = None
-        self.config: RunConfig | None = None
-        self.steps_seen = 0
+        self.state = TrainState()  # what runs, what is shown, what can be resumed: the tab renders it
+        self.task: Task | None = None  # the training job
+        self.replay_task: Task | None = None  # a finished run's history being read back
         self.cli_dialog: CliDialog | None = None
-        self.pipeline_dir: Path | None = None  # the pipeline folder of the current / last pipeline run
-        self.pipeline_running = False  # the train task runs a pipeline
-        self.stage_index = -1
-        self.watch_task = None
-        self.watched_dir: Path | None = None
-        self.replay_task = None
-
-        # --- left: what to train (the method line goes on top), and the controls ---
         self.setup = TrainSetup(ctx)
+        self.pipeline = self.setup.pipeline_editor  # the Pipeline method's stages, in the setup column
+        self.record_preview = RecordPreview(self.ctx.runner)
+        self.run_view = RunView(self.record_preview)
+        self.watcher = RunWatch(ctx, self.run_view, self.state)  # runs followed from outside the window
+        body = QSplitter(Qt.Orientation.Horizontal)
+        body.addWidget(self._build_left())
+        body.addWidget(self.run_view)
+        body.setStretchFactor(0, 0)
+        body.setStretchFactor(1, 1)
+        body.setSizes([380, 880])
+        body.setChildrenCollapsible(False)
+        root = QVBoxLayout(self)
+        root.addWidget(self.setup.top_bar)
+        root.addWidget(body, 1)
+        self._connect()
+        self._on_method_changed()
+
+    def _build_left(self) -> QWidget:
+        """What to train (the method line goes on top of the tab), and the controls under it."""
         self.start_btn = QPushButton("Start training")
         self.start_btn.setProperty("primary", True)
         self.start_btn.setObjectName("startButton")
@@ -100,21 +124,9 @@ class TrainTab(QWidget):
             row2.addWidget(b, i // 2, i % 2)
         ll.addLayout(row1)
         ll.addLayout(row2)
+        return left_box
 
-        # --- right: the run display ---
-        self.record_preview = RecordPreview(self.ctx.runner)
-        self.run_view = RunView(self.record_preview)
-        body = QSplitter(Qt.Orientation.Horizontal)
-        body.addWidget(left_box)
-        body.addWidget(self.run_view)
-        body.setStretchFactor(0, 0)
-        body.setStretchFactor(1, 1)
-        body.setSizes([380, 880])
-        body.setChildrenCollapsible(False)
-        root = QVBoxLayout(self)
-        root.addWidget(self.setup.top_bar)
-        root.addWidget(body, 1)
-
+    def _connect(self) -> None:
         self.start_btn.clicked.connect(lambda _=False: self.start())
         self.pause_btn.clicked.connect(lambda _=False: self.toggle_pause())
         self.stop_btn.clicked.connect(lambda _=False: self.stop())
@@ -130,7 +142,35 @@ class TrainTab(QWidget):
         self.setup.changed.connect(self._update_preview_source)
         self.setup.warning.connect(lambda message: self.run_view.log("warning", message))
         self.setup.method_panel.demo_requested.connect(self.start_selfplay_demo)
-        self._on_method_changed()
+
+    # --- the state, read-only for the window and the tests ---
+    @property
+    def run_dir(self) -> Path | None:
+        return self.state.run_dir
+
+    @property
+    def config(self) -> RunConfig | None:
+        return self.state.config
+
+    @property
+    def steps_seen(self) -> int:
+        return self.state.steps_seen
+
+    @property
+    def pipeline_dir(self) -> Path | None:
+        return self.state.pipeline_dir
+
+    @property
+    def pipeline_running(self) -> bool:
+        return self.state.pipeline_running
+
+    @property
+    def stage_index(self) -> int:
+        return self.state.stage_index
+
+    @property
+    def watched_dir(self) -> Path | None:
+        return self.state.watched_dir
 
     def _on_method_changed(self) -> None:
         """The display fits the method chosen: its plot panels, the record preview or the task browser."""
@@ -140,21 +180,14 @@ class TrainTab(QWidget):
         view.view_tabs.setTabVisible(view.browser_index, m.key == "selfplay")
         if not self.running:
             pipeline = m is PIPELINE
-            stages = self.setup.pipeline_editor.stages
+            stages = self.pipeline.stages
             key = stages[0].method if pipeline and stages else "sft" if pipeline else m.key
             if not self.watching and view.plots.series and PLOT_FAMILY.get(key) != PLOT_FAMILY.get(view.method):
                 view.clear()  # another method's curves (a run shown before) would read as this one's
                 view.next_bar.setVisible(False)
                 view.set_progress("ready", 0)
             view.set_method(key)
-            view.status_label.setText(
-                "Press Start: with no dataset chosen, the bundled sample corpus is prepared first."
-                if m.key == "pretraining" else
-                "Pipeline: add stages (or load a pipeline JSON) on the left; each stage starts from the previous "
-                "one's output. Press Start: the stages run one after the other, each with its own run folder."
-                if pipeline else
-                f"{m.label}: choose the base model{' and the data files' if m.data else ''} on the left, then press "
-                "Start. The run folder appears here; curves fill in as the engine reports.")
+            view.status_label.setText(start_hint(m))
         self._update_preview_source()
 
     def _update_preview_source(self) -> None:
@@ -179,6 +212,28 @@ class TrainTab(QWidget):
         if not self.setup.current_method().finetune or self.setup.current_method() is PIPELINE:
             self.setup.set_method(method)
         self.setup.method_panel.base_picker.set_path(str(path))
+
+    def set_model_spec(self, spec: ModelSpec | None) -> None:
+        """The Model tab's spec: what pretraining trains."""
+        self.setup.set_model_spec(spec)
+
+    def set_base_model(self, path: str) -> None:
+        """The Model tab's base: pretraining continues it."""
+        self.setup.set_base_model(path)
+
+    def select_dataset(self, path: str) -> None:
+        self.setup.select_dataset(path)
+
+    def refresh_datasets(self) -> None:
+        self.setup.refresh_datasets()
+
+    def set_gpu_count(self, count: int) -> None:
+        self.setup.set_gpu_count(count)
+
+    def use_quickstart_settings(self) -> None:
+        """The first launch's short run on the sample corpus."""
+        self.setup.select_dataset(SAMPLE_DATASET)
+        self.setup.use_quickstart_settings()
 
     # --- starting ---
     @property
@@ -208,43 +263,38 @@ class TrainTab(QWidget):
         except UserError as exc:
             self.ctx.report_error(str(exc), title="No dataset")
             return False
-        sample_paths, dataset_dir, data_spec = sample or (None, None, None)
-        config = setup.build_config(str(dataset_dir) if dataset_dir else setup.dataset_box.currentData())
-        problems = [p for p in config.validate() if not (dataset_dir and p.startswith("dataset"))]
+        request = setup.run_request(sample.dataset_dir if sample else setup.dataset_box.currentData())
+        config = plan_run(request)
+        problems = [p for p in config.validate() if not (sample and p.startswith("dataset"))]
         if problems:
             self.ctx.report_error("This run cannot start:\n" + "\n".join(problems), title="Check the settings")
             return False
+        request.sample = sample
         name = setup.model_spec.family if setup.model_spec and not setup.base_model else Path(setup.base_model).name
-        run_dir = self.ctx.workspace.new_run_dir(name)
-        controls = Controls()
-        return self._run_job(
-            lambda: train_jobs.train_job(config, run_dir, controls, False, sample_paths, dataset_dir, data_spec),
-            controls, config=config, run_dir=run_dir, log_line=f"starting run {run_dir.name}",
-            progress="starting… (loading the engine)", status=f"Run folder: {run_dir}",
-            activity="preparing the sample corpus")
+        return self._launch_new(request, config, self.ctx.workspace.new_run_dir(name),
+                                activity="preparing the sample corpus")
 
     def _start_method(self) -> bool:
-        """Fine-tuning / RL methods: check the fields, build the config, start the engine's train generator."""
+        """Fine-tuning / RL methods: check the fields, let the engine plan the run, start it."""
         m = self.setup.current_method()
         problems = self.setup.method_panel.problems()
         if problems:
             self.ctx.report_error(f"{m.label} cannot start yet:\n" + "\n".join(f"• {p}" for p in problems),
                                   title="Check the method settings")
             return False
-        config, unknown = self.setup.config_and_unknown()
-        problems = [f"this version of the engine has no run-config field {name!r}: it cannot run {m.label} yet"
-                    for name in unknown]
+        request = self.setup.run_request()
         try:
-            problems += config.validate()
+            config = plan_run(request)
+            problems = config.validate()
         except Exception as exc:  # a config the engine cannot even inspect
-            problems.append(str(exc))
-        if problems:
+            config, problems = None, [str(exc)]
+        if problems or config is None:
             self.ctx.report_error(f"The engine refuses this {m.label} run:\n" + "\n".join(f"• {p}" for p in problems),
                                   title="Check the method settings")
             return False
         base = self.setup.method_panel.base_model()
         self.setup.method_panel.base_picker.remember(base)
-        return self._launch(config, self.ctx.workspace.new_run_dir(f"{m.key}-{Path(base).name}"), resume=False)
+        return self._launch_new(request, config, self.ctx.workspace.new_run_dir(f"{m.key}-{Path(base).name}"))
 
     def resume_run(self, run_dir: str | Path) -> bool:
         if self.running:
@@ -265,14 +315,19 @@ class TrainTab(QWidget):
             self.setup.apply_config(config)
         except Exception as exc:  # a config of a method this window does not know: resume it as it is
             self.run_view.log("warning", f"the form cannot show this run's settings: {exc}")
-        return self._launch(config, run_dir, resume=True)
+        return self._launch_resume(config, run_dir)
 
-    def _launch(self, config: RunConfig, run_dir: Path, *, resume: bool) -> bool:
+    def _launch_new(self, request: RunRequest, config: RunConfig, run_dir: Path, activity: str = "") -> bool:
         controls = Controls()
-        return self._run_job(lambda: train_jobs.train_job(config, run_dir, controls, resume), controls,
-                             config=config, run_dir=run_dir,
-                             log_line=f"{'resuming' if resume else 'starting'} run {run_dir.name}",
-                             progress="starting… (loading the engine)", status=f"Run folder: {run_dir}")
+        return self._run_job(lambda: train_jobs.train_job(request, run_dir, controls), controls,
+                             JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
+                                      f"Run folder: {run_dir}", config, activity))
+
+    def _launch_resume(self, config: RunConfig, run_dir: Path) -> bool:
+        controls = Controls()
+        return self._run_job(lambda: train_jobs.resume_job(config, run_dir, controls), controls,
+                             JobStart(RUN, run_dir, f"resuming run {run_dir.name}", STARTING, f"Run folder: {run_dir}",
+                                      config))
 
     def start_selfplay_demo(self, minutes: float = 15.0, train_overrides: dict[str, Any] | None = None) -> bool:
         """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs
@@ -283,22 +338,17 @@ class TrainTab(QWidget):
         out = self.ctx.workspace.folder("runs") / time.strftime("selfplay-demo-%Y%m%d-%H%M%S")
         controls = Controls()
         return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes, train_overrides), controls,
-                             config=None, run_dir=out,
-                             log_line=f"self-play CPU demo in {out}", progress="self-play demo: writing the seed "
-                             "corpus…", status=f"Demo folder: {out}", activity="self-play demo")
+                             JobStart(DEMO, out, f"self-play CPU demo in {out}", "self-play demo: writing the seed "
+                                      "corpus…", f"Demo folder: {out}", activity="self-play demo"))
 
-    def _run_job(self, factory: Callable[[], Iterable[Event]], controls: Controls, *, config: RunConfig | None,
-                 run_dir: Path, log_line: str, progress: str, status: str, activity: str = "",
-                 pipeline_stages: int = 0) -> bool:
+    def _run_job(self, factory: Callable[[], Iterable[Event]], controls: Controls, start: JobStart) -> bool:
         """Start a training job (a run, a pipeline, the demo) in the background runner, the tab following it."""
         self.stop_watching()  # the display now belongs to this job
         self._silence_replay()
-        self.config, self.run_dir = config, run_dir
-        self.pipeline_running = pipeline_stages > 0
-        self.steps_seen = 0
-        self.run_view.begin(training=True, progress=progress, status=status, activity=activity,
-                            pipeline_stages=pipeline_stages)
-        self.run_view.note(log_line)
+        self.state.begin(start.job, start.run_dir, start.config, start.stages)
+        self.run_view.begin(training=True, progress=start.progress, status=start.status, activity=start.activity,
+                            pipeline_stages=start.stages)
+        self.run_view.note(start.log_line)
         self.task = self.ctx.runner.start("train", factory, controls)
         self.task.produced.connect(self._on_event)
         self.task.failed.connect(self._on_failed)
@@ -308,7 +358,7 @@ class TrainTab(QWidget):
 
     # --- pipelines ---
     def _start_pipeline(self) -> bool:
-        editor = self.setup.pipeline_editor
+        editor = self.pipeline
         problems = editor.problems()
         if problems:
             self.ctx.report_error("The pipeline cannot start yet:\n" + "\n".join(f"• {p}" for p in problems),
@@ -321,7 +371,7 @@ class TrainTab(QWidget):
     def _resume_pipeline(self, root: Path) -> bool:
         if not self._show_pipeline(root):
             return False
-        if all(state == "done" for state in self.setup.pipeline_editor.stage_states()):
+        if all(state == "done" for state in self.pipeline.stage_states()):
             self.ctx.info(f"Every stage of {root.name} is done: nothing to resume.")
             return False
         return self._launch_pipeline(None, root, resume=True)
@@ -332,41 +382,34 @@ class TrainTab(QWidget):
 
         self.setup.set_method(PIPELINE.key)
         try:
-            self.setup.pipeline_editor.set_pipeline(root / PIPELINE_FILE)
+            self.pipeline.set_pipeline(root / PIPELINE_FILE)
         except SpecError as exc:
             self.ctx.report_error(f"Cannot read the pipeline in {root}:\n" + "\n".join(f"• {p}" for p in exc.problems),
                                   title="Pipeline")
             return False
-        self.setup.pipeline_editor.set_engine_states(read_state(root), ended=True)
-        self.pipeline_dir = root
+        self.pipeline.set_engine_states(read_state(root), ended=True)
+        self.state.open_pipeline(root)
         return True
 
     def _launch_pipeline(self, source: dict[str, Any] | None, out: Path, *, resume: bool) -> bool:
         controls = Controls()
-        self.pipeline_dir, self.stage_index = out, -1
-        n = len(self.setup.pipeline_editor.stages)
-        return self._run_job(lambda: train_jobs.pipeline_job(source, out, controls, resume), controls, config=None,
-                             run_dir=out,
-                             log_line=f"{'resuming' if resume else 'starting'} pipeline {out.name} ({n} stages)",
-                             progress="starting the pipeline… (loading the engine)", status=f"Pipeline folder: {out}",
-                             pipeline_stages=n)
+        n = len(self.pipeline.stages)
+        return self._run_job(lambda: train_jobs.pipeline_job(source, out, controls, resume), controls,
+                             JobStart(PIPELINE_JOB, out,
+                                      f"{'resuming' if resume else 'starting'} pipeline {out.name} ({n} stages)",
+                                      "starting the pipeline… (loading the engine)", f"Pipeline folder: {out}",
+                                      stages=n))
 
     def _on_stage_started(self, event: StageStarted) -> None:
-        editor, index = self.setup.pipeline_editor, event.index
-        self.stage_index = index
-        # The stage's run folder (its RunFolder follows): what the window remembers when closed mid-run; resuming a
-        # stage folder resumes its pipeline (resume_run), so the next launch's offer continues the pipeline.
-        self.run_dir = Path(event.run_dir)
-        before = editor.states or [("waiting", "")] * len(editor.stages)
-        editor.set_states([(before[j] if before[j][0] == "done" else ("done", "")) if j < index else
-                           ("running", "") if j == index else ("waiting", "") for j in range(len(editor.stages))])
-        editor.select_stage(index)
+        editor = self.pipeline
+        editor.set_states(self.state.stage_states(editor.states, len(editor.stages)))
+        editor.select_stage(event.index)
         self.run_view.status_label.setText(f"Pipeline folder: {self.pipeline_dir} · stage folder: {event.run_dir}")
 
     def _on_step_shown(self, item: StepMetrics) -> None:
-        if self.pipeline_running:
-            self.setup.pipeline_editor.set_stage_state(self.stage_index, "running",
-                                                       f"step {item.step:,}/{item.total_steps:,}")
+        if self.state.pipeline_running:
+            self.pipeline.set_stage_state(self.state.stage_index, "running",
+                                                       self.state.stage_progress(item.step, item.total_steps))
 
     # --- controls ---
     def toggle_pause(self) -> None:
@@ -405,10 +448,8 @@ class TrainTab(QWidget):
     # --- what the job yields ---
     def _on_event(self, event: Event) -> None:
         """The display renders every event; the tab keeps what it needs of the run and tells the window."""
-        if isinstance(event, StepMetrics):
-            self.steps_seen += 1
-        elif isinstance(event, RunFolder):
-            self.run_dir = Path(event.path)  # what a window closed mid-run remembers, to resume
+        self.state.record(event)
+        if isinstance(event, RunFolder):
             self.run_changed.emit(event.path)
         elif isinstance(event, StageStarted):
             self._on_stage_started(event)
@@ -434,12 +475,12 @@ class TrainTab(QWidget):
         last = self.run_view.last_finished
         if last is not None and last.reason in ("completed", "stopped", "early_stopped"):
             self.run_view.offer_next_steps()  # the job is over: what to do with the model it made
-        if self.pipeline_running and self.pipeline_dir is not None:
+        if self.state.pipeline_running and self.pipeline_dir is not None:
             from desktop_app.engine.pipeline_folder import read_state
 
             # the engine's record of where each stage ended
-            self.setup.pipeline_editor.set_engine_states(read_state(self.pipeline_dir), ended=True)
-        self.pipeline_running = False
+            self.pipeline.set_engine_states(read_state(self.pipeline_dir), ended=True)
+        self.state.end()
         if self.run_dir is not None:
             self.run_changed.emit(str(self.run_dir))
 
@@ -457,19 +498,19 @@ class TrainTab(QWidget):
         if is_pipeline_dir(run_dir):
             if not self._show_pipeline(Path(run_dir)):
                 return
-            stages = [i for i, state in enumerate(self.setup.pipeline_editor.stage_states()) if state != "waiting"]
+            stages = [i for i, state in enumerate(self.pipeline.stage_states()) if state != "waiting"]
             if not stages:
                 self.run_view.clear()
                 self.run_view.status_label.setText(f"Pipeline {run_dir}: no stage has run yet")
                 return
-            stage = self.setup.pipeline_editor.stages[stages[-1]]
-            self.setup.pipeline_editor.select_stage(stages[-1])
+            stage = self.pipeline.stages[stages[-1]]
+            self.pipeline.select_stage(stages[-1])
             run_dir = str(stage_dir(Path(run_dir), stages[-1], stage))
         else:
             # The form shows the run's method and settings: its panels (the task buffer of a self-play run) fit it.
             with contextlib.suppress(SpecError, OSError, KeyError, ValueError):
                 self.setup.apply_config(RunConfig.load(Path(run_dir) / "run.json"))
-        self.run_dir = Path(run_dir)
+        self.state.show(Path(run_dir))
         self.run_view.begin(training=False, status=f"Showing the history of {run_dir}")
         self.replay_task = self.ctx.runner.start("history", lambda: replay_run(run_dir))
         self.replay_task.produced.connect(self.run_view.show)
@@ -483,7 +524,7 @@ class TrainTab(QWidget):
 
     @property
     def watching(self) -> bool:
-        return self.watch_task is not None and self.watch_task.running
+        return self.watcher.active
 
     def watch_run(self, run_dir: str | Path) -> bool:
         """Follow a run another process trains (CLI, torchrun): its metrics.jsonl feeds the display as it grows,
@@ -491,56 +532,11 @@ class TrainTab(QWidget):
         if self.running:
             self.ctx.info("Stop the running training before watching another run.")
             return False
-        run_dir = Path(run_dir)
-        if not run_dir.is_dir():
-            self.ctx.report_error(f"{run_dir} is not a folder.", title="Cannot watch this run")
-            return False
-        from desktop_app.engine.pipeline_folder import is_pipeline_dir, read_state
-        from desktop_app.engine.runs import watch_run
-
-        if is_pipeline_dir(run_dir):  # a pipeline writes its metrics per stage: follow the stage it is at
-            state = read_state(run_dir)
-            stages, current = state.get("stages") or [], state.get("current", 0)
-            if not (isinstance(current, int) and 0 <= current < len(stages) and stages[current].get("run_dir")):
-                self.ctx.report_error(f"No stage of the pipeline {run_dir.name} has started yet.",
-                                      title="Cannot watch this run")
-                return False
-            self.run_view.log("info", f"{run_dir.name} is a pipeline: watching its stage {current + 1} "
-                                      f"'{stages[current].get('name')}' (the watch ends with that stage)")
-            run_dir = Path(stages[current]["run_dir"])
-        self.stop_watching()
-        self._silence_replay()
-        # run.json may not be written yet, or be another version's: the curves still come, in the default panels
-        with contextlib.suppress(SpecError, OSError):
-            self.run_view.set_method(method_of(RunConfig.load(run_dir / "run.json")).key)
-        self.run_dir, self.watched_dir = run_dir, run_dir
-        self.run_view.begin(training=False, progress=f"watching {run_dir.name}: waiting for its metrics…",
-                            status=f"Watching the run folder {run_dir}")
-        controls = Controls()
-        # polled at about the plots' own redraw pace
-        self.watch_task = self.ctx.runner.start("watch", lambda: watch_run(run_dir, controls.stop, poll_s=0.25),
-                                                controls)
-        self.watch_task.produced.connect(self.run_view.show)
-        self.watch_task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Cannot watch this run"))
-        self.watch_task.finished.connect(self._on_watch_finished)
-        self.run_view.show_watching(run_dir)
-        self.run_view.log("info", f"watching {run_dir} (launched outside the window)")
-        return True
+        return self.watcher.start(Path(run_dir), self._silence_replay)
 
     def stop_watching(self) -> None:
         """Stop following the watched run (its process goes on; only the window stops reading)."""
-        task, self.watch_task = self.watch_task, None
-        if task is not None and task.running:
-            task.silence()  # nothing it still yields reaches the display that now shows something else
-            task.cancel()
-            self.run_view.log("info", f"stopped watching {self.watched_dir.name if self.watched_dir else 'the run'}")
-            self.run_view.set_progress(self.run_view.progress.format().replace("watching", "watched", 1))
-        self.run_view.hide_watching()
-
-    def _on_watch_finished(self) -> None:
-        self.run_view.end()
-        self.run_view.hide_watching()
-        self.watch_task = None
+        self.watcher.stop()
 
     # --- the terminal equivalent, dialogs ---
     def _shown_config(self) -> RunConfig:
@@ -565,7 +561,7 @@ class TrainTab(QWidget):
 
     def show_cli_command(self) -> None:
         if self._pipeline_shown():
-            editor = self.setup.pipeline_editor
+            editor = self.pipeline
             dialog = CliDialog("The same pipeline, headless (save the pipeline below as pipeline.json):",
                                self.pipeline_command(), editor.pipeline_json(), "Save pipeline.json…",
                                editor.save_dialog, self)

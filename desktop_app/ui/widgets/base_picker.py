@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QLabel, QVBoxLayout, QWidget
 
 from desktop_app.engine.run_folder import list_committed
 from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import RunConfig
 from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF, add_gguf_choices, attach_gguf_chooser
+from desktop_app.ui.widgets.layouts import path_combo
 
 RECENT_KEY = "train/recent_base_models"
 MAX_RECENT = 8
@@ -46,11 +47,7 @@ class BasePicker(QWidget):
         super().__init__(parent)
         self._workspace = workspace_getter
         self._settings = settings
-        self.box = QComboBox()
-        self.box.setObjectName("baseModelBox")
-        self.box.setMinimumWidth(200)
-        self.box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.box.setMinimumContentsLength(18)
+        self.box = path_combo("baseModelBox", 200, 18)
         self.box.setToolTip(help_text(RunConfig, "base_model"))
         self.path_label = QLabel("")
         self.path_label.setProperty("role", "muted")

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QDragEnterEvent, QDragMoveEvent, QDropEvent
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QWidget
 
 from desktop_app.ui import theme
-from desktop_app.ui.widgets.drop_zone import paths_from_mime
+from desktop_app.ui.widgets.drop_zone import PathDropList
 
 
 def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
@@ -51,17 +51,25 @@ def expand_data_paths(paths: list[str]) -> list[str]:
     return [str(p) for p in engine_rule(paths, check=False)]
 
 
-class DataFileList(QListWidget):
+def new_data_paths(paths: list[str], have: list[str]) -> list[str]:
+    """The data files `paths` bring (folders expanded) that `have` does not list yet, each once, in order."""
+    seen = set(have)
+    fresh = []
+    for path in expand_data_paths(paths):
+        if path not in seen:
+            seen.add(path)
+            fresh.append(path)
+    return fresh
+
+
+class DataFileList(PathDropList):
     """Data files with their detected format (red with the reason when unusable); drop files or folders on it."""
 
     changed = Signal()
 
     def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
+        super().__init__(parent=parent)
         self.setObjectName("dataFileList")
-        self.setAcceptDrops(True)
-        self.viewport().setAcceptDrops(True)
-        self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
         self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.setMinimumHeight(74)
         self.setMaximumHeight(130)
@@ -78,20 +86,15 @@ class DataFileList(QListWidget):
         return [self.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.count())]
 
     def add_paths(self, paths: list[str]) -> int:
-        have = set(self.files())
-        added = 0
-        for path in expand_data_paths(paths):
-            if path in have:
-                continue
-            have.add(path)
+        fresh = new_data_paths(paths, self.files())
+        for path in fresh:
             item = QListWidgetItem()
             item.setData(Qt.ItemDataRole.UserRole, path)
             self.addItem(item)
             self._describe(item)
-            added += 1
-        if added:
+        if fresh:
             self.changed.emit()
-        return added
+        return len(fresh)
 
     def set_files(self, paths: list[str]) -> None:
         self.clear()
@@ -134,23 +137,8 @@ class DataFileList(QListWidget):
             item.setForeground(_color(theme.TEXT))
             item.setToolTip(path)
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if paths_from_mime(event.mimeData()):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
-        if paths_from_mime(event.mimeData()):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        paths = paths_from_mime(event.mimeData())
-        if paths:
-            event.acceptProposedAction()
-            self.add_paths(paths)
+    def paths_dropped_on(self, paths: list[str]) -> None:
+        self.add_paths(paths)
 
 
 def short_reason(problem: str, path: str) -> str:

@@ -5,15 +5,63 @@ The main window also accepts drops anywhere and forwards them here (see `paths_f
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QMimeData, Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 def paths_from_mime(mime: QMimeData | None) -> list[str]:
     if mime is None or not mime.hasUrls():
         return []
     return [url.toLocalFile() for url in mime.urls() if url.isLocalFile() and url.toLocalFile()]
+
+
+class PathDropList(QListWidget):
+    """A list that takes dropped files and folders (nothing else) and hands their paths to `paths_dropped_on`:
+    `on_paths` when given, or a subclass's override."""
+
+    def __init__(self, on_paths: Callable[[list[str]], object] | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._on_paths = on_paths
+        self.setAcceptDrops(True)
+        self.viewport().setAcceptDrops(True)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
+
+    def paths_dropped_on(self, paths: list[str]) -> None:
+        if self._on_paths is not None:
+            self._on_paths(paths)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        _accept_paths(event)
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        _accept_paths(event)  # asked again over every row: the list's own rule would refuse a drop between rows
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = paths_from_mime(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.paths_dropped_on(paths)
+
+
+def _accept_paths(event: QDragMoveEvent) -> None:
+    """Take a drag that carries local files or folders; refuse anything else (text, links)."""
+    if paths_from_mime(event.mimeData()):
+        event.acceptProposedAction()
+    else:
+        event.ignore()
 
 
 class DropZone(QFrame):

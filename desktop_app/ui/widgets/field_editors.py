@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QValidator
+from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QAbstractSpinBox,
+    QBoxLayout,
     QCheckBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGridLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
-    QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
@@ -34,7 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_app.ui.widgets.drop_zone import paths_from_mime
+from desktop_app.ui.widgets.data_files import new_data_paths
+from desktop_app.ui.widgets.drop_zone import PathDropList
+from desktop_app.ui.widgets.layouts import note_label
 
 
 class FloatBox(QDoubleSpinBox):
@@ -74,16 +75,33 @@ class FloatBox(QDoubleSpinBox):
             return QValidator.State.Intermediate if ok else QValidator.State.Invalid
 
 
-class FileListEdit(QWidget):
-    """widget="files": a list of file paths with Add files…, Add folder… and Remove; files and folders can be dropped
-    on the list (a folder brings the data files inside it, by the engine's one rule for data folders)."""
+class _Composite(QWidget):
+    """What the composite editors share: `changed`, and no problems of their own (every state they can show is a
+    value; one a spec cannot take is the spec's to refuse, its validate names why)."""
 
     changed = Signal()
+
+    def problems(self) -> list[str]:
+        return []
+
+
+def _snug(layout: QBoxLayout | QFormLayout | QGridLayout) -> None:
+    """No margins and 2 px between rows: a composite editor sits in its form row like a single widget."""
+    layout.setContentsMargins(0, 0, 0, 0)
+    if isinstance(layout, QFormLayout):
+        layout.setVerticalSpacing(2)
+    else:
+        layout.setSpacing(2)
+
+
+class FileListEdit(_Composite):
+    """widget="files": a list of file paths with Add files…, Add folder… and Remove; files and folders can be dropped
+    on the list (a folder brings the data files inside it, by the engine's one rule for data folders)."""
 
     def __init__(self, title: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
-        self.list = _DropList(self._add_paths)
+        self.list = PathDropList(self._add_paths)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.list.setMaximumHeight(72)
@@ -97,8 +115,7 @@ class FileListEdit(QWidget):
         buttons.addWidget(self.remove_btn)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
+        _snug(layout)
         layout.addWidget(self.list)
         layout.addLayout(buttons)
         self.add_btn.clicked.connect(self._choose)
@@ -113,9 +130,6 @@ class FileListEdit(QWidget):
         for path in value if isinstance(value, list) else []:
             self._append(str(path))
 
-    def problems(self) -> list[str]:
-        return []
-
     def _append(self, path: str) -> None:
         item = QListWidgetItem(Path(path).name or path)
         item.setData(Qt.ItemDataRole.UserRole, path)
@@ -124,18 +138,12 @@ class FileListEdit(QWidget):
 
     def _add_paths(self, paths: list[str]) -> int:
         """Files as given, folders replaced by the data files inside them; returns how many were new."""
-        from desktop_app.engine.finetune.formats import expand_data_paths
-
-        have = set(self.value())
-        added = 0
-        for path in (str(p) for p in expand_data_paths(paths, check=False)):
-            if path not in have:
-                have.add(path)
-                self._append(path)
-                added += 1
-        if added:
+        fresh = new_data_paths(paths, self.value())
+        for path in fresh:
+            self._append(path)
+        if fresh:
             self.changed.emit()
-        return added
+        return len(fresh)
 
     def _choose(self, _checked: bool = False) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, f"Add {self.title.lower()}", "",
@@ -154,39 +162,8 @@ class FileListEdit(QWidget):
         self.changed.emit()
 
 
-class _DropList(QListWidget):
-    """A list that takes dropped files and folders and hands their paths to `on_paths`."""
-
-    def __init__(self, on_paths: Callable[[list[str]], int], parent: QWidget | None = None):
-        super().__init__(parent)
-        self._on_paths = on_paths
-        self.setAcceptDrops(True)
-        self.viewport().setAcceptDrops(True)
-        self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if paths_from_mime(event.mimeData()):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
-        if paths_from_mime(event.mimeData()):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        paths = paths_from_mime(event.mimeData())
-        if paths:
-            event.acceptProposedAction()
-            self._on_paths(paths)
-
-
-class PathEdit(QWidget):
+class PathEdit(_Composite):
     """widget="file": one file path, typed or chosen with Browse…; empty means none."""
-
-    changed = Signal()
 
     def __init__(self, title: str, parent: QWidget | None = None):
         super().__init__(parent)
@@ -207,9 +184,6 @@ class PathEdit(QWidget):
     def set_value(self, value: Any) -> None:
         self.line.setText(str(value or ""))
 
-    def problems(self) -> list[str]:
-        return []
-
     def _browse(self, _checked: bool = False) -> None:
         path, _ = QFileDialog.getOpenFileName(self, f"Choose the {self.title.lower()}", self.line.text())
         if path:
@@ -217,16 +191,13 @@ class PathEdit(QWidget):
             self.changed.emit()
 
 
-class CheckList(QWidget):
+class CheckList(_Composite):
     """widget="checklist": some of `choices`, one check box each; the value keeps the choices' order."""
-
-    changed = Signal()
 
     def __init__(self, name: str, choices: Sequence[str], parent: QWidget | None = None):
         super().__init__(parent)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
+        _snug(layout)
         self.checks: dict[str, QCheckBox] = {}
         for choice in choices:
             check = QCheckBox(str(choice))
@@ -243,21 +214,15 @@ class CheckList(QWidget):
         for name, check in self.checks.items():
             check.setChecked(name in chosen)
 
-    def problems(self) -> list[str]:
-        return []  # an empty choice is the spec's to refuse (its validate names the choices)
 
-
-class WeightsEdit(QWidget):
+class WeightsEdit(_Composite):
     """widget="weights": a number per name of `keys`. 0 means off and is left out of the value, unless the value
     set last held that name (a config shown and read back stays the same)."""
-
-    changed = Signal()
 
     def __init__(self, name: str, keys: Sequence[str], parent: QWidget | None = None):
         super().__init__(parent)
         grid = QFormLayout(self)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.setVerticalSpacing(2)
+        _snug(grid)
         self.boxes: dict[str, FloatBox] = {}
         self._given: set[str] = set()
         for key in keys:
@@ -276,9 +241,6 @@ class WeightsEdit(QWidget):
         self._given = {str(k) for k in weights}
         for key, box in self.boxes.items():
             box.setValue(float(weights.get(key, 0.0)))
-
-    def problems(self) -> list[str]:
-        return []
 
 
 class JsonEdit(QLineEdit):
@@ -343,17 +305,14 @@ class LinesEdit(QPlainTextEdit):
         return []
 
 
-class NumbersEdit(QWidget):
+class NumbersEdit(_Composite):
     """widget="numbers": a whole number per name of `keys`, each "default" (left out of the value) until set. Names
     the value set last held that are not among `keys` are kept as they were."""
-
-    changed = Signal()
 
     def __init__(self, name: str, keys: Sequence[str], parent: QWidget | None = None):
         super().__init__(parent)
         grid = QFormLayout(self)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.setVerticalSpacing(2)
+        _snug(grid)
         self.boxes: dict[str, QSpinBox] = {}
         self._other: dict[str, Any] = {}
         for key in keys:
@@ -376,24 +335,17 @@ class NumbersEdit(QWidget):
             number = given.get(key, 0)
             box.setValue(int(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else 0)
 
-    def problems(self) -> list[str]:
-        return []
 
-
-class RecordsEdit(QWidget):
+class RecordsEdit(_Composite):
     """widget="records": a list of JSON objects (e.g. task objects), loaded from a JSON Lines (or JSON list) file;
     the row says how many there are, by type when they have one."""
-
-    changed = Signal()
 
     def __init__(self, title: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
         self.records: list[dict[str, Any]] = []
         self._problems: list[str] = []
-        self.summary = QLabel("none")
-        self.summary.setProperty("role", "muted")
-        self.summary.setWordWrap(True)
+        self.summary = note_label("none")
         self.load_btn = QPushButton("Load…")
         self.clear_btn = QPushButton("Clear")
         row = QHBoxLayout(self)
@@ -472,27 +424,22 @@ def parse_records(text: str, name: str) -> tuple[list[dict[str, Any]], list[str]
     return records, problems
 
 
-class ModulesEdit(QWidget):
+class ModulesEdit(_Composite):
     """widget="modules": some of the base model's linear layers (by name), one check box each; none ticked means
     every linear layer (the usual best choice). `set_choices` lists the base's layers; names set that are not among
     them are kept, ticked, so a config shown reads back the same."""
 
-    changed = Signal()
     ALL = "every linear layer of the base (attention and MLP)"
 
     def __init__(self, name: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.name = name
         self.checks: dict[str, QCheckBox] = {}
-        self.note = QLabel(self.ALL)
-        self.note.setProperty("role", "muted")
-        self.note.setWordWrap(True)
+        self.note = note_label(self.ALL)
         self.grid = QGridLayout()
-        self.grid.setContentsMargins(0, 0, 0, 0)
-        self.grid.setSpacing(2)
+        _snug(self.grid)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
+        _snug(layout)
         layout.addLayout(self.grid)
         layout.addWidget(self.note)
         self._choices: list[str] = []
@@ -533,6 +480,3 @@ class ModulesEdit(QWidget):
     def set_value(self, value: Any) -> None:
         chosen = [str(v) for v in value] if isinstance(value, (list, tuple)) else []
         self._rebuild([*self._choices, *[n for n in chosen if n not in self._choices]], set(chosen))
-
-    def problems(self) -> list[str]:
-        return []

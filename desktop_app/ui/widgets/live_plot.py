@@ -74,6 +74,15 @@ def log_tick_strings(values: list[float], scale: float, spacing: float | None) -
     return out
 
 
+def curve_style(color: str, *, dots: bool = False) -> dict[str, Any]:
+    """A curve's pyqtgraph style: a 2 px line, with a dot at each point for evaluation metrics (they come seldom,
+    a lone one would not show as a line)."""
+    style: dict[str, Any] = dict(pen=pg().mkPen(color, width=2))
+    if dots:
+        style.update(symbol="o", symbolSize=5, symbolBrush=color, symbolPen=None)
+    return style
+
+
 class Series:
     """x/y buffers that grow by doubling (amortised O(1) appends, no per-point Python lists)."""
 
@@ -250,21 +259,22 @@ class LivePlots(QWidget):
             panel.setMinimumHeight(base + 16 * (rows - 1))  # the plot keeps its height beside a long legend
         return curve
 
+    def _next_color(self, key: str) -> str:
+        """The palette's colour for the next curve of panel `key`: each curve of a panel its own."""
+        return theme.PLOT_COLORS[len(self._members.get(key, [])) % len(theme.PLOT_COLORS)]
+
     def _ensure_curve(self, name: str) -> None:
         panel = self._panel(name)
         key = self.panel_meta(name)[0]
-        pg_ = pg()
-        color = theme.PLOT_COLORS[len(self._members.get(key, [])) % len(theme.PLOT_COLORS)]
         if name in SMOOTHED:
-            raw = self._new_curve(panel, key, f"{self.curve_label(name)} (raw)", pen=pg_.mkPen("#c7d2fe", width=1))
+            raw = self._new_curve(panel, key, f"{self.curve_label(name)} (raw)", pen=pg().mkPen("#c7d2fe", width=1))
             self.curves[f"{name}~smoothed"] = self._new_curve(panel, key, f"{self.curve_label(name)} (smoothed)",
-                                                              pen=pg_.mkPen(theme.ACCENT, width=2))
+                                                              **curve_style(theme.ACCENT))
             curve = raw
         elif name.startswith("val_"):
-            curve = self._new_curve(panel, key, self.curve_label(name), pen=pg_.mkPen("#dc2626", width=2),
-                                    symbol="o", symbolSize=5, symbolBrush="#dc2626", symbolPen=None)
+            curve = self._new_curve(panel, key, self.curve_label(name), **curve_style("#dc2626", dots=True))
         else:
-            curve = self._new_curve(panel, key, self.curve_label(name), pen=pg_.mkPen(color, width=2))
+            curve = self._new_curve(panel, key, self.curve_label(name), **curve_style(self._next_color(key)))
         self.curves[name] = curve
 
     # --- drawing ---

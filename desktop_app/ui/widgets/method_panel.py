@@ -4,7 +4,7 @@ Methods as the user sees them map onto the run config's (objective, adapter kind
     Pretraining -> causal_lm      SFT -> sft        LoRA -> sft + lora      QLoRA -> sft + qlora
     DPO -> dpo (+ optional adapter)   GRPO -> grpo (+ adapter)   Self-play -> selfplay (+ adapter)
 Each method's options are a typed spec (engine/method_options.py) shown by the one SpecForm, words and widgets
-from the spec's hints. Nothing here trains: the Train tab builds a RunConfig from `MethodPanel`'s values and
+from the spec's hints. Nothing here trains: the Train tab puts `MethodPanel`'s values in a RunRequest and
 hands it to the engine.
 """
 
@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -29,11 +28,15 @@ from PySide6.QtWidgets import (
 
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS
 from desktop_app.engine.spec_base import help_text
-from desktop_app.engine.specs import AdapterSpec, RunConfig
+from desktop_app.engine.specs import AdapterSpec
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.base_picker import BasePicker
 from desktop_app.ui.widgets.data_files import DataFileList, describe_data_file
+from desktop_app.ui.widgets.layouts import group_column
 from desktop_app.ui.widgets.spec_form import SpecForm
+
+if TYPE_CHECKING:
+    from desktop_app.engine.specs import RunConfig
 
 ADAPTER_CHOICES = (("none", "Full weights"), ("lora", "LoRA adapters"), ("qlora", "QLoRA (4-bit base + LoRA)"))
 DATA_TITLES = {
@@ -44,22 +47,6 @@ DATA_TITLES = {
 OPTIONS_TITLES = {"sft": "SFT options", "dpo": "DPO options", "grpo": "GRPO options", "selfplay": "Self-play options"}
 REWARD_FILE_NOTE = ("Your reward file is your own code: it runs inside the app with your permissions, not in the "
                     "sandbox.")
-
-
-def make_run_config(**fields: Any) -> tuple[RunConfig, list[str]]:
-    """A RunConfig from the fields this engine knows; the names it does not know are returned (an engine that
-    lacks a method's fields refuses to start it by name instead of failing on a TypeError)."""
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    unknown = sorted(k for k, v in fields.items() if k not in known and v not in ("", [], {}, None))
-    return RunConfig(**{k: v for k, v in fields.items() if k in known}), unknown
-
-
-def _group(title: str, name: str) -> tuple[QGroupBox, QVBoxLayout]:
-    box = QGroupBox(title)
-    box.setObjectName(name)
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(8, 6, 8, 8)
-    return box, layout
 
 
 class MethodPanel(QWidget):
@@ -79,12 +66,32 @@ class MethodPanel(QWidget):
         self.help_label.setObjectName("methodHelp")
         self.help_label.setWordWrap(True)
         self.help_label.setProperty("role", "muted")
-
-        self.base_group, bl = _group("Base model", "baseGroup")
+        self.show_advanced = False
+        self.base_group, bl = group_column("Base model", "baseGroup")
         self.base_picker = BasePicker(workspace_getter, settings)
         bl.addWidget(self.base_picker)
+        self._build_datagroup_column()
+        self._build_adaptergroup_column()
+        self.options_group, ol = group_column("Options", "optionsGroup")
+        self.options_layout = ol
+        self.option_forms: dict[str, SpecForm] = {}  # objective -> its options' form, made when first shown
+        self.options_error = QLabel("")
+        self.options_error.setProperty("role", "error")
+        self.options_error.setWordWrap(True)
+        self.options_error.setVisible(False)
+        ol.addWidget(self.options_error)
+        self._build_sandboxgroup_column()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        for w in (self.help_label, self.base_group, self.data_group, self.adapter_group, self.options_group,
+                  self.sandbox_group):
+            layout.addWidget(w)
+        self._connect()
+        self.set_method("pretraining")
 
-        self.data_group, dl = _group("Data", "dataGroup")
+    def _build_datagroup_column(self) -> None:
+        self.data_group, dl = group_column("Data", "dataGroup")
         # One list per kind of data (chat records, preference pairs, prompts): a file chosen for LoRA is not
         # offered to DPO or GRPO. SFT, LoRA and QLoRA read the same records, so they share theirs.
         self.data_lists: dict[str, DataFileList] = {}
@@ -110,7 +117,8 @@ class MethodPanel(QWidget):
         dl.addLayout(row)
         dl.addWidget(hint)
 
-        self.adapter_group, al = _group("Adapter", "adapterGroup")
+    def _build_adaptergroup_column(self) -> None:
+        self.adapter_group, al = group_column("Adapter", "adapterGroup")
         self.adapter_box = QComboBox()
         self.adapter_box.setObjectName("adapterKindBox")
         for kind, label in ADAPTER_CHOICES:
@@ -125,16 +133,9 @@ class MethodPanel(QWidget):
         self.adapter_form = SpecForm(AdapterSpec, exclude=("kind",), advanced_switch=False)
         al.addWidget(self.adapter_form)
 
-        self.options_group, ol = _group("Options", "optionsGroup")
-        self.options_layout = ol
-        self.option_forms: dict[str, SpecForm] = {}  # objective -> its options' form, made when first shown
-        self.options_error = QLabel("")
-        self.options_error.setProperty("role", "error")
-        self.options_error.setWordWrap(True)
-        self.options_error.setVisible(False)
-        ol.addWidget(self.options_error)
-
-        self.sandbox_group, sl = _group("Sandbox", "sandboxGroup")
+    def _build_sandboxgroup_column(self) -> None:
+        """Self-play's sandbox status and the CPU demo."""
+        self.sandbox_group, sl = group_column("Sandbox", "sandboxGroup")
         self.sandbox_label = QLabel("The sandboxed executor checks every model-written program.")
         self.sandbox_label.setWordWrap(True)
         self.sandbox_label.setObjectName("sandboxLabel")
@@ -151,23 +152,15 @@ class MethodPanel(QWidget):
                                  "every curve live; the held-out solve rates before and after end the log")
         sl.addWidget(self.demo_btn)
 
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(4)
-        for w in (self.help_label, self.base_group, self.data_group, self.adapter_group, self.options_group,
-                  self.sandbox_group):
-            layout.addWidget(w)
-
+    def _connect(self) -> None:
         self.base_picker.changed.connect(self._on_base_changed)
         self.add_data_btn.clicked.connect(self._choose_files)
         self.add_folder_btn.clicked.connect(self._choose_folder)
         self.remove_data_btn.clicked.connect(lambda _=False: self.data_list.remove_selected())
-        self.show_advanced = False
         self.adapter_box.currentIndexChanged.connect(self._on_adapter_box)
         self.adapter_form.changed.connect(self.changed)
         self.sandbox_btn.clicked.connect(lambda _=False: self.sandbox_check_requested.emit())
         self.demo_btn.clicked.connect(lambda _=False: self.demo_requested.emit())
-        self.set_method("pretraining")
 
     # --- method ---
     def set_method(self, key: str) -> None:
@@ -287,7 +280,7 @@ class MethodPanel(QWidget):
         return {k: v for k, v in form.spec().to_dict().items() if k in form.editors}
 
     def config_fields(self) -> dict[str, Any]:
-        """The run-config fields this panel sets for a fine-tuning method (make_run_config's keywords)."""
+        """The run-config fields this panel sets for a fine-tuning method (RunRequest's fields)."""
         return {"base_model": self.base_model(), "objective": self.method.objective, "data": self.data_files(),
                 "adapter": self.adapter_dict(), "method_options": self.options_dict()}
 

@@ -9,12 +9,9 @@ exactly as in `LivePlots`. Evaluation metrics (val_*, eval_*, heldout_*) are dra
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtWidgets import QWidget
 
-from desktop_app.ui import theme
-from desktop_app.ui.widgets.live_plot import LivePlots, pg
+from desktop_app.ui.widgets.live_plot import LivePlots, curve_style
 
 _PROPOSALS = ("proposal_validity", "Proposals: valid, trivial, held-out, duplicate", "share of proposals")
 # Panels that take single names: name (or its val_/eval_ twin) -> (panel key, title, y-axis label).
@@ -140,11 +137,7 @@ class MethodPlots(LivePlots):
             return
         key, label = group[0], group[3]
         panel = self._panel(name)
-        color = theme.PLOT_COLORS[len(self._members.get(key, [])) % len(theme.PLOT_COLORS)]
-        pg_ = pg()
-        style: dict[str, Any] = dict(pen=pg_.mkPen(color, width=2))
-        if is_eval_metric(name):
-            style.update(symbol="o", symbolSize=5, symbolBrush=color, symbolPen=None)
+        style = curve_style(self._next_color(key), dots=is_eval_metric(name))
         self.curves[name] = self._new_curve(panel, key, label, **style)
 
     def panel_keys(self) -> list[str]:

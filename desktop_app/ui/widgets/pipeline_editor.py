@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QListWidget,
     QPushButton,
@@ -34,8 +33,10 @@ from PySide6.QtWidgets import (
 
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, Method, method_of
 from desktop_app.engine.specs import RunConfig, SpecError, TrainSpec
+from desktop_app.engine.train.request import make_run_config
 from desktop_app.ui.widgets.data_files import describe_data_file
-from desktop_app.ui.widgets.method_panel import MethodPanel, make_run_config
+from desktop_app.ui.widgets.layouts import add_items, group_column, note_label
+from desktop_app.ui.widgets.method_panel import MethodPanel
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 # What a stage shows while (or after) a pipeline runs; the engine's pipeline_state.json statuses map onto them.
@@ -80,6 +81,15 @@ class PipelineEditor(QWidget):
         self._loading = False
         self._editable = True
 
+        stages_box = self._build_stages_box()
+        self.stage_group = self._build_stage_group(workspace_getter)
+        add_items(QVBoxLayout(self), stages_box, self.stage_group, margins=0)
+        self._connect_signals()
+        self.refresh()
+        self._update_buttons()
+
+    def _build_stages_box(self) -> QGroupBox:
+        """The stage list, the buttons that edit it, and pipeline JSON in and out."""
         self.stage_list = QListWidget()
         self.stage_list.setObjectName("pipelineStageList")
         self.stage_list.setMinimumHeight(90)
@@ -93,23 +103,15 @@ class PipelineEditor(QWidget):
         self.down_btn = QPushButton("Down")
         self.load_btn = QPushButton("Load pipeline JSON…")
         self.save_btn = QPushButton("Save pipeline JSON…")
-        edit_row = QHBoxLayout()
-        for b in (self.add_btn, self.remove_btn, self.up_btn, self.down_btn):
-            edit_row.addWidget(b)
-        file_row = QHBoxLayout()
-        file_row.addWidget(self.load_btn)
-        file_row.addWidget(self.save_btn)
-        stages_box = QGroupBox("Pipeline stages")
-        stages_box.setObjectName("pipelineGroup")
-        sl = QVBoxLayout(stages_box)
-        sl.setContentsMargins(8, 6, 8, 8)
-        sl.addWidget(self.stage_list)
-        sl.addLayout(edit_row)
-        sl.addLayout(file_row)
+        edit_row = add_items(QHBoxLayout(), self.add_btn, self.remove_btn, self.up_btn, self.down_btn)
+        file_row = add_items(QHBoxLayout(), self.load_btn, self.save_btn)
+        stages_box, sl = group_column("Pipeline stages", "pipelineGroup")
+        add_items(sl, self.stage_list, edit_row, file_row)
+        return stages_box
 
-        # --- the selected stage ---
-        self.stage_group = QGroupBox("Stage")
-        self.stage_group.setObjectName("pipelineStageGroup")
+    def _build_stage_group(self, workspace_getter: Callable[[], Any]) -> QGroupBox:
+        """The selected stage: name, method, where it starts, then the method's panel and the hyperparameters."""
+        group, stl = group_column("Stage", "pipelineStageGroup")
         self.name_edit = QLineEdit()
         self.name_edit.setObjectName("stageName")
         self.name_edit.setToolTip("The stage's name: its folder is stages/NN-name (letters, digits, '-', '_', '.')")
@@ -122,45 +124,37 @@ class PipelineEditor(QWidget):
         self.follow_check.setObjectName("stageFollows")
         self.follow_check.setToolTip("Use the model the previous stage trained as this stage's base (a LoRA stage's "
                                      "adapter is merged in); unchecked: choose a base model below")
-        self.dataset_box = QComboBox()
-        self.dataset_box.setObjectName("stageDatasetBox")
-        self.dataset_box.setToolTip("The prepared dataset this pretraining stage reads (Data tab)")
-        self.model_label = QLabel("")
-        self.model_label.setProperty("role", "muted")
-        self.model_label.setWordWrap(True)
-        self.use_model_btn = QPushButton("Use the Model tab's spec")
-        self.use_model_btn.setToolTip("Train this stage's model from scratch with the Model tab's current spec")
-        self.pretrain_box = QWidget()
-        pl = QFormLayout(self.pretrain_box)
-        pl.setContentsMargins(0, 0, 0, 0)
-        pl.addRow("Dataset", self.dataset_box)
-        pl.addRow(self.model_label)
-        pl.addRow(self.use_model_btn)
+        self.pretrain_box = self._build_pretrain_box()
         self.panel = MethodPanel(workspace_getter)
         # The Train tab's own panel runs the demo and the sandbox probe; a stage's panel only describes a stage.
         self.panel.demo_btn.hide()
         self.panel.sandbox_btn.hide()
         self.form = SpecForm(TrainSpec)  # with its own "Show advanced settings"
-        hyper = QGroupBox("Hyperparameters of this stage")
-        hl = QVBoxLayout(hyper)
-        hl.setContentsMargins(8, 6, 8, 8)
+        hyper, hl = group_column("Hyperparameters of this stage")
         hl.addWidget(self.form)
         top = QFormLayout()
         top.addRow("Name", self.name_edit)
         top.addRow("Method", self.method_box)
-        stl = QVBoxLayout(self.stage_group)
-        stl.setContentsMargins(8, 6, 8, 8)
-        stl.addLayout(top)
-        stl.addWidget(self.follow_check)
-        stl.addWidget(self.pretrain_box)
-        stl.addWidget(self.panel)
-        stl.addWidget(hyper)
+        add_items(stl, top, self.follow_check, self.pretrain_box, self.panel, hyper)
+        return group
 
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(stages_box)
-        layout.addWidget(self.stage_group)
+    def _build_pretrain_box(self) -> QWidget:
+        """What a pretraining stage reads and trains: its dataset, and the Model tab's spec on request."""
+        self.dataset_box = QComboBox()
+        self.dataset_box.setObjectName("stageDatasetBox")
+        self.dataset_box.setToolTip("The prepared dataset this pretraining stage reads (Data tab)")
+        self.model_label = note_label()
+        self.use_model_btn = QPushButton("Use the Model tab's spec")
+        self.use_model_btn.setToolTip("Train this stage's model from scratch with the Model tab's current spec")
+        box = QWidget()
+        pl = QFormLayout(box)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.addRow("Dataset", self.dataset_box)
+        pl.addRow(self.model_label)
+        pl.addRow(self.use_model_btn)
+        return box
 
+    def _connect_signals(self) -> None:
         self.stage_list.currentRowChanged.connect(self._on_row)
         self.add_btn.clicked.connect(lambda _=False: self.add_stage())
         self.remove_btn.clicked.connect(lambda _=False: self.remove_stage())
@@ -175,8 +169,6 @@ class PipelineEditor(QWidget):
         self.use_model_btn.clicked.connect(lambda _=False: self._use_model_tab_spec())
         self.panel.changed.connect(self._on_panel_changed)
         self.form.changed.connect(self._store)
-        self.refresh()
-        self._update_buttons()
 
     # --- stages ---
     def add_stage(self, method: str = "", *, name: str = "") -> int:
@@ -186,7 +178,8 @@ class PipelineEditor(QWidget):
         m = METHOD_BY_KEY[method]
         train = TrainSpec(lr=m.default_lr(m.adapter or "none")).to_dict()
         if method == "pretraining":
-            config = RunConfig(model={} if self.stages else self._model(), dataset=self._first_dataset(), train=train)
+            config, _unknown = make_run_config(model={} if self.stages else self._model(),
+                                               dataset=self._first_dataset(), train=train)
         else:
             config, _unknown = make_run_config(objective=m.objective, train=train,
                                                adapter={"kind": m.adapter} if m.adapter not in (None, "none") else {})
@@ -496,7 +489,8 @@ class PipelineEditor(QWidget):
         if stage.method == "pretraining":
             model = {} if follows else stage.config.get("model") or {}
             base = "" if follows or model else stage.config.get("base_model", "")
-            config = RunConfig(model=model, base_model=base, dataset=self.dataset_box.currentData() or "", train=train)
+            config, _unknown = make_run_config(model=model, base_model=base,
+                                               dataset=self.dataset_box.currentData() or "", train=train)
         else:
             fields = self.panel.config_fields()
             if follows:

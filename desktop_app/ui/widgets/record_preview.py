@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTextBrowser, QVBoxLayout, QWidget
 
 from desktop_app.ui import theme
+from desktop_app.ui.widgets.layouts import path_combo
 
 LOSS_BG = ("#bbf7d0", "#86efac")  # alternating, so token boundaries show
 PLAIN_BG = ("#f3f4f6", "#e5e7eb")
@@ -119,11 +120,7 @@ class RecordPreview(QWidget):
         self.task = None
         self._dirty = True
 
-        self.file_box = QComboBox()
-        self.file_box.setObjectName("previewFileBox")
-        self.file_box.setMinimumWidth(140)
-        self.file_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.file_box.setMinimumContentsLength(12)
+        self.file_box = path_combo("previewFileBox", 140, 12)
         self.prev_btn = QPushButton("◀ Previous")
         self.next_btn = QPushButton("Next ▶")
         self.position = QLabel("")

@@ -24,11 +24,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
-    QProgressBar,
     QPushButton,
-    QScrollArea,
     QSlider,
-    QSplitter,
     QTabWidget,
     QTextBrowser,
     QToolButton,
@@ -50,6 +47,7 @@ from desktop_app.engine.events import (
     StageStarted,
     StepMetrics,
 )
+from desktop_app.ui.widgets.layouts import add_items, button, note_label, progress_bar, scroll_area, splitter
 from desktop_app.ui.widgets.method_plots import MethodPlots
 from desktop_app.ui.widgets.task_browser import LOG_NAME as SELFPLAY_LOG
 from desktop_app.ui.widgets.task_browser import TaskBrowser
@@ -129,28 +127,33 @@ class RunView(QWidget):
         self.method = "pretraining"
         self._progress_t = 0.0
 
-        self.progress = QProgressBar()
+        self.progress = progress_bar("ready")
         self.progress.setObjectName("trainProgress")
-        self.progress.setRange(0, 1000)
-        self.progress.setFormat("ready")
-        self.progress.setValue(0)
-        self.status_label = QLabel("")
-        self.status_label.setProperty("role", "muted")
-        self.status_label.setWordWrap(True)
+        self.status_label = note_label()
+        self.watch_bar = self._make_watch_bar()
+        self.next_bar = self._make_next_bar()
+        views = self._make_views(preview)
+        bottom = self._make_log_tabs()
+        self.splitter = splitter(Qt.Orientation.Vertical, [views, bottom], stretch=(4, 1), sizes=(560, 150),
+                                 collapsible=False)
+        add_items(QVBoxLayout(self), self.watch_bar, self.progress, self.status_label, self.next_bar,
+                  (self.splitter, 1), margins=0)
+        self._connect_plot_bar()
+
+    def _make_watch_bar(self) -> QWidget:
+        """What a watched run shows on top: which run, and Stop watching (hidden otherwise)."""
         self.watch_label = QLabel("")
         self.watch_label.setObjectName("watchLabel")
         self.watch_label.setWordWrap(True)
-        self.stop_watch_btn = QPushButton("Stop watching")
-        self.stop_watch_btn.setObjectName("stopWatching")
-        self.watch_bar = QWidget()
-        self.watch_bar.setObjectName("watchBar")
-        wl = QHBoxLayout(self.watch_bar)
-        wl.setContentsMargins(0, 0, 0, 0)
-        wl.addWidget(self.watch_label, 1)
-        wl.addWidget(self.stop_watch_btn)
-        self.watch_bar.setVisible(False)
-        self.next_bar = self._make_next_bar()
+        self.stop_watch_btn = button("Stop watching", "stopWatching")
+        bar = QWidget()
+        bar.setObjectName("watchBar")
+        add_items(QHBoxLayout(bar), (self.watch_label, 1), self.stop_watch_btn, margins=0)
+        bar.setVisible(False)
+        return bar
 
+    def _make_curves(self) -> QWidget:
+        """The metric plots under their bar: log scale, smoothing, PNG and CSV export."""
         self.plots = MethodPlots()
         self.log_check = QCheckBox("Log scale")
         self.log_check.setToolTip("Loss, learning rate and gradient norm on a logarithmic axis")
@@ -162,29 +165,21 @@ class RunView(QWidget):
         self.smooth_value = QLabel(f"{DEFAULT_SMOOTHING / 100:.2f}")
         self.png_btn = QPushButton("Export PNG…")
         self.csv_btn = QPushButton("Export CSV…")
-        plot_bar = QHBoxLayout()
-        plot_bar.setContentsMargins(0, 0, 0, 0)
-        plot_bar.addWidget(self.log_check)
+        plot_bar = add_items(QHBoxLayout(), self.log_check, margins=0)
         plot_bar.addSpacing(8)
-        plot_bar.addWidget(QLabel("Smoothing"))
-        plot_bar.addWidget(self.smooth_slider)
-        plot_bar.addWidget(self.smooth_value)
+        add_items(plot_bar, QLabel("Smoothing"), self.smooth_slider, self.smooth_value)
         plot_bar.addStretch(1)
-        plot_bar.addWidget(self.png_btn)
-        plot_bar.addWidget(self.csv_btn)
-        plot_scroll = QScrollArea()
-        plot_scroll.setWidgetResizable(True)
-        plot_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        plot_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        plot_scroll.setWidget(self.plots)  # any number of metric panels; scrolls instead of growing the window
+        add_items(plot_bar, self.png_btn, self.csv_btn)
+        plot_scroll = scroll_area(self.plots)  # any number of metric panels; scrolls instead of growing the window
         curves = QWidget()
-        cl = QVBoxLayout(curves)
+        cl = add_items(QVBoxLayout(curves), plot_bar, (plot_scroll, 1))
         cl.setContentsMargins(4, 4, 4, 0)
-        cl.addLayout(plot_bar)
-        cl.addWidget(plot_scroll, 1)
+        return curves
 
+    def _make_views(self, preview: QWidget) -> QTabWidget:
         # The curves, the record preview and the task browser are pages of one view: opening the preview or the
         # browser takes the whole height instead of squeezing the plots.
+        curves = self._make_curves()
         self.task_browser = TaskBrowser()
         views = QTabWidget()
         views.setObjectName("runViews")
@@ -195,7 +190,10 @@ class RunView(QWidget):
                                                 "template: which tokens carry loss")
         views.setTabToolTip(self.browser_index, "Self-play: the proposed tasks and the last round's rollouts")
         self.view_tabs = views
+        return views
 
+    def _make_log_tabs(self) -> QTabWidget:
+        """The log and the samples, as two pages below the views."""
         self.log_view = QPlainTextEdit()
         self.log_view.setReadOnly(True)
         self.log_view.setMaximumBlockCount(5000)
@@ -209,22 +207,9 @@ class RunView(QWidget):
         bottom.setTabToolTip(self.samples_index, "What the model writes at each evaluation")
         bottom.setMinimumHeight(80)
         self.log_tabs = bottom
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(views)
-        splitter.addWidget(bottom)
-        splitter.setStretchFactor(0, 4)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([560, 150])
-        splitter.setChildrenCollapsible(False)
-        self.splitter = splitter
-        root = QVBoxLayout(self)
-        root.setContentsMargins(0, 0, 0, 0)
-        root.addWidget(self.watch_bar)
-        root.addWidget(self.progress)
-        root.addWidget(self.status_label)
-        root.addWidget(self.next_bar)
-        root.addWidget(splitter, 1)
+        return bottom
 
+    def _connect_plot_bar(self) -> None:
         self.log_check.toggled.connect(self.plots.set_log_y)
         self.smooth_slider.valueChanged.connect(self._on_smoothing)
         self.plots.set_smoothing(DEFAULT_SMOOTHING / 100)

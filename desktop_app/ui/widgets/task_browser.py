@@ -24,8 +24,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPlainTextEdit,
-    QPushButton,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -33,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.ui import theme
+from desktop_app.ui.widgets.layouts import add_items, button, note_label, splitter
 
 LOG_NAME = "selfplay.jsonl"  # the engine's objectives.selfplay.LOG_NAME (not imported: that module loads torch)
 ALL = "All"
@@ -157,6 +156,52 @@ def _table(columns: tuple[str, ...]) -> QTableWidget:
     return table
 
 
+def _fill(table: QTableWidget, rows: list[list[QTableWidgetItem]], wide_column: int, widths: tuple[int, ...]) -> None:
+    """Put `rows` of cells in `table`; the first time it holds rows (its `wide_column` still narrow), give its
+    columns their widths."""
+    table.setUpdatesEnabled(False)
+    table.setRowCount(len(rows))
+    for i, cells in enumerate(rows):
+        for j, cell in enumerate(cells):
+            table.setItem(i, j, cell)
+    table.setUpdatesEnabled(True)
+    if rows and table.columnWidth(wide_column) < 160:
+        for column, width in zip(range(table.columnCount()), widths, strict=False):
+            table.setColumnWidth(column, width)
+
+
+def _proposal_cells(p: dict[str, Any]) -> list[QTableWidgetItem]:
+    verdict = str(p.get("verdict", ""))
+    io = ""
+    if p.get("inputs") is not None or p.get("outputs") is not None:
+        pairs = zip(p.get("inputs") or [], p.get("outputs") or [], strict=False)
+        io = "; ".join(f"{_text(a, 40)} → {_text(b, 40)}" for a, b in pairs)
+    program = str(p.get("program", ""))
+    return [
+        _item(str(p.get("round", "")), align_right=True),
+        _item(str(p.get("type", ""))),
+        _item(verdict, color=verdict_color(verdict)),
+        _item(_number(p.get("solve_rate"), ".2f"), align_right=True),
+        _item(_number(p.get("reward"), "+.2f"), align_right=True),
+        _item(_text(program), tooltip=program),
+        _item(_text(io, 200), tooltip=io),
+        _item(_text(p.get("reason", "") or ""), tooltip=str(p.get("reason", "") or "")),
+    ]
+
+
+def _rollout_cells(r: dict[str, Any]) -> list[QTableWidgetItem]:
+    verdict = str(r.get("verdict", ""))
+    reason = str(r.get("reason", "") or "")
+    return [
+        _item(str(r.get("role", ""))),
+        _item(str(r.get("type", ""))),
+        _item(verdict, tooltip=reason, color=verdict_color(verdict)),
+        _item(_number(r.get("reward"), "+.2f"), align_right=True),
+        _item(_text(r.get("prompt", ""), 120), tooltip=str(r.get("prompt", ""))[-2000:]),
+        _item(_text(r.get("answer", ""), 120), tooltip=str(r.get("answer", ""))),
+    ]
+
+
 class TaskBrowser(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -164,66 +209,14 @@ class TaskBrowser(QWidget):
         self.log: RoundLog | None = None
         self.rounds: list[dict[str, Any]] = []
 
-        self.summary = QLabel("No self-play run yet: the proposer's tasks and the solver's answers appear here "
-                              "round by round.")
-        self.summary.setWordWrap(True)
-        self.summary.setProperty("role", "muted")
+        self.summary = note_label("No self-play run yet: the proposer's tasks and the solver's answers appear here "
+                                  "round by round.")
         self.summary.setMinimumWidth(40)
-        self.type_box = self._filter_box("Task type")
-        self.role_box = self._filter_box("Role: proposer (writes tasks) or solver (answers them)")
-        self.verdict_box = self._filter_box("Verdict of the task world's check")
-        self.refresh_btn = QPushButton("Refresh")
-        self.refresh_btn.setToolTip("Read the rounds written since the last look (automatic while a run is live)")
-        bar = QHBoxLayout()
-        bar.setContentsMargins(0, 0, 0, 0)
-        for text, box in (("Type", self.type_box), ("Role", self.role_box), ("Verdict", self.verdict_box)):
-            bar.addWidget(QLabel(text))
-            bar.addWidget(box)
-            bar.addSpacing(6)
-        bar.addStretch(1)
-        bar.addWidget(self.refresh_btn)
-
-        self.proposals = _table(PROPOSAL_COLUMNS)
-        self.proposals.setObjectName("proposalTable")
-        self.rollouts = _table(ROLLOUT_COLUMNS)
-        self.rollouts.setObjectName("rolloutTable")
-        self.rollouts_title = QLabel("Rollouts of the last round")
-        self.rollouts_title.setProperty("role", "muted")
-        self.prompt_view = QPlainTextEdit()
-        self.prompt_view.setReadOnly(True)
-        self.prompt_view.setPlaceholderText("Select a rollout: its whole prompt shows here")
-        self.answer_view = QPlainTextEdit()
-        self.answer_view.setReadOnly(True)
-        self.answer_view.setPlaceholderText("… and the model's answer with its verdict here")
-        side = QSplitter(Qt.Orientation.Horizontal)
-        side.addWidget(self.prompt_view)
-        side.addWidget(self.answer_view)
-        lower = QWidget()
-        ll = QVBoxLayout(lower)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(self.rollouts_title)
-        rs = QSplitter(Qt.Orientation.Horizontal)
-        rs.addWidget(self.rollouts)
-        rs.addWidget(side)
-        rs.setStretchFactor(0, 3)
-        rs.setStretchFactor(1, 2)
-        ll.addWidget(rs, 1)
-        upper = QWidget()
-        ul = QVBoxLayout(upper)
-        ul.setContentsMargins(0, 0, 0, 0)
-        self.proposals_title = QLabel("Proposed tasks, newest first")
-        self.proposals_title.setProperty("role", "muted")
-        ul.addWidget(self.proposals_title)
-        ul.addWidget(self.proposals, 1)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(upper)
-        split.addWidget(lower)
-        split.setChildrenCollapsible(False)
-        layout = QVBoxLayout(self)
+        bar = self._build_filter_bar()
+        split = splitter(Qt.Orientation.Vertical, [self._build_proposals_pane(), self._build_rollouts_pane()],
+                         collapsible=False)
+        layout = add_items(QVBoxLayout(self), bar, self.summary, (split, 1))
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(bar)
-        layout.addWidget(self.summary)
-        layout.addWidget(split, 1)
 
         self.timer = QTimer(self)
         self.timer.setObjectName("azr-task-browser")
@@ -234,6 +227,48 @@ class TaskBrowser(QWidget):
             box.currentTextChanged.connect(lambda _t: self._render())
         self.rollouts.currentCellChanged.connect(lambda row, *_: self._show_rollout(row))
         self._shown_rollouts: list[dict[str, Any]] = []
+
+    def _build_filter_bar(self) -> QHBoxLayout:
+        """Filters by task type, role and verdict, and Refresh."""
+        self.type_box = self._filter_box("Task type")
+        self.role_box = self._filter_box("Role: proposer (writes tasks) or solver (answers them)")
+        self.verdict_box = self._filter_box("Verdict of the task world's check")
+        self.refresh_btn = button("Refresh",
+                                  tip="Read the rounds written since the last look (automatic while a run is live)")
+        bar = QHBoxLayout()
+        bar.setContentsMargins(0, 0, 0, 0)
+        for text, box in (("Type", self.type_box), ("Role", self.role_box), ("Verdict", self.verdict_box)):
+            bar.addWidget(QLabel(text))
+            bar.addWidget(box)
+            bar.addSpacing(6)
+        bar.addStretch(1)
+        bar.addWidget(self.refresh_btn)
+        return bar
+
+    def _build_proposals_pane(self) -> QWidget:
+        self.proposals = _table(PROPOSAL_COLUMNS)
+        self.proposals.setObjectName("proposalTable")
+        self.proposals_title = note_label("Proposed tasks, newest first", wrap=False)
+        upper = QWidget()
+        add_items(QVBoxLayout(upper), self.proposals_title, (self.proposals, 1), margins=0)
+        return upper
+
+    def _build_rollouts_pane(self) -> QWidget:
+        """The last round's rollouts, beside the selected one's whole prompt and answer."""
+        self.rollouts = _table(ROLLOUT_COLUMNS)
+        self.rollouts.setObjectName("rolloutTable")
+        self.rollouts_title = note_label("Rollouts of the last round", wrap=False)
+        self.prompt_view = QPlainTextEdit()
+        self.prompt_view.setReadOnly(True)
+        self.prompt_view.setPlaceholderText("Select a rollout: its whole prompt shows here")
+        self.answer_view = QPlainTextEdit()
+        self.answer_view.setReadOnly(True)
+        self.answer_view.setPlaceholderText("… and the model's answer with its verdict here")
+        side = splitter(Qt.Orientation.Horizontal, [self.prompt_view, self.answer_view])
+        rs = splitter(Qt.Orientation.Horizontal, [self.rollouts, side], stretch=(3, 2))
+        lower = QWidget()
+        add_items(QVBoxLayout(lower), self.rollouts_title, (rs, 1), margins=0)
+        return lower
 
     @staticmethod
     def _filter_box(tip: str) -> QComboBox:
@@ -339,63 +374,8 @@ class TaskBrowser(QWidget):
             box.blockSignals(False)
 
     def _render(self) -> None:
-        rows = self.visible_proposals()
-        total = sum(len(r.get("proposals") or []) for r in self.rounds)
-        shown = rows[:MAX_ROWS]
-        table = self.proposals
-        table.setUpdatesEnabled(False)
-        table.setRowCount(len(shown))
-        for i, p in enumerate(shown):
-            verdict = str(p.get("verdict", ""))
-            io = ""
-            if p.get("inputs") is not None or p.get("outputs") is not None:
-                pairs = zip(p.get("inputs") or [], p.get("outputs") or [], strict=False)
-                io = "; ".join(f"{_text(a, 40)} → {_text(b, 40)}" for a, b in pairs)
-            program = str(p.get("program", ""))
-            cells = [
-                _item(str(p.get("round", "")), align_right=True),
-                _item(str(p.get("type", ""))),
-                _item(verdict, color=verdict_color(verdict)),
-                _item(_number(p.get("solve_rate"), ".2f"), align_right=True),
-                _item(_number(p.get("reward"), "+.2f"), align_right=True),
-                _item(_text(program), tooltip=program),
-                _item(_text(io, 200), tooltip=io),
-                _item(_text(p.get("reason", "") or ""), tooltip=str(p.get("reason", "") or "")),
-            ]
-            for j, cell in enumerate(cells):
-                table.setItem(i, j, cell)
-        table.setUpdatesEnabled(True)
-        if shown and table.columnWidth(5) < 160:
-            for column, width in zip(range(len(PROPOSAL_COLUMNS)), (54, 86, 80, 80, 64, 240, 220), strict=False):
-                table.setColumnWidth(column, width)
-        more = f" (newest {len(shown)} shown)" if len(rows) > len(shown) else ""
-        self.proposals_title.setText(f"Proposed tasks, newest first: {len(rows)} of {total} match the filters{more}")
-
-        rollouts = self.visible_rollouts()
-        self._shown_rollouts = rollouts
-        table = self.rollouts
-        table.setUpdatesEnabled(False)
-        table.setRowCount(len(rollouts))
-        for i, r in enumerate(rollouts):
-            verdict = str(r.get("verdict", ""))
-            reason = str(r.get("reason", "") or "")
-            cells = [
-                _item(str(r.get("role", ""))),
-                _item(str(r.get("type", ""))),
-                _item(verdict, tooltip=reason, color=verdict_color(verdict)),
-                _item(_number(r.get("reward"), "+.2f"), align_right=True),
-                _item(_text(r.get("prompt", ""), 120), tooltip=str(r.get("prompt", ""))[-2000:]),
-                _item(_text(r.get("answer", ""), 120), tooltip=str(r.get("answer", ""))),
-            ]
-            for j, cell in enumerate(cells):
-                table.setItem(i, j, cell)
-        table.setUpdatesEnabled(True)
-        if rollouts and table.columnWidth(4) < 160:
-            for column, width in zip(range(len(ROLLOUT_COLUMNS)), (70, 86, 86, 60, 220), strict=False):
-                table.setColumnWidth(column, width)
-        last = self.rounds[-1].get("round") if self.rounds else None
-        self.rollouts_title.setText(f"Rollouts of round {last}: {len(rollouts)} match the filters"
-                                    if last is not None else "Rollouts of the last round")
+        self._render_proposals()
+        self._render_rollouts()
         if self.rounds:
             figures = buffer_summary(self.rounds)
             self.summary.setText(f"{len(self.rounds)} round(s) read" + (f" · {figures}" if figures else ""))
@@ -404,6 +384,22 @@ class TaskBrowser(QWidget):
             self.summary.setText("No self-play round written yet")
             self.summary.setToolTip(str(self.run_dir / LOG_NAME))
         self._show_rollout(self.rollouts.currentRow())
+
+    def _render_proposals(self) -> None:
+        rows = self.visible_proposals()
+        total = sum(len(r.get("proposals") or []) for r in self.rounds)
+        shown = rows[:MAX_ROWS]
+        _fill(self.proposals, [_proposal_cells(p) for p in shown], wide_column=5, widths=(54, 86, 80, 80, 64, 240, 220))
+        more = f" (newest {len(shown)} shown)" if len(rows) > len(shown) else ""
+        self.proposals_title.setText(f"Proposed tasks, newest first: {len(rows)} of {total} match the filters{more}")
+
+    def _render_rollouts(self) -> None:
+        rollouts = self.visible_rollouts()
+        self._shown_rollouts = rollouts
+        _fill(self.rollouts, [_rollout_cells(r) for r in rollouts], wide_column=4, widths=(70, 86, 86, 60, 220))
+        last = self.rounds[-1].get("round") if self.rounds else None
+        self.rollouts_title.setText(f"Rollouts of round {last}: {len(rollouts)} match the filters"
+                                    if last is not None else "Rollouts of the last round")
 
     def _show_rollout(self, row: int) -> None:
         if not (0 <= row < len(self._shown_rollouts)):

@@ -25,9 +25,11 @@ from PySide6.QtWidgets import (
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
+from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.epochs import EpochsRow, count_records, dataset_windows
-from desktop_app.ui.widgets.method_panel import MethodPanel, make_run_config
+from desktop_app.ui.widgets.layouts import group_column
+from desktop_app.ui.widgets.method_panel import MethodPanel
 from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
 from desktop_app.ui.widgets.spec_form import SpecForm
 
@@ -35,10 +37,7 @@ SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
 
 
 def _group(title: str, name: str, *widgets: QWidget) -> QGroupBox:
-    box = QGroupBox(title)
-    box.setObjectName(name)
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(8, 6, 8, 8)
+    box, layout = group_column(title, name)
     for w in widgets:
         layout.addWidget(w)
     return box
@@ -60,8 +59,19 @@ class TrainSetup(QWidget):
         self.sandbox_dialog = None
         self._sandbox_probed = False
         self._auto_lr: float | None = TrainSpec().lr  # the method default the lr field holds (None: user's own)
+        self.gpu_count = 0
+        self._records_cache: dict[tuple, int] = {}
+        self.top_bar = self._build_top_bar()
+        self.scroll = self._build_column()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.scroll)
+        self._connect()
+        self.refresh_datasets()
+        self._on_method_changed()
 
-        # --- the top bar: what to train on what ---
+    def _build_top_bar(self) -> QWidget:
+        """What to train on what: the method, the dataset, the model."""
         self.method_box = QComboBox()
         self.method_box.setObjectName("methodBox")
         for m in (*METHODS, PIPELINE):
@@ -80,8 +90,8 @@ class TrainSetup(QWidget):
         self.model_label = QLabel("")
         self.model_label.setProperty("role", "muted")
         self.model_label.setWordWrap(True)  # a long model line wraps rather than widen the window
-        self.top_bar = QWidget()
-        top = QHBoxLayout(self.top_bar)
+        top_bar = QWidget()
+        top = QHBoxLayout(top_bar)
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(QLabel("Method"))
         top.addWidget(self.method_box)
@@ -91,8 +101,10 @@ class TrainSetup(QWidget):
         top.addSpacing(12)
         top.addWidget(self.model_label, 1)
         top.addStretch(0)  # takes the room of the pretraining-only fields when they are hidden
+        return top_bar
 
-        # --- the column: method fields, hyperparameters, distributed settings, or the pipeline's stages ---
+    def _build_column(self) -> QScrollArea:
+        """The column: method fields, hyperparameters, distributed settings, or the pipeline's stages."""
         self.method_panel = MethodPanel(lambda: self.ctx.workspace)
         self.form = SpecForm(TrainSpec, advanced_switch=False)
         self.epochs_row = EpochsRow()
@@ -103,8 +115,6 @@ class TrainSetup(QWidget):
         self.advanced_check.setObjectName("trainShowAdvanced")
         self.advanced_check.setToolTip("Settings whose defaults suit most runs: optimizer details, precision, "
                                        "checkpoints, evaluation, adapter layers, torchrun")
-        self.gpu_count = 0
-        self._records_cache: dict[tuple, int] = {}
         # The config's `distributed` block: used when torchrun launches the run (Show CLI command has the command).
         self.dist_form = SpecForm(DistributedSpec, advanced_switch=False)
         dist_note = QLabel("Used when torchrun launches this run on several processes or GPUs (Show CLI command "
@@ -121,16 +131,15 @@ class TrainSetup(QWidget):
         for w in (self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group, self.advanced_check):
             cl.addWidget(w)
         cl.addStretch(1)
-        self.scroll = QScrollArea()
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # rows wrap instead
-        self.scroll.setWidget(column)
-        self.scroll.setMinimumWidth(300)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.scroll)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # rows wrap instead
+        scroll.setWidget(column)
+        scroll.setMinimumWidth(300)
+        return scroll
 
+    def _connect(self) -> None:
         self.dist_form.changed.connect(lambda: self.dist_form.validate())
         self.form.changed.connect(self._on_form_changed)
         self.advanced_check.toggled.connect(self.set_show_advanced)
@@ -140,8 +149,6 @@ class TrainSetup(QWidget):
         self.method_box.currentIndexChanged.connect(lambda _i: self._on_method_changed())
         self.method_panel.changed.connect(self._on_panel_changed)
         self.method_panel.sandbox_check_requested.connect(lambda: self.check_sandbox(show_dialog=True))
-        self.refresh_datasets()
-        self._on_method_changed()
 
     # --- advanced settings, epochs ---
     def set_show_advanced(self, on: bool) -> None:
@@ -258,7 +265,7 @@ class TrainSetup(QWidget):
                                         save_every=100, warmup_steps=20, lr=2e-3, sample_tokens=32)
         self.form.set_spec(spec)
 
-    def sample_corpus(self) -> tuple[list[str], Path, DataSpec] | None:
+    def sample_corpus(self) -> SampleCorpus | None:
         """With no dataset chosen (pretraining): the bundled sample corpus's files, a new dataset folder to prepare
         them into and the settings that fit the model. None when a prepared dataset is chosen; UserError when the
         corpus is missing."""
@@ -273,7 +280,8 @@ class TrainSetup(QWidget):
                             "Prepare a dataset on the Data tab first.")
         spec = self.model_spec or ModelSpec()
         folder = self.ctx.workspace.new_path("datasets", f"sample-corpus-ctx{spec.context_length}")
-        return files, folder, DataSpec(vocab_size=spec.vocab_size, context_length=spec.context_length)
+        data_spec = DataSpec(vocab_size=spec.vocab_size, context_length=spec.context_length)
+        return SampleCorpus(files, str(folder), data_spec)
 
     # --- method ---
     def current_method(self) -> Method:
@@ -344,19 +352,19 @@ class TrainSetup(QWidget):
 
     # --- the run config ---
     def build_config(self, dataset: str = "") -> RunConfig:
-        """The run config of the form: pretraining on `dataset`, or the chosen method on its base and data."""
-        return self.config_and_unknown(dataset)[0]
+        """The run config of the form as the engine plans it: pretraining on `dataset`, or the chosen method on its
+        base and data (not yet fitted to the dataset: the engine does that when the run starts)."""
+        return plan_run(self.run_request(dataset))
 
-    def config_and_unknown(self, dataset: str = "") -> tuple[RunConfig, list[str]]:
-        """`build_config`, and the method fields this engine's RunConfig does not know (see make_run_config)."""
-        tspec = self.form.spec()
+    def run_request(self, dataset: str = "") -> RunRequest:
+        """The form's settings in the engine's words (engine/train/request.py decides everything else)."""
+        train, distributed = self.form.spec().to_dict(), self.distributed_dict()
         m = self.current_method()
-        if not m.finetune:
-            return RunConfig(model=self.model_spec.to_dict() if (self.model_spec and not self.base_model) else {},
-                             base_model=self.base_model, dataset=dataset, objective=m.objective,
-                             train=tspec.to_dict(), distributed=self.distributed_dict()), []
-        return make_run_config(**self.method_panel.config_fields(), train=tspec.to_dict(),
-                               distributed=self.distributed_dict())
+        if m.finetune:
+            return RunRequest(**self.method_panel.config_fields(), train=train, distributed=distributed)
+        return RunRequest(model=self.model_spec.to_dict() if (self.model_spec and not self.base_model) else {},
+                          base_model=self.base_model, dataset=dataset, objective=m.objective, train=train,
+                          distributed=distributed)
 
     def distributed_dict(self) -> dict[str, Any]:
         """The Distributed fields that differ from DistributedSpec's defaults ({} = all defaults): run.json stays

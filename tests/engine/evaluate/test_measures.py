@@ -59,8 +59,9 @@ def test_pass_at_k_and_intervals_from_scripted_answers(monkeypatch, model_and_to
     tasks = world.generate("deduction", 10, 3)
     right = {t.program: world.reference_answer(t) for t in tasks}
 
-    def scripted(model, prompter, world, part, *, samples, temperature, **_):
+    def scripted(model, prompter, world, part, rollout):
         # greedy: the first 4 tasks right; sampled: the first 7 tasks right in one sample of each
+        samples = rollout.samples
         out = []
         for task in part:
             index = tasks.index(task)
@@ -92,7 +93,7 @@ def test_task_types_share_batches_and_each_type_is_counted_apart(monkeypatch, mo
     right = {(t.type, t.program): world.reference_answer(t) for tasks in sets.values() for t in tasks}
     seen: list[list[str]] = []
 
-    def scripted(model, prompter, world, part, *, samples, **_):
+    def scripted(model, prompter, world, part, rollout):
         seen.append([t.type for t in part])
         return [right[t.type, t.program] if t.type != "abduction" else "nonsense" for t in part]
 

@@ -105,3 +105,23 @@ def test_pipeline_problems_are_reported_all_at_once(tmp_path):
     assert "stage 3" in text and "must be letters" in text
     with pytest.raises(SpecError, match="non-empty list of stages"):
         load_pipeline({"stages": []})
+
+
+def test_cli_pipeline_fits_pretraining_stages_as_the_window_does(tmp_path, capsys):
+    """A pipeline's pretraining stage has its model fitted to its dataset by the engine, whoever starts it (the
+    window used to fit it itself, the CLI's `train --pipeline` did not): the same pipeline.json, the same stages."""
+    from desktop_app.cli import main
+    from desktop_app.engine.presets import preset
+
+    make_dataset(tmp_path / "ds", context=32)  # the stage names it relative to pipeline.json
+    pipeline = {"stages": [{"name": "pretrain", "config": {"model": preset("tiny").to_dict(), "dataset": "ds",
+                                                            "train": {**TRAIN, "steps": 1, "save_every": 0}}}]}
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(pipeline), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["train", "--pipeline", str(path), "--out", str(out), "--json"]) == 0
+    logs = [e["message"] for e in map(json.loads, capsys.readouterr().out.splitlines()) if e["type"] == "log"]
+    run = json.loads(next((out / "stages").glob("*/run.json")).read_text())
+    assert run["model"]["context_length"] == 32 and run["model"]["vocab_size"] == 320  # 300 tokens padded to 320
+    assert load_pipeline(out / "pipeline.json")[0].config["model"] == run["model"]  # what a resume runs
+    assert any("stage pretrain: model: vocab_size set to 320" in m for m in logs), logs
