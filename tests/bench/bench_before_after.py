@@ -5,7 +5,9 @@
 
 The earlier commit is checked out into a temporary git worktree; bench_train.py and bench_generate.py then run from
 each tree in turn (base, this checkout, base, ...), each in a fresh process that imports its own tree's code, so a
-change of load on the machine hits both alike. It prints, per figure, the median of each side and their ratio, and
+change of load on the machine hits both alike (the order alternates between rounds). Besides tokens/s it compares
+each run's speed relative to a reference neither commit changes (transformers' generate(), a plain llama): the
+machine's state cancels out of those. It prints, per figure, the median of each side and their ratio, and
 writes the raw output of every run with the date, the machine and both commits to --out. A refactor that is to
 leave speed alone should show ratios within the runs' own spread (compare the rounds of one side).
 """
@@ -43,9 +45,14 @@ def _run(tree: Path, bench: str, args: str) -> str:
 
 
 def train_figures(output: str) -> dict[str, float]:
-    """tokens/s per preset and contender, from bench_train.py's closing JSON line."""
+    """tokens/s per preset and contender, from bench_train.py's closing JSON line, and our loop's speed relative
+    to the plain llama of the same run (code neither commit changes: what the machine's state does to both cancels)."""
     rows = json.loads(output.strip().splitlines()[-1])["rows"]
-    return {f"train {row['preset']} {key}": float(row[key]) for row in rows for key in TRAIN_FIGURES if key in row}
+    out = {f"train {row['preset']} {key}": float(row[key]) for row in rows for key in TRAIN_FIGURES if key in row}
+    for row in rows:
+        if row.get("llama_tok_s"):
+            out[f"train {row['preset']} loop / plain llama"] = float(row["loop_tok_s"]) / float(row["llama_tok_s"])
+    return out
 
 
 def generate_figures(output: str) -> dict[str, float]:
@@ -55,8 +62,11 @@ def generate_figures(output: str) -> dict[str, float]:
         m = GENERATE_ROW.match(line)
         if m:
             name, condition, batch = m.group(1), m.group(2), m.group(3)
+            row = f"generate {name} {condition} batch {batch}"
             for label, value in zip(("ours", "ours@1", "gen@1", "gen@N"), m.groups()[3:], strict=True):
-                out[f"generate {name} {condition} batch {batch} {label}"] = float(value)
+                out[f"{row} {label}"] = float(value)
+            # relative to transformers' generate() in the same run: neither commit changes it
+            out[f"{row} ours / gen@1"] = out[f"{row} ours"] / out[f"{row} gen@1"]
     return out
 
 
@@ -98,7 +108,8 @@ def main() -> int:
             revs = {side: _rev(tree) for side, tree in trees.items()}
             runs = []
             for round_index in range(args.rounds):
-                for side in ("base", "current"):
+                order = ("base", "current") if round_index % 2 == 0 else ("current", "base")  # neither always first
+                for side in order:
                     for bench, bench_args, parse in benches:
                         started = time.time()
                         output = _run(trees[side], bench, bench_args)
@@ -112,7 +123,7 @@ def main() -> int:
     rows = compare(runs)
     print(f"\n{'figure':60s} {'base':>9s} {'current':>9s} {'ratio':>6s} {'spread b/c':>11s}")
     for r in rows:
-        print(f"{r['figure']:60s} {r['base']:9.0f} {r['current']:9.0f} {r['ratio']:6.2f} "
+        print(f"{r['figure']:60s} {r['base']:9.3g} {r['current']:9.3g} {r['ratio']:6.2f} "
               f"{r['base_spread']:5.2f}/{r['current_spread']:.2f}")
     if args.out:
         import torch
