@@ -5,10 +5,12 @@
 
 Held-out tasks of a task world (greedy pass@1 per type with a 95% interval; pass@K sampled with --samples K),
 questions and answers through the chat template (--qa), perplexity and bits per byte on text (--text). With no
-evaluation named, the held-out tasks of the model's world (mini, or python for a chat model). Every model meets
-the same tasks; the results are kept in each run's (or export's) evaluations.json. --json prints one JSON object
-per model: {"model", "name", "kind", "step", "solve_rate/TYPE", "solve_rate/TYPE/ci95", "pass@K/TYPE",
-"qa_accuracy", "bits_per_byte", "perplexity", ...}, only for what was asked.
+evaluation named, what fits the model (engine/evaluate/defaults.py): perplexity and bits per byte on a pretraining
+run's own validation split, the held-out tasks of a self-play run's world, a chat model's task world. Answers of a
+chat model count when its reply contains the expected one (--qa-match exact to ask for more); the output says
+which. Every model meets the same tasks; the results are kept in each run's (or export's) evaluations.json. --json
+prints one JSON object per model: {"model", "name", "kind", "step", "solve_rate/TYPE", "solve_rate/TYPE/ci95",
+"pass@K/TYPE", "qa_accuracy", "qa_match", "bits_per_byte", "perplexity", ...}, only for what was asked.
 """
 
 from __future__ import annotations
@@ -19,14 +21,17 @@ import sys
 from typing import Any
 
 TYPES = ("deduction", "abduction", "induction")
+MATCH_WORDS = {"contains": "the reply contains an expected answer",
+               "exact": "the reply's answer equals an expected one"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("models", nargs="+", metavar="MODEL",
                         help="runs, checkpoints, exports or Hugging Face folders (all meet the same tasks)")
     parser.add_argument("--world", choices=("auto", "mini", "python", "none"), default=None,
-                        help="held-out tasks of this task world (default: auto when nothing else is asked; auto = "
-                             "python for a chat model, mini otherwise; none = skip)")
+                        help="held-out tasks of this task world (default, when nothing else is asked: a self-play "
+                             "run's world, a chat model's; auto = python for a chat model, mini otherwise; none = "
+                             "skip)")
     parser.add_argument("--types", default="", metavar="T1,T2",
                         help="task types (default: deduction,abduction,induction)")
     parser.add_argument("--per-type", type=int, default=0, metavar="N",
@@ -41,10 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--qa", default="", metavar="FILE.jsonl",
                         help="questions and answers ({\"question\", \"answer\"} per line), asked through the chat "
                              "template")
-    parser.add_argument("--qa-match", choices=("exact", "contains"), default="exact",
-                        help="qa_accuracy counts exact answers (default) or replies that contain the answer")
+    parser.add_argument("--qa-match", choices=("auto", "exact", "contains"), default=None,
+                        help="qa_accuracy counts replies that contain the answer, or exact answers (default: "
+                             "contains for a chat model, exact otherwise)")
     parser.add_argument("--text", nargs="+", default=[], metavar="FILES_OR_DATASET",
-                        help="text files, folders or a prepared dataset: perplexity and bits per byte")
+                        help="text files, folders or a prepared dataset: perplexity and bits per byte (default, "
+                             "when nothing else is asked: a pretraining run's own validation split)")
     parser.add_argument("--max-text-bytes", type=int, default=None, metavar="N",
                         help="score the first N bytes of the text, the same for every model (default 400,000)")
     parser.add_argument("--prompt-style", choices=("auto", "plain", "chat"), default="auto",
@@ -60,14 +67,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per model on stdout")
 
 
-def spec_from_args(args: argparse.Namespace) -> Any:
+def chosen_measures(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The evaluations asked for, or (none named) those that fit the models, and the reason in words ("" when
+    asked): EvalSpec fields."""
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.evaluate.defaults import default_measures
+
+    fitting = default_measures(args.models, qa=args.qa)
+    match = args.qa_match or fitting.fields["qa_match"]
+    if args.world is not None or args.qa or args.text:
+        return {"world": args.world or "none", "qa": args.qa, "text": list(args.text), "qa_match": match}, ""
+    if fitting.fields["world"] == "none" and not fitting.fields["text"]:
+        raise UserError(f"nothing to evaluate: {fitting.note}; give --text FILES (perplexity and bits per byte), "
+                        "--qa FILE.jsonl or --world mini|python")
+    return {**fitting.fields, "qa_match": match}, fitting.note
+
+
+def spec_from_args(args: argparse.Namespace, measures: dict[str, Any] | None = None) -> Any:
+    """The EvalSpec of the arguments; `measures`: chosen_measures' fields (read from the models when None)."""
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.evaluate.spec import EvalSpec
 
-    data: dict[str, Any] = {"prompt_style": args.prompt_style, "device": args.device, "qa": args.qa,
-                            "qa_match": args.qa_match, "text": list(args.text), "samples": args.samples,
-                            "per_type": args.per_type, "max_new_tokens": args.max_new_tokens}
-    data["world"] = args.world or ("none" if args.qa or args.text else "auto")
+    data: dict[str, Any] = {"prompt_style": args.prompt_style, "device": args.device, "samples": args.samples,
+                            "per_type": args.per_type, "max_new_tokens": args.max_new_tokens,
+                            **(measures if measures is not None else chosen_measures(args)[0])}
     if args.types:
         data["task_types"] = [t.strip() for t in args.types.split(",") if t.strip()]
     if args.world_options:
@@ -88,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
     from desktop_app.engine.evaluate.runner import evaluate_models
     from desktop_app.engine.events import Controls
 
-    spec = spec_from_args(args)
+    measures, why = chosen_measures(args)
+    spec = spec_from_args(args, measures)
+    if why:  # none named: say what was chosen, once the spec is known to be good
+        print(f"no evaluation named: {why}", file=sys.stderr, flush=True)
     controls = Controls()
     rows: list[dict[str, Any]] = []
     reason = "failed"
@@ -114,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
                     print(f"\r{event.message}".ljust(150), file=sys.stderr, flush=True)
     if not args.json and rows:
         print(table(rows))
+        matched = sorted({str(r["qa_match"]) for r in rows if r.get("qa_match")})
+        if matched:
+            print(f"qa_accuracy: {' / '.join(matched)} match ({MATCH_WORDS.get(matched[0], '')})"
+                  if len(matched) == 1 else f"qa_accuracy: {' / '.join(matched)} match")
     return 0 if reason == "completed" else 1
 
 

@@ -89,7 +89,7 @@ def consume(events: Any, notes: list[str], *, as_json: bool) -> int:
                 m = event.metrics
                 bar.n = event.step
                 bar.set_postfix_str(f"loss {m.get('loss', float('nan')):.4f}, {m.get('tokens_per_s', 0):,.0f} tok/s, "
-                                    f"ETA {_hms(event.eta_s)}", refresh=False)
+                                    f"ETA {_hms(event.eta_s) if event.eta_s else '–'}", refresh=False)
                 bar.refresh()
                 continue
             if event.type == "finished":

@@ -11,6 +11,10 @@
 MODEL is a run folder (its newest good checkpoint), a checkpoint, an export or a local Hugging Face folder.
 --method lora / qlora are SFT with LoRA / QLoRA adapters; --adapter puts adapters under dpo (or sft) too.
 
+Before a new run starts, its settings are checked against this machine (engine/train/preflight.py): warnings (a
+warm-up as long as the run, an empty validation set, another method's learning rate) are printed first; a run that
+cannot work here (memory far beyond what is free) is refused with the reason, unless --force.
+
 Ctrl+C (or SIGTERM) stops gracefully (finish the step, save, exit); a second Ctrl+C exits at once (the last
 committed checkpoint stays intact). SIGUSR1 saves a checkpoint now, SIGUSR2 pauses / resumes (POSIX). With
 --json, every event is one JSON object per line on stdout; otherwise a progress bar runs on stderr.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +39,9 @@ from desktop_app.engine.methods import FINETUNE_METHODS
 from desktop_app.engine.train.request import RunRequest, prepare_run
 
 if TYPE_CHECKING:
+    from desktop_app.engine.events import Event
     from desktop_app.engine.specs import RunConfig
+    from desktop_app.engine.train.preflight import Finding
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object per event on stdout")
     parser.add_argument("--accept-config-change", action="store_true",
                         help="with --resume: continue although run.json differs from the checkpoint's config")
+    parser.add_argument("--force", action="store_true", help="start a new run although the check before it says it "
+                        "cannot work on this machine (e.g. its memory estimate is far beyond what is free)")
 
 
 _FINETUNE_FLAGS = ("method", "data", "adapter", "lora_rank", "lora_alpha", "lora_dropout", "target_modules", "world",
@@ -209,15 +218,43 @@ def run(args: argparse.Namespace) -> int:
     if args.pipeline or (args.resume and _is_pipeline(args.resume)):
         return _run_pipeline(args)
     config, run_dir, resume, notes = build_config(args)
+    findings = [] if resume or _other_process() else check_before_start(config, force=args.force)
     from desktop_app.engine.train.loop import train
 
     controls = Controls()
     with StopSignals(controls):
-        events = train(config, run_dir, controls, resume=resume, accept_config_change=args.accept_config_change)
+        events = _findings_first(findings, train(config, run_dir, controls, resume=resume,
+                                                 accept_config_change=args.accept_config_change))
         code = consume_quietly(events) if _other_process() else consume(events, notes, as_json=args.json)
     if launched_world_size() > 1:
         _leave_now(code)
     return code
+
+
+def check_before_start(config: RunConfig, *, force: bool = False) -> list[Finding]:
+    """What preflight finds in a new run on this machine; UserError for one that cannot work here (unless `force`).
+    The GPU is looked at only where the run may train on one, and not under torchrun (each process picks its own GPU
+    later; looking now would open a CUDA context on the first)."""
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.train.distributed import launched_world_size
+    from desktop_app.engine.train.preflight import ERROR, preflight, this_machine
+
+    device = str(config.train.get("device", "auto"))
+    probe = None if launched_world_size() > 1 else device in ("auto", "cuda")
+    findings = preflight(config, this_machine(probe_gpu=probe))
+    errors = [f.message for f in findings if f.level == ERROR]
+    if errors and not force:
+        raise UserError("this run cannot work on this machine: " + " ".join(errors) + " (--force starts it anyway)")
+    return findings
+
+
+def _findings_first(findings: list[Finding], events: Iterator[Event]) -> Iterator[Event]:
+    """The run's events after one log line per finding (a warning, or an error started anyway with --force)."""
+    from desktop_app.engine.events import Log
+
+    for finding in findings:
+        yield Log(finding.level, f"check before start: {finding.message}")
+    yield from events
 
 
 def _leave_now(code: int) -> None:

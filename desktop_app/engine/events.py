@@ -84,7 +84,7 @@ class StepMetrics(Event):
     total_steps: int
     metrics: dict[str, float] = field(default_factory=dict)
     elapsed_s: float = 0.0
-    eta_s: float = 0.0
+    eta_s: float = 0.0  # 0 while the run's pace is not known yet (its first few steps)
 
     @property
     def progress(self) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,3 +73,23 @@ class Workspace:
     @property
     def log_dir(self) -> Path:
         return self.root / "logs"
+
+
+def remembered_gguf_files(paths: Iterable[str | Path], exclude: Iterable[str | Path] = ()) -> list[Path]:
+    """The GGUF files among `paths` (models the window remembers opening) that still exist, each once and in the
+    order given, less those in `exclude` (listed elsewhere already, such as the workspace's own .gguf files).
+    A folder, a missing file or a file that is not GGUF (its first bytes are not the GGUF magic) is left out."""
+    from desktop_app.engine.model.gguf_file import is_gguf_file  # reads 4 bytes; no torch, no gguf package
+
+    def key(p: str | Path) -> str:
+        return os.path.normcase(os.path.abspath(os.path.expanduser(str(p))))
+
+    seen = {key(p) for p in exclude}
+    out: list[Path] = []
+    for p in paths:
+        if not str(p).strip() or key(p) in seen:
+            continue
+        seen.add(key(p))
+        if is_gguf_file(Path(p).expanduser()):
+            out.append(Path(p).expanduser())
+    return out

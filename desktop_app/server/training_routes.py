@@ -246,7 +246,7 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
         if config.get("base_model"):
             config["base_model"] = str(_base_model(ws, str(config["base_model"])))
         prepared = prepare_run(RunRequest(config=config))
-        return prepared.config, prepared.notes
+        return prepared.config, _notes(prepared)
     sources = [x for x in (body.preset, body.model, body.base_model) if x is not None]
     if len(sources) != 1:
         raise ApiError(400, "give exactly one of 'preset', 'model' (a spec object or the name of a created model) "
@@ -260,7 +260,12 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
     else:
         request.model = body.model if isinstance(body.model, dict) else _load_spec(ws, str(body.model)).to_dict()
     prepared = prepare_run(request)
-    return prepared.config, prepared.notes
+    return prepared.config, _notes(prepared)
+
+
+def _notes(prepared: Any) -> list[str]:
+    """What the engine adapted, and what it found before start (warnings and errors: the client decides)."""
+    return prepared.notes + [f"{f.level}: {f.message}" for f in prepared.findings]
 
 
 @router.post("/runs", status_code=201, summary="Start a training run; returns its id")

@@ -47,18 +47,14 @@ def opens_in_chat(path: str | Path) -> bool:
     """Chat for a model that was taught to chat: a fine-tuning run's (SFT, LoRA, DPO, GRPO) or a model whose tokenizer
     has a chat template of its own. A pretrained or self-played model of ours completes text: the template every
     tokenizer trained here gets is no sign that the model can hold a conversation."""
-    from desktop_app.engine.data.chat import folder_chat_template
+    from desktop_app.engine.data.chat import folder_chat_template, gguf_chat_template
     from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.model.gguf_file import is_gguf_file, read_header
+    from desktop_app.engine.model.gguf_file import is_gguf_file
     from desktop_app.engine.run_folder import RUN_FILE
 
     if (Path(path) / RUN_FILE).is_file():  # a run of ours, or one of its checkpoints
         return run_method_key(path) not in ("pretraining", "selfplay")
-    if is_gguf_file(path):  # a GGUF file (Ollama's, LM Studio's): the template in its header
-        try:
-            return bool(read_header(path).chat_template)
-        except (OSError, UserError):
-            return False
+    if is_gguf_file(path):  # a GGUF file (an export, Ollama's, LM Studio's): the template in its metadata
+        return bool(gguf_chat_template(path))
     template = folder_chat_template(path)
     return bool(template) and template != CHAT_TEMPLATE.strip()

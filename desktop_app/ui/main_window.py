@@ -36,6 +36,7 @@ from desktop_app import __version__
 from desktop_app.engine.workspace import Workspace
 from desktop_app.ui import gc_guard
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.exception_hooks import ExceptionRouter
 from desktop_app.ui.tabs.data_tab import DataTab
 from desktop_app.ui.tabs.generate_sources import checkpoint_folders
 from desktop_app.ui.tabs.generate_tab import GenerateTab
@@ -44,6 +45,7 @@ from desktop_app.ui.tabs.model_tab import ModelTab
 from desktop_app.ui.tabs.train_tab import TrainTab
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.elided_label import ElidedLabel
+from desktop_app.ui.window_size import PREFERRED_SIZE, fit_to_screen
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,8 @@ class MainWindow(QMainWindow):
         if workspace is None:
             workspace = self._initial_workspace()
         self.ctx = AppContext(workspace, self)
+        self.exception_router = ExceptionRouter(self.ctx, self)  # a failing slot shows in the window too
+        self.exception_router.install()
         self._close_requested = False
         self._ask_on_close = True
         self.preloaded = False
@@ -276,10 +280,10 @@ class MainWindow(QMainWindow):
 
     def _restore(self) -> None:
         geometry = self.settings.value("geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1240, 800)
+        restored = isinstance(geometry, QByteArray) and not geometry.isEmpty() and self.restoreGeometry(geometry)
+        if not restored:
+            self.resize(*PREFERRED_SIZE)
+        fit_to_screen(self, center=not restored)  # a 768-pixel screen must still show the status bar
         tab = self.settings.value("tab", "model", str)
         if tab in TAB_NAMES:
             self.tabs.setCurrentIndex(TAB_NAMES.index(tab))
@@ -371,13 +375,9 @@ class MainWindow(QMainWindow):
             self.train_tab.use_as_base(run)
 
     def open_docs(self) -> None:
-        from desktop_app.ui.help import docs_file
+        from desktop_app.ui.help import open_docs
 
-        readme = docs_file()
-        if readme is None:
-            self.ctx.info("The documentation (README.md) is not shipped with this build: see the project's page.")
-            return
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(readme)))
+        self.docs_dialog = open_docs(self.ctx, self)  # shown in the window where no browser opens it
 
     def show_shortcuts(self) -> None:
         from desktop_app.ui.help import ShortcutsDialog
@@ -552,6 +552,7 @@ class MainWindow(QMainWindow):
 
     def shutdown(self) -> None:
         """Stop timers and background threads; safe to call twice."""
+        self.exception_router.uninstall()
         self._status_timer.stop()
         for tab in (self.model_tab, self.data_tab, self.train_tab, self.generate_tab, self.library_tab):
             stop = getattr(tab, "stop_timers", None)

@@ -129,3 +129,38 @@ def test_sigusr1_saves_and_ctrl_c_stops_gracefully(dataset, tmp_path):
     assert "stopping after this step" in proc.stderr.read()
     for path in rf.list_committed(out):
         rf.verify_checkpoint(path)
+
+
+def test_preflight_warning_is_printed_before_the_run_starts(dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    # 3 steps with the default warm-up of 20: the learning rate would never reach its peak
+    code = main(["train", "--dataset", str(dataset), "--preset", "tiny", "--steps", "3", "--batch-size", "4",
+                 "--eval-every", "0", "--save-every", "0", "--threads", "1", "--out", str(out)])
+    assert code == 0
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "check before start" in x)
+    assert line.startswith("[warning] check before start: Warm-up of 20 steps") and "(3 steps)" in line
+    assert err.index("check before start") < err.index("completed")  # printed before the run, which still ran
+    assert main(["train", "--dataset", str(dataset), "--preset", "tiny", "--steps", "3", "--batch-size", "4",
+                 "--eval-every", "0", "--save-every", "0", "--threads", "1", "--out", str(tmp_path / "json"),
+                 "--json"]) == 0
+    events = _json_lines(capsys.readouterr().out)
+    assert events[0]["type"] == "log" and events[0]["level"] == "warning" and "Warm-up" in events[0]["message"]
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_unless_forced(dataset, tmp_path, capsys, monkeypatch):
+    from desktop_app.engine.train import preflight
+
+    tiny_machine = preflight.Machine(ram_free=1 << 20, ram_total=1 << 30)  # 1 MiB free
+    monkeypatch.setattr(preflight, "this_machine", lambda probe_gpu=None: tiny_machine)
+    argv = ["train", "--dataset", str(dataset), "--preset", "tiny", "--steps", "2", "--batch-size", "4",
+            "--eval-every", "0", "--save-every", "0", "--threads", "1", "--out", str(tmp_path / "run"), "--json"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: this run cannot work on this machine: Memory: this run needs about")
+    assert "1 MiB free" in captured.err and "--force" in captured.err and "Traceback" not in captured.err
+    assert captured.out == "" and not (tmp_path / "run").exists()  # nothing started, nothing written
+    assert main([*argv, "--force"]) == 0
+    events = _json_lines(capsys.readouterr().out)
+    assert any(e["type"] == "log" and e["level"] == "error" and "Memory" in e["message"] for e in events)
+    assert events[-1]["type"] == "finished" and events[-1]["reason"] == "completed"

@@ -417,3 +417,101 @@ def test_a_slow_first_step_does_not_spend_a_time_limited_decay(tmp_path, monkeyp
     assert lrs[-1] < 0.3e-3 and all(a >= b for a, b in itertools.pairwise(lrs))
     saved = json.loads(next((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")).read_text())
     assert 1.5 <= saved["first_step_s"] < 3.0  # kept for a resume: the decay goes on from where it was
+
+
+# --- the pace figures: MFU, ETA, the window's progress (issue 36) -----------------------------------------------
+
+def test_mfu_of_a_tiny_cpu_run_is_a_share_of_the_peak(dataset, tmp_path):
+    events = list(train(tiny_config(dataset, steps=4, threads=0), tmp_path / "run"))
+    mfus = [e.metrics["mfu"] for e in events if e.type == "step"]
+    assert len(mfus) == 4 and all(0.0 < m < 1.0 for m in mfus), mfus
+
+
+def _sft_per_token_flops(config, run_dir: Path, monkeypatch) -> float:
+    """Training FLOPs per token a run's first step reports: its MFU times the (fixed) peak over its tokens/s."""
+    from desktop_app.engine.train import build
+
+    monkeypatch.setattr(build, "measure_matmul_peak", lambda *a, **k: 1e12)
+    step = next(e for e in train(config, run_dir) if e.type == "step")
+    return step.metrics["mfu"] * 1e12 / step.metrics["tokens_per_s"]
+
+
+def test_lora_mfu_counts_no_weight_gradients_of_the_frozen_base(tmp_path, monkeypatch):
+    """A LoRA run's MFU counts forward and input gradients of the frozen weights (4 FLOPs per weight and token), not
+    their weight gradients (2 more); attention is counted at the length of the chats trained, not the base's context
+    (the LoRA run on SmolLM2 counted 8,192 tokens of attention for 40-token chats: 3x its real FLOPs)."""
+    from finetune.ft_helpers import ft_config, make_base, write_jsonl
+    from transformers import AutoConfig
+
+    from desktop_app.engine.model.architecture import spec_from_hf_config
+    from desktop_app.engine.model.sizing import flops_per_token
+
+    base = make_base(tmp_path / "base", context=128)
+    chat = {"messages": [{"role": "user", "content": "repeat red cat"}, {"role": "assistant", "content": "red cat"}]}
+    data = write_jsonl(tmp_path / "chats.jsonl", [chat] * 16)  # one length: every batch trains the same tokens
+    full = _sft_per_token_flops(ft_config(base, [data], steps=1), tmp_path / "full", monkeypatch)
+    lora = _sft_per_token_flops(ft_config(base, [data], steps=1, adapter={"kind": "lora", "rank": 4}),
+                                tmp_path / "lora", monkeypatch)
+    spec = spec_from_hf_config(AutoConfig.from_pretrained(base))
+    weight_gradients = flops_per_token(spec, 0, training=False)  # 2 FLOPs per matmul weight
+    assert full - lora == pytest.approx(weight_gradients, rel=1e-6)
+    length = (full - 3 * weight_gradients) / (12 * spec.n_layers * spec.d_model)  # the attention term's length
+    assert 4 <= length < 32 < spec.context_length, length  # the chat's tokens, not the context's 128
+
+
+def test_the_cpu_peak_of_several_threads_is_never_measured_below_one_threads(monkeypatch):
+    """On a machine whose other programs keep a core busy, a 2-thread matmul runs slower than a 1-thread one: a peak
+    measured then, low, made a later MFU read 1.0. The 1-thread figure bounds it, and the threads are set back."""
+    from desktop_app.engine import devices
+
+    measured = {1: 100e9, 2: 20e9}  # FLOP/s by thread count, as a busy 2-core machine measured them
+    monkeypatch.setattr(devices, "_PEAK_CACHE", {})
+    monkeypatch.setattr(devices, "_time_matmuls", lambda *a: measured[torch.get_num_threads()])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert devices.measure_matmul_peak(torch.device("cpu")) == 100e9
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert devices.measure_matmul_peak(torch.device("cpu")) == 100e9
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_eta_waits_for_a_few_steps_and_ignores_a_slow_one():
+    from desktop_app.engine.train.figures import ETA_AFTER_STEPS, StepClock
+
+    clock = StepClock()
+    for _ in range(ETA_AFTER_STEPS - 1):
+        clock.step_done(5.0)  # the first steps: compilation, allocation
+        assert clock.eta(100) == 0.0  # not known yet
+    for _ in range(10):
+        clock.step_done(1.0)
+    assert clock.eta(100) == pytest.approx(100.0)  # 1 s a step: the slow first ones do not count
+    clock.step_done(30.0)  # one step that waited for a busy machine
+    assert clock.eta(99) == pytest.approx(99.0)  # no jump
+    clock.add_between(13.0)  # an evaluation: spread over the steps done
+    assert clock.eta(99) == pytest.approx(99 * (1.0 + 13.0 / 13))
+    assert clock.eta(0) == 0.0
+
+
+def test_a_run_reports_no_eta_before_a_few_steps_then_a_steady_one(dataset, tmp_path):
+    from desktop_app.engine.train.figures import ETA_AFTER_STEPS
+
+    steps = [e for e in train(tiny_config(dataset, steps=8), tmp_path / "run") if e.type == "step"]
+    assert [s.eta_s for s in steps[:ETA_AFTER_STEPS - 1]] == [0.0] * (ETA_AFTER_STEPS - 1)
+    assert all(s.eta_s > 0 for s in steps[ETA_AFTER_STEPS - 1:-1]) and steps[-1].eta_s == 0.0
+
+
+def test_a_window_sees_the_setup_and_the_first_step_coming(dataset, tmp_path):
+    """interactive (the window): the setup's phases come as Progress before Started, and a Progress says which step
+    runs before the first one is done; the CLI's run (not interactive) starts with Started and has none of them."""
+    events = list(train(tiny_config(dataset, steps=2), tmp_path / "a", interactive=True))
+    started = next(i for i, e in enumerate(events) if e.type == "start")
+    setup_phases = [e.message for e in events[:started]]
+    assert setup_phases and all(e.type == "progress" and e.stage == "setup" for e in events[:started])
+    assert "building the model and preparing the data" in setup_phases
+    first_step = next(i for i, e in enumerate(events) if e.type == "step")
+    assert events[first_step - 1].type == "progress" and events[first_step - 1].message == "step 1 of 2 running"
+    plain = list(train(tiny_config(dataset, steps=2), tmp_path / "b"))
+    assert plain[0].type == "start" and not any(e.type == "progress" for e in plain)

@@ -129,6 +129,10 @@ def test_library_export_hf_and_zip(window, populated_workspace, qtbot):
         assert not window.ctx.errors, window.ctx.errors
         assert lib.last_export and Path(lib.last_export).exists()
         assert Path(lib.last_export).parent == populated_workspace.folder("exports")
+        # the exported path fits its bar (shortened in the middle), whole in the tooltip
+        shown = lib.progress.format()
+        assert lib.progress.toolTip() == f"exported: {lib.last_export}"
+        assert lib.progress.fontMetrics().horizontalAdvance(shown) <= lib.progress.width()
     assert any(p.suffix == ".zip" for p in populated_workspace.items("exports"))
     hf = next(p for p in populated_workspace.items("exports") if p.is_dir())
     assert (hf / "config.json").exists()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from desktop_app.engine.events import Finished
 
 
@@ -96,3 +98,122 @@ def test_a_finished_run_offers_its_next_steps(window, populated_workspace):
     view.next_buttons["finetune"].click()
     setup = window.train_tab.setup
     assert setup.current_method().key == "sft" and setup.method_panel.base_model() == str(run)
+
+
+# --- GGUF models opened in the window ---
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    """A tiny llama exported by the app as a GGUF file (f32), outside any workspace."""
+    from desktop_app.engine.data.tokenization import save_tokenizer, train_tokenizer
+    from desktop_app.engine.export.hf import export_model
+    from desktop_app.engine.model.architecture import build_model
+    from desktop_app.engine.specs import ModelSpec
+
+    root = tmp_path_factory.mktemp("opened-gguf")
+    tok = train_tokenizer(["the cat sat on the mat and the dog ran " * 4] * 50, "byte-bpe", 300, 2)
+    build_model(ModelSpec("llama", 300, 32, 1, 2, 2, 64, 64), seed=0).save_pretrained(root / "src")
+    save_tokenizer(tok, root / "src")
+    out = root / "downloads" / "tiny-chat.gguf"
+    out.parent.mkdir()
+    assert list(export_model(root / "src", "gguf", out, gguf_type="f32"))[-1].reason == "completed"
+    return out
+
+
+def _group(lib):
+    from desktop_app.ui.widgets.opened_ggufs import GROUP_TITLE
+
+    tops = [lib.tree.topLevelItem(i) for i in range(lib.tree.topLevelItemCount())]
+    return next((t for t in tops if t.text(0).startswith(GROUP_TITLE)), None)
+
+
+def test_a_gguf_opened_as_a_lora_base_is_listed_in_the_library(window, tiny_gguf, monkeypatch, qtbot):
+    import desktop_app.ui.widgets.gguf_models as gguf_models
+    from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF
+    from desktop_app.ui.widgets.opened_ggufs import GGUF_KIND
+
+    lib = window.library_tab
+    assert _group(lib) is None and lib.items(GGUF_KIND) == []  # nothing opened yet: no empty group
+    window.tabs.setCurrentWidget(window.train_tab)
+    setup = window.train_tab.setup
+    setup.set_method("lora")
+    picker = setup.method_panel.base_picker
+    monkeypatch.setattr(gguf_models.QFileDialog, "getOpenFileName", lambda *a, **k: (str(tiny_gguf), ""))
+    picker.box.activated.emit(picker.box.findData(CHOOSE_GGUF))  # "GGUF file…", the file chosen in the dialog
+    assert picker.path() == str(tiny_gguf)
+    window.tabs.setCurrentWidget(lib)  # shown: the opened models are listed again
+    assert lib.items(GGUF_KIND) == [str(tiny_gguf)]
+    item = _group(lib).child(0)
+    assert (item.text(0), item.text(2)) == ("tiny-chat.gguf", "GGUF file")
+    assert item.text(5) == f"{tiny_gguf.stat().st_size / 1e3:.1f} kB"
+    assert str(tiny_gguf.parent) in item.toolTip(0) and str(tiny_gguf) in item.toolTip(0)
+    assert lib.select(str(tiny_gguf))
+    details = lib.details.toPlainText()
+    assert f"a file in {tiny_gguf.parent}" in details and "llama" in details and "F32" in details
+    assert lib.generate_btn.isEnabled() and lib.export_btn.isEnabled() and lib.evaluate_btn.isEnabled()
+    assert not lib.rename_btn.isEnabled() and not lib.delete_btn.isEnabled()  # not the workspace's file
+    lib.generate_btn.click()
+    assert window.tabs.currentWidget() is window.generate_tab
+    assert window.generate_tab.source_box.currentData() == str(tiny_gguf)
+    setup.set_method("pretraining")
+    qtbot.waitUntil(lambda: not window.ctx.runner.running_kinds(), timeout=20000)
+    assert not window.ctx.errors, window.ctx.errors
+
+
+def test_a_gguf_opened_as_a_chat_model_names_the_ollama_model_it_came_from(window, tiny_gguf, tmp_path, monkeypatch):
+    import hashlib
+
+    from desktop_app.ui.widgets.opened_ggufs import GGUF_KIND, remember_gguf_model
+
+    data = tiny_gguf.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    ollama = tmp_path / "ollama"
+    (ollama / "blobs").mkdir(parents=True)
+    blob = ollama / "blobs" / f"sha256-{digest}"
+    blob.write_bytes(data)
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                                "digest": f"sha256:{digest}"}]}))
+    monkeypatch.setenv("OLLAMA_MODELS", str(ollama))
+    assert remember_gguf_model(window.settings, blob)  # what the Generate tab does with the model it opens
+    lib = window.library_tab
+    lib.refresh()
+    assert lib.items(GGUF_KIND) == [str(blob)]
+    item = _group(lib).child(0)
+    assert (item.text(0), item.text(2)) == ("tiny:latest", "Ollama") and "Ollama model tiny:latest" in item.toolTip(0)
+    lib.tree.setCurrentItem(item)  # (the Ollama group above lists the same file, by its store's name)
+    assert "Ollama model tiny:latest" in lib.details.toPlainText() and lib.generate_btn.isEnabled()
+
+
+def test_only_opened_ggufs_that_still_exist_are_listed_and_none_is_deleted_here(window, workspace, tiny_gguf,
+                                                                                 tmp_path):
+    import shutil
+
+    from desktop_app.ui.widgets.base_picker import RECENT_KEY
+    from desktop_app.ui.widgets.opened_ggufs import GGUF_KIND, OPENED_KEY, remember_gguf_model
+
+    mine = workspace.folder("exports") / "mine.gguf"  # the workspace's own: listed under Exports, not twice
+    shutil.copy(tiny_gguf, mine)
+    gone = tmp_path / "gone.gguf"
+    shutil.copy(tiny_gguf, gone)
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model")
+    for bad in (str(text), str(tmp_path), str(tmp_path / "missing.gguf"), ""):
+        assert not remember_gguf_model(window.settings, bad)  # refused: nothing remembered
+    assert remember_gguf_model(window.settings, gone) and remember_gguf_model(window.settings, mine)
+    window.settings.setValue(RECENT_KEY, [str(tmp_path), str(tiny_gguf), str(text)])  # the picker keeps folders too
+    gone.unlink()
+    lib = window.library_tab
+    lib.refresh()
+    assert lib.items(GGUF_KIND) == [str(tiny_gguf)] and str(mine) in lib.items("exports")
+    window.settings.setValue(OPENED_KEY, 42)  # a settings file edited by hand: read as nothing, no error
+    lib.refresh()
+    assert lib.items(GGUF_KIND) == [str(tiny_gguf)]
+    lib.select(str(tiny_gguf))
+    assert not lib.delete_selected() and tiny_gguf.exists()  # another folder's file: refused with a reason
+    assert lib.rename(str(tiny_gguf), "renamed") is None and tiny_gguf.exists()
+    assert [m for m, _ in window.ctx.errors] == [
+        f"tiny-chat.gguf is not in the workspace ({tiny_gguf}): it is not deleted here. Use its own app or your file "
+        "manager.",
+        f"tiny-chat.gguf is not in the workspace ({tiny_gguf}): it is not renamed here. Use its own app or your file "
+        "manager."]

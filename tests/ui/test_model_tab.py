@@ -113,3 +113,25 @@ def test_hf_folder_without_config_is_a_clear_error(window, tmp_path):
     assert not window.model_tab.use_hf_folder(tmp_path)
     assert "no config.json" in window.ctx.errors[-1][0]
     assert window.model_tab.base_model == ""
+
+
+def test_memory_breakdown_is_unavailable_while_the_spec_is_invalid(window):
+    tab = window.model_tab
+    tab.preset_box.setCurrentText("tiny")
+    assert tab.breakdown_label.text().startswith("Memory: ")
+    tab.form.editors["n_heads"].setValue(3)  # 128 is not divisible by 3
+    text = tab.breakdown_label.text()
+    assert text.startswith("Memory breakdown: — (unavailable") and "not divisible by 3 heads" in text
+    assert tab.memory_label.text() == "–" and "not divisible by 3 heads" in tab.memory_label.toolTip()
+    tab.batch_box.setValue(32)  # another assumption while invalid: still no figures of an older spec
+    assert tab.breakdown_label.text() == text
+    assert tab.form.spec().n_heads == 3  # the value typed stays, to be fixed
+    tab.form.editors["n_heads"].setValue(4)
+    spec = tab.current_spec()
+    mem = sizing.estimate_memory(spec, batch_size=32, precision=tab.precision_box.currentText())
+    text = tab.breakdown_label.text()
+    assert text.startswith("Memory: ") and "unavailable" not in text
+    for part, size in mem.items():
+        if part != "total":
+            assert f"{part} {sizing.human_bytes(size)}" in text
+    assert tab.memory_label.text() == sizing.human_bytes(mem["total"]) and tab.memory_label.toolTip() == ""

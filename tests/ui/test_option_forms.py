@@ -242,3 +242,66 @@ def test_validation_files_take_drops_and_folders(qtbot, tmp_path):
     with qtbot.waitSignal(form.changed, timeout=1000):
         files.list.dropEvent(event)
     assert form.spec().val_data == [str(folder / "a.jsonl"), str(folder / "more" / "b.jsonl")]  # the folder's data
+
+
+def _rows(form: SpecForm) -> dict[str, tuple[int, int, int, int]]:
+    """Each shown row's (label x, field x, label top, field top), in the form's coordinates."""
+    return {name: (form.labels[name].x(), editor.x(), form.labels[name].y(), editor.y())
+            for name, editor in form.editors.items() if form.row_shown(name)}
+
+
+def _assert_lined_up(form: SpecForm, field_x: int | None = None) -> int:
+    """Every shown row has its label at one x and its field beside it at one x (none put under its label), and no
+    wrapped label is cut; returns the fields' x."""
+    rows = _rows(form)
+    assert len({label_x for label_x, _, _, _ in rows.values()}) == 1, rows
+    xs = {x for _, x, _, _ in rows.values()}
+    assert len(xs) == 1, f"{form.spec_cls.__name__}: fields at several x: {rows}"
+    assert all(field_top == label_top for _, _, label_top, field_top in rows.values()), rows
+    for name in rows:
+        label = form.labels[name]
+        assert label.height() >= label.heightForWidth(label.width()) or not label.wordWrap(), name
+    (x,) = xs
+    assert x > max(label_x for label_x, _, _, _ in rows.values())
+    if field_x is not None:
+        assert x == field_x, f"{form.spec_cls.__name__}: fields moved from x {field_x} to {x}"
+    return x
+
+
+ADVANCED_SPECS = ["ModelSpec", "DataSpec", "TrainSpec", "GenerateSpec", "DistributedSpec", "AdapterSpec",
+                  *OBJECTIVES]
+
+
+@pytest.mark.parametrize("name", ADVANCED_SPECS)
+def test_advanced_rows_line_up_with_the_basic_rows(qtbot, name):
+    from desktop_app.engine import specs
+
+    cls = METHOD_OPTIONS[name] if name in METHOD_OPTIONS else getattr(specs, name)
+    form = SpecForm(cls, advanced_switch=False)
+    qtbot.addWidget(form)
+    form.resize(338, 1600)  # the Train tab's settings column in a 1366 x 768 window (it scrolls there)
+    form.show()
+    qtbot.waitExposed(form)
+    assert form.advanced, f"{name} has no advanced fields"
+    basic_x = _assert_lined_up(form)
+    form.set_show_advanced(True)
+    qtbot.wait(1)
+    _assert_lined_up(form, basic_x)
+    long_labels = [form.labels[n] for n in form.advanced if form.labels[n].wordWrap()]
+    assert all(label.width() == basic_x - form.layout().horizontalSpacing() for label in long_labels)
+
+
+def test_the_train_columns_forms_line_up_in_a_small_window(window, qtbot):
+    window.resize(1366, 768)
+    window.tabs.setCurrentWidget(window.train_tab)
+    setup = window.train_tab.setup
+    setup.set_show_advanced(True)
+    for key in ("pretraining", "lora", "dpo", "grpo", "selfplay"):
+        setup.set_method(key)
+        qtbot.wait(5)
+        forms = [f for f in setup.findChildren(SpecForm) if f.isVisible()]
+        assert setup.form in forms and len(forms) >= (1 if key == "pretraining" else 2), key
+        for form in forms:
+            _assert_lined_up(form)
+    setup.set_method("pretraining")
+    qtbot.waitUntil(lambda: not window.ctx.runner.running_kinds(), timeout=20000)  # self-play probed the sandbox

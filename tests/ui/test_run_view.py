@@ -97,3 +97,48 @@ def test_a_watched_run_is_news_and_its_reset_clears_the_curves(qtbot):
     assert view.last_finished.reason == "completed"
     assert view.progress.format() == "watched run completed at step 1" and view.progress.value() == 1000
     view.stop_timers()
+
+
+def test_the_status_follows_the_engine_from_its_setup_to_the_first_step(qtbot, trained, tmp_path):
+    """A LoRA run on a CPU spends most of a minute in its setup and first step: the bar said "starting… (loading the
+    engine)" all along, because only a step record moved it. It now follows the engine's setup phases, Started and
+    the first step's Progress (a real LoRA run of the window's kind, on the tiny pretrained run as its base)."""
+    import json
+
+    from desktop_app.engine.specs import RunConfig, TrainSpec
+    from desktop_app.engine.train.loop import train
+
+    data = tmp_path / "chats.jsonl"
+    chats = [{"messages": [{"role": "user", "content": f"say {w}"}, {"role": "assistant", "content": w}]}
+             for w in ("red", "blue", "cat", "dog", "sun", "moon")]
+    data.write_text("".join(json.dumps(c) + "\n" for c in chats), encoding="utf-8")
+    spec = TrainSpec(steps=3, batch_size=2, eval_every=0, save_every=0, sample_tokens=0, threads=1)
+    config = RunConfig(base_model=str(trained[1]), objective="sft", data=[str(data)],
+                       adapter={"kind": "lora", "rank": 4}, train=spec.to_dict())
+    view = _view(qtbot)
+    view.begin(training=True, progress="starting… (loading the engine)")
+    shown = []  # (event type, the bar's text once it was shown)
+    for event in train(config, tmp_path / "run", interactive=True):
+        view.show(event)
+        shown.append((event.type, view.progress.format()))
+    texts = [text for _kind, text in shown]
+    assert "starting: checking the base model's weights…" in texts
+    assert "starting: loading the base model and preparing the data…" in texts
+    first = next(i for i, (kind, _text) in enumerate(shown) if kind == "step")
+    assert shown[first - 1] == ("progress", "step 1 of 3 running…")  # while step 1 runs
+    assert shown[first][1].startswith("step 1/3 · 33% · ETA after a few steps")  # no ETA from one step
+    assert not any(text.startswith("starting…") for kind, text in shown if kind != "progress")
+    view.stop_timers()
+
+
+def test_the_eta_shows_once_the_engine_has_one(qtbot):
+    view = _view(qtbot)
+    view.begin(training=True)
+    view.show(StepMetrics(step=2, total_steps=400, metrics={"loss": 2.0}, eta_s=0.0))
+    assert view.progress.format() == "step 2/400 · 0% · ETA after a few steps · loss 2.000"
+    qtbot.wait(150)  # the bar repaints at most ten times a second
+    view.show(StepMetrics(step=3, total_steps=1000, metrics={"loss": 1.5}, eta_s=351.0))
+    assert view.progress.format() == "step 3/1,000 · 0% · ETA 5:51 · loss 1.500"
+    view.show(StepMetrics(step=400, total_steps=400, metrics={"loss": 1.0}, eta_s=0.0))
+    assert view.progress.format() == "step 400/400 · 100% · loss 1.000"  # done: nothing left to estimate
+    view.stop_timers()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from desktop_app.ui.widgets.task_browser import LOG_NAME, ROLLOUT_COLUMNS, RoundLog, TaskBrowser
+from desktop_app.ui.widgets.task_browser import LOG_NAME, PROPOSAL_COLUMNS, ROLLOUT_COLUMNS, RoundLog, TaskBrowser
 
 
 def _round(n: int, *, valid: bool = True) -> dict:
@@ -132,3 +132,54 @@ def test_browser_sums_up_trivial_proposals_held_out_hits_and_distinct_programs(q
     _write(run / LOG_NAME, [_round(0)])
     browser.set_run(run)
     assert browser.summary.text() == "1 round(s) read"
+
+
+def _header_fits(table) -> list[str]:
+    """The columns whose header does not show its whole name (the last one stretches to the table's edge)."""
+    header = table.horizontalHeader()
+    out = []
+    for column in range(table.columnCount() - 1):
+        item = table.horizontalHeaderItem(column)
+        if table.columnWidth(column) < header.fontMetrics().horizontalAdvance(item.text()) + 16:
+            out.append(item.text())
+    return out
+
+
+def test_every_column_header_shows_its_whole_name_with_a_tooltip(qtbot, tmp_path):
+    """A narrow column cut "Inputs → outputs" to "puts → outpu": every header fits, empty or full, and its tooltip
+    says what the column holds (the reward's, what each value means)."""
+    browser = TaskBrowser()
+    qtbot.addWidget(browser)
+    browser.resize(900, 600)
+    browser.show()
+    qtbot.waitExposed(browser)
+    for table in (browser.proposals, browser.rollouts):
+        assert _header_fits(table) == []  # no round yet
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / LOG_NAME, [_round(1), _round(2)])
+    browser.set_run(run)
+    for table in (browser.proposals, browser.rollouts):
+        assert table.rowCount() and _header_fits(table) == []
+        tips = [table.horizontalHeaderItem(c).toolTip() for c in range(table.columnCount())]
+        assert all(tips), tips
+    io = PROPOSAL_COLUMNS.index("Inputs → outputs")
+    assert browser.proposals.horizontalHeaderItem(io).toolTip().startswith("Inputs → outputs")
+    reward = browser.proposals.horizontalHeaderItem(PROPOSAL_COLUMNS.index("Reward")).toolTip()
+    assert "1 − the solver's solve rate" in reward and "−0.5 an invalid or trivial task" in reward
+
+
+def test_the_legend_says_what_roles_task_types_and_rewards_mean(qtbot):
+    """The values are the engine's: a change of a reward there changes the words here."""
+    from desktop_app.engine.tasks.base import PENALTY_FORMAT, PENALTY_UNPARSEABLE, REWARD_CORRECT
+    from desktop_app.ui.widgets.selfplay_help import signed
+
+    browser = TaskBrowser()
+    qtbot.addWidget(browser)
+    text = browser.legend.text()
+    for word in ("proposer", "solver", "deduction", "abduction", "induction"):
+        assert f"<b>{word}</b>" in text, word
+    assert f"{signed(REWARD_CORRECT)} correct" in text and signed(REWARD_CORRECT) == "+1"
+    assert f"{signed(PENALTY_FORMAT)} an answer in the wrong format" in text and signed(PENALTY_FORMAT) == "−0.5"
+    assert f"{signed(PENALTY_UNPARSEABLE)} no answer could be read" in text and signed(PENALTY_UNPARSEABLE) == "−1"
+    assert "−0.5 an invalid or trivial task" in text and "0 a duplicate" in text  # the proposer's

@@ -487,3 +487,42 @@ def test_the_demo_job_passes_its_runs_settings_to_the_recipe(monkeypatch, tmp_pa
     assert [e.reason for e in demo_job(tmp_path, Controls(), 2.0, {"time_budget_s": 55.0})] == ["completed"]
     list(demo_job(tmp_path, Controls(), 3.0))
     assert calls == [(2.0, {"train_overrides": {"time_budget_s": 55.0}}), (3.0, {})]
+
+
+def test_the_demo_shows_what_it_runs_in_place_of_the_form(window, qtbot, monkeypatch):
+    """The CPU demo runs its own recipe: while it runs the column says what (seed corpus, pretraining, self-play),
+    not the form's settings it does not use; the form comes back when it ends."""
+    import desktop_app.engine.recipes.selfplay_demo as demo
+    from desktop_app.engine.events import Finished
+
+    def waiting_demo(out, *, minutes, controls):
+        out.mkdir(parents=True)
+        while not controls.stop.is_set():
+            controls.stop.wait(0.05)
+        yield Finished("stopped", message="stopped")
+
+    monkeypatch.setattr(demo, "run_demo", waiting_demo)
+    tab, setup = window.train_tab, window.train_tab.setup
+    setup.set_method("selfplay")
+    assert setup.method_panel.isVisibleTo(tab) and not setup.plan_group.isVisibleTo(tab)
+    assert tab.start_selfplay_demo(minutes=10)
+    plan = setup.plan_label.text()
+    assert setup.plan_group.isVisibleTo(tab) and "seed corpus of 12,000" in plan and "up to 5.0 min" in plan
+    assert "self-play (Absolute Zero)" in plan and "final and the best checkpoint" in plan
+    assert not setup.method_panel.isVisibleTo(tab) and not setup.hyper_group.isVisibleTo(tab)
+    tab.stop()
+    qtbot.waitUntil(lambda: not tab.running, timeout=10000)
+    _wait_idle(qtbot, window)
+    assert not setup.plan_group.isVisibleTo(tab) and setup.method_panel.isVisibleTo(tab)
+    assert setup.hyper_group.isVisibleTo(tab) and setup.current_method().key == "selfplay"
+
+
+def test_the_demo_plan_follows_its_settings():
+    from desktop_app.engine.recipes.selfplay_demo import DemoSettings, demo_plan
+
+    scratch = demo_plan(15.0)
+    assert len(scratch) == 5 and scratch[0].startswith("1. writes a seed corpus") and "7.5 min" in scratch[1]
+    based = demo_plan(15.0, DemoSettings(base="/models/chat", world="python", control=True))
+    assert not any("seed corpus" in line for line in based) and "python's held-out tasks" in based[0]
+    assert "measures the base model" in based[0] and "measures the pretrained model" in scratch[2]
+    assert based[-1].endswith("each for self-play's wall time")

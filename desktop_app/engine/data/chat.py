@@ -353,14 +353,32 @@ def stop_token_ids(tokenizer: ChatTokenizer, model: CausalLM | None = None, *, c
     return ids
 
 
+def gguf_chat_template(path: str | Path) -> str:
+    """The chat template in a GGUF file's metadata (tokenizer.chat_template); "" when it has none or the file
+    cannot be read as GGUF."""
+    from desktop_app.engine.model.gguf_file import read_header
+
+    try:
+        return (read_header(path).chat_template or "").strip()
+    except (OSError, UserError):
+        return ""
+
+
 def folder_chat_template(path: str | Path) -> str:
     """The chat template the model at `path` (a run: its newest committed checkpoint; a checkpoint, export or Hugging
-    Face folder) ships in its tokenizer files, read without loading the tokenizer; "" when it has none."""
+    Face folder) ships in its tokenizer files, read without loading the tokenizer; a GGUF file's from its metadata;
+    "" when it has none, or `path` is no model (another file, or not a valid path at all)."""
     import json
 
+    from desktop_app.engine.model.gguf_file import is_gguf_file
     from desktop_app.engine.run_folder import is_run_folder, list_committed
 
     folder = Path(path).expanduser()
+    try:
+        if not folder.is_dir():  # a file is no folder of tokenizer files (and a NUL in a name is no path at all)
+            return gguf_chat_template(folder) if is_gguf_file(folder) else ""
+    except (OSError, ValueError):
+        return ""
     if is_run_folder(folder):
         committed = list_committed(folder)
         if not committed:

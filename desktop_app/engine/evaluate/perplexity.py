@@ -110,6 +110,8 @@ def _dataset_documents(folder: Path) -> Iterator[str]:
         lengths = [len(tokens)]
     start = 0
     for length in lengths:
+        if start >= len(tokens):  # lengths of an interrupted append the manifest never committed
+            break
         piece = [int(t) for t in tokens[start:start + int(length)]]
         start += int(length)
         yield tokenizer.decode(piece, skip_special_tokens=True)

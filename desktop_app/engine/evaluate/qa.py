@@ -3,8 +3,9 @@
 A question goes to a chat model as one user turn through its chat template (to a model without one, as plain text
 followed by a line break); the reply ends with the turn (or EOS). Matching ignores case, surrounding spaces and
 end punctuation: *exact* compares the expected answer with the reply's answer (its last <answer> block, else its
-first non-empty line); *contains* looks for it anywhere in the reply. "prompt" is read for "question", and
-"answers" (a list) gives several accepted answers.
+first non-empty line); *contains* looks for it anywhere in the reply, and is what *auto* means for a model asked
+through its chat template (a chat reply wraps its answer in a sentence: "The capital of France is Paris." is no
+exact "Paris"). "prompt" is read for "question", and "answers" (a list) gives several accepted answers.
 """
 
 from __future__ import annotations
@@ -75,22 +76,32 @@ def matches(reply: str, answers: list[str]) -> tuple[bool, bool]:
     return any(got == w for w in wanted), any(w and w in whole for w in wanted)
 
 
+def resolve_match(how: str, chat: bool) -> str:
+    """exact or contains: as asked, else (auto) contains for chat prompts, exact for plain ones."""
+    if how in ("exact", "contains"):
+        return how
+    if how != "auto":
+        raise UserError(f"unknown answer match {how!r}; choose auto, exact or contains")
+    return "contains" if chat else "exact"
+
+
 @dataclass(frozen=True)
 class QASettings:
     """How ask_questions decodes and scores: the context (max_len), reply length, prompts per batch, and which
-    match (`how`: "exact" or "contains") gives qa_accuracy."""
+    match (`how`: "auto", "exact" or "contains") gives qa_accuracy."""
 
     max_len: int
     max_new_tokens: int
     batch: int = 16
-    how: str = "exact"
+    how: str = "auto"
 
 
 @torch.no_grad()
 def ask_questions(model: Any, prompter: TaskPrompter, path: str | Path, settings: QASettings) -> Iterator[Progress]:
-    """Yield Progress per batch; return {"qa_accuracy" (by settings.how), "qa_exact", "qa_contains", "questions"}."""
+    """Yield Progress per batch; return {"qa_accuracy" (by the match), "qa_match" (which: exact or contains),
+    "qa_exact", "qa_contains", "questions"}."""
     records = read_questions(path)
-    batch, how = settings.batch, settings.how
+    batch, how = settings.batch, resolve_match(settings.how, prompter.chat)
     greedy = RolloutOptions(max_new_tokens=settings.max_new_tokens, temperature=0.0, stop_ids=prompter.stop_ids,
                             max_len=settings.max_len, tokens=prompter.codec.vocab_size())
     exact = contains = 0
@@ -104,6 +115,6 @@ def ask_questions(model: Any, prompter: TaskPrompter, path: str | Path, settings
             contains += c
         yield Progress("questions", min(start + batch, len(records)), len(records), "questions")
     n = len(records)
-    return {"qa_accuracy": (exact if how == "exact" else contains) / n, "qa_exact": exact / n,
+    return {"qa_accuracy": (exact if how == "exact" else contains) / n, "qa_match": how, "qa_exact": exact / n,
             "qa_contains": contains / n, "questions": n}
 

@@ -18,7 +18,7 @@ from desktop_app.engine.spec_base import (
 
 f = spec_field
 EVAL_WORLDS = ("none", *WORLD_CHOICES)
-QA_MATCHES = ("exact", "contains")
+QA_MATCHES = ("auto", "exact", "contains")
 EVAL_DEVICES = ("auto", "cpu", "cuda", "mps")
 EVAL_PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -51,9 +51,11 @@ class EvalSpec(SpecMixin):
                           advanced=True)
     qa: str = f("", "A JSONL file of questions and answers ({\"question\": ..., \"answer\": ...} per line), asked "
                 "through the chat template (empty: skip).", widget="file", label="Questions and answers")
-    qa_match: str = f("exact", "exact: the answer (from <answer> tags or the reply's first line) equals the expected "
-                      "one, ignoring case, spaces and end punctuation; contains: the reply contains it.",
-                      choices=QA_MATCHES, label="Answer match")
+    qa_match: str = f("auto", "How a reply counts as right. contains: the reply contains the expected answer (a chat "
+                      "model answers in a sentence: \"The capital of France is Paris.\"); exact: the answer (from "
+                      "<answer> tags or the reply's first line) equals the expected one, ignoring case, spaces and "
+                      "end punctuation; auto: contains for a model asked through its chat template, exact "
+                      "otherwise.", choices=QA_MATCHES, label="Answer match")
     text: list = f([], "Text files, folders or a prepared dataset (its validation split) to measure perplexity and "
                    "bits per byte on (empty: skip).", widget="files", label="Text for perplexity")
     max_text_bytes: int = f(400_000, "Most bytes of text scored (the start of the text, cut on a character "

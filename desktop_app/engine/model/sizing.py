@@ -7,11 +7,14 @@ builds (LlamaForCausalLM / GPT2LMHeadModel), so the table and the real model agr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from desktop_app.engine.specs import ModelSpec
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+# A 4-bit (NF4) weight: half a byte, plus an fp32 scale per block of 64 weights (bitsandbytes' default block).
+NF4_BYTES_PER_WEIGHT = 0.5 + 4 / 64
 
 
 def _tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...], str]]:
@@ -182,6 +185,67 @@ def estimate_memory(spec: ModelSpec, *, batch_size: int = 1, seq_len: int | None
         activations = kv_cache + transient
     return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": activations,
             "total": weights + gradients + optimizer + activations}
+
+
+@dataclass(frozen=True)
+class TrainingShape:
+    """How a model trains, for `estimate_training_memory`: sequences per forward pass (the micro-batch) of
+    `seq_len` tokens (None: the context length), activations at `precision`, and what trains: every weight
+    (adapter "none"), LoRA adapters of `lora_rank` on a frozen base, or QLoRA (LoRA on a 4-bit base)."""
+
+    batch_size: int = 1
+    seq_len: int | None = None
+    precision: str = "fp32"
+    gradient_checkpointing: bool = False
+    adapter: str = "none"
+    lora_rank: int = 8
+
+
+def adapted_weights(spec: ModelSpec) -> int:
+    """Parameters in the matrices that get LoRA adapters by default (every linear projection of the blocks)."""
+    return sum(_numel(shape) for _, shape, group in _tensors(spec) if group in ("attention", "mlp") and len(shape) == 2)
+
+
+def lora_parameters(spec: ModelSpec, rank: int) -> int:
+    """Trainable parameters of LoRA adapters of `rank` on every linear projection: rank x (in + out) each."""
+    return sum(int(rank) * (shape[0] + shape[1]) for _, shape, group in _tensors(spec)
+               if group in ("attention", "mlp") and len(shape) == 2)
+
+
+def checkpointed_activations(spec: ModelSpec, *, tokens: int, precision: str) -> int:
+    """Activation bytes with gradient checkpointing: each layer's input is kept, one layer's activations are
+    recomputed at a time in the backward pass, plus the final norm and the fp32 logits (never recomputed)."""
+    act_bytes = BYTES_PER_ELEMENT[precision]
+    d, v = spec.d_model, spec.vocab_size
+    per_layer = (_activation_elements_per_token(spec) - 2 * d - 2 * v) // max(1, spec.n_layers)
+    kept = spec.n_layers * d + per_layer + 2 * d
+    return tokens * (kept * act_bytes + 2 * v * 4)
+
+
+def estimate_training_memory(spec: ModelSpec, shape: TrainingShape) -> dict[str, int]:
+    """`estimate_memory` of a training step as `shape` trains it: weights, gradients, optimizer, activations,
+    total (bytes, about +-40%).
+
+    With adapters the base is frozen: its weights stay (fp32, or NF4 for the adapted matrices under QLoRA) but
+    have no gradients or optimizer state; only the adapters' parameters get those (4 + 8 bytes each). Activations
+    are those of the whole model either way (the backward pass runs through every layer to reach the adapters),
+    or `checkpointed_activations` with gradient checkpointing.
+    """
+    one = estimate_memory(spec, batch_size=shape.batch_size, seq_len=shape.seq_len, precision=shape.precision)
+    out = dict(one)
+    if shape.gradient_checkpointing:
+        t = spec.context_length if shape.seq_len is None else int(shape.seq_len)
+        out["activations"] = checkpointed_activations(spec, tokens=int(shape.batch_size) * t,
+                                                      precision=shape.precision)
+    if shape.adapter in ("lora", "qlora"):
+        lora = lora_parameters(spec, shape.lora_rank)
+        weights = one["weights"]
+        if shape.adapter == "qlora":
+            linear = adapted_weights(spec)
+            weights = round(4 * (count_parameters(spec) - linear) + NF4_BYTES_PER_WEIGHT * linear)
+        out.update(weights=weights + 4 * lora, gradients=4 * lora, optimizer=8 * lora)
+    out["total"] = out["weights"] + out["gradients"] + out["optimizer"] + out["activations"]
+    return out
 
 
 def human_count(n: float) -> str:

@@ -95,6 +95,26 @@ class DemoSettings:
     eval_options: dict[str, Any] | None = None
 
 
+def demo_plan(minutes: float, settings: DemoSettings | None = None) -> list[str]:
+    """What the demo runs, in the order it runs it, in words (the window shows this in place of the form)."""
+    settings = settings or DemoSettings()
+    steps = []
+    if not settings.base:
+        pretrain = minutes * settings.pretrain_share
+        steps += [f"writes a seed corpus of {settings.corpus_tasks:,} mini-world programs with their runs (the "
+                  "held-out programs left out)",
+                  f"prepares it into a dataset and pretrains the tiny preset on it for up to {pretrain:.1f} min"]
+    world = settings.world or ("the base's task world" if settings.base else "the mini world")
+    steps += [f"measures the {'base' if settings.base else 'pretrained'} model on {world}'s held-out tasks "
+              "(deduction, abduction, induction)",
+              "self-play (Absolute Zero) for the remaining time: the model proposes programs, solves them, and "
+              "learns from rewards the sandbox checks",
+              "measures the final and the best checkpoint on the same held-out tasks"]
+    if settings.control:
+        steps.append("runs the controls (solver-only RL, continued pretraining), each for self-play's wall time")
+    return [f"{i}. {step}" for i, step in enumerate(steps, 1)]
+
+
 def run_demo(out_dir: str | Path, *, minutes: float = 15.0, controls: Controls | None = None,
              settings: DemoSettings | None = None, **options: Any) -> Iterator[Event]:
     """The demo within `minutes` (from scratch, pretraining gets up to settings.pretrain_share of it; the controls,

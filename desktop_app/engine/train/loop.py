@@ -43,6 +43,7 @@ from desktop_app.engine.events import (
     Finished,
     History,
     Log,
+    Progress,
     RunFolder,
     Sample,
     Started,
@@ -53,7 +54,7 @@ from desktop_app.engine.objectives.base import Objective
 from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train import distributed as dist_mod
-from desktop_app.engine.train import setup
+from desktop_app.engine.train import figures, setup
 from desktop_app.engine.train.build import Found, build_parts
 from desktop_app.engine.train.cpu_alloc import restore_allocator, tune_allocator
 from desktop_app.engine.train.distributed import DistContext, PeerLostError
@@ -88,14 +89,16 @@ def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = No
     resume: continue from the newest committed checkpoint that verifies (newer damaged ones are
     reported and skipped). A config different from the checkpoint's is refused with a diff unless
     `accept_config_change`. `objective` overrides the config's objective (tests, future methods);
-    `interactive` tells the thread policy that a window shares the CPU. Setup problems raise
-    UserError; problems during training end with Finished(reason="failed").
+    `interactive` tells the thread policy that a window shares the CPU, and asks for Progress events for the window:
+    the setup's phases (before Started, which stays the first event of the CLI and metrics.jsonl) and the first step.
+    Setup problems raise UserError; problems during training end with Finished(reason="failed").
     """
     config.check()
     previous_threads = torch.get_num_threads()
     run = Run(config, Path(run_dir), controls or Controls(), config.train_spec(), objective, interactive)
     try:
-        yield from _run(run, _start(run, resume, accept_config_change))
+        notes = yield from _start(run, resume, accept_config_change)
+        yield from _run(run, notes)
     finally:
         if run.objective is not None:  # its workers (self-play's sandbox executor), whatever the ending
             run.objective.close()
@@ -112,9 +115,15 @@ def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = No
 
 # --- setup ------------------------------------------------------------------------------------------------------
 
-def _start(run: Run, resume: bool, accept_config_change: bool) -> list[Event]:
+def _phase(run: Run, what: str) -> Iterator[Event]:
+    """A phase of the setup starts (a window shows it while the phase runs; nothing for the CLI)."""
+    if run.interactive:
+        yield Progress("setup", 0, 0, "", what)
+
+
+def _start(run: Run, resume: bool, accept_config_change: bool) -> Generator[Event, None, list[Event]]:
     """Processes, base, checkpoint, run folder, threads and precision, then the parts; returns the setup's notes
-    (emitted right after Started), the run's folder and a resumed run's history first."""
+    (emitted right after Started), the run's folder and a resumed run's history first. Yields only the phases."""
     spec, notes = run.spec, []
     # Several processes (torchrun): join them first, on this process's own GPU.
     device = resolve_device(spec.device)
@@ -128,7 +137,10 @@ def _start(run: Run, resume: bool, accept_config_change: bool) -> list[Event]:
     # and the checkpoint (if any) the run continues from.
     base_info = None
     if run.config.base_model:
+        yield from _phase(run, "checking the base model's weights")
         run.config, base_info = setup.resolve_base(run.config, resume)
+    if resume:
+        yield from _phase(run, "reading the checkpoint")
     loaded, found = setup.choose_checkpoint(run.run_dir, run.config, resume, accept_config_change)
     notes += found
     # A view gets the run's folder, and a resumed run's curve so far, read before metrics.jsonl is cut back to
@@ -142,6 +154,8 @@ def _start(run: Run, resume: bool, accept_config_change: bool) -> list[Event]:
         run.metrics = setup.open_run_folder(run.run_dir, run.config, loaded)
     precision, found = _tune_process(run, device, loaded)
     notes += found
+    yield from _phase(run, "loading the base model and preparing the data" if base_info is not None else
+                      "building the model and preparing the data")
     notes += build_parts(run, Found(device, precision, base_info, loaded))
     return notes
 
@@ -226,6 +240,7 @@ class _StepNumbers:
     grad_norm: float
     metrics: dict[str, Any]
     tokens: int
+    seq_len: float = 0.0  # the length of the sequences trained (figures.mean_length; 0 when unknown)
 
     @property
     def finite(self) -> bool:
@@ -235,7 +250,8 @@ class _StepNumbers:
 @dataclass
 class _Session:
     """What the step loop keeps across steps: the parameters it clips, the step this session started at, whether this
-    process evaluates, and the tokens/s window since the last logged step (evaluating and saving not counted)."""
+    process evaluates, the tokens/s and MFU window since the last logged step (evaluating and saving not counted), the
+    steps' durations."""
 
     params: list[torch.nn.Parameter]
     clip: float
@@ -243,10 +259,14 @@ class _Session:
     evaluates: bool
     log_t0: float = field(default_factory=time.perf_counter)
     log_tokens: int = 0
+    log_flops: float = 0.0
+    clock: figures.StepClock = field(default_factory=figures.StepClock)
 
     def exclude(self, since: float) -> None:
-        """Leave the time since `since` out of tokens/s."""
-        self.log_t0 += time.perf_counter() - since
+        """Leave the time since `since` out of tokens/s and MFU (it counts in the ETA as time between steps)."""
+        spent = time.perf_counter() - since
+        self.log_t0 += spent
+        self.clock.add_between(spent)
 
 
 def _steps(run: Run) -> Generator[Event, None, str | None]:
@@ -258,10 +278,13 @@ def _steps(run: Run) -> Generator[Event, None, str | None]:
     session = _Session([p for p in parts.model.parameters() if p.requires_grad],
                        spec.grad_clip if spec.grad_clip > 0 else float("inf"), run.state.step,
                        evaluates=run.is_main or (run.dist is not None and run.dist.fsdp))
+    if run.interactive:
+        yield figures.first_step(spec, run.state.step)
     while run.state.step < spec.steps:
         yield from _pause_point(run)
         if run.flag("stop"):
             break
+        t_step = time.perf_counter()
         step = run.state.step + 1
         batch, position = parts.source.take(spec.batch_size)
         batch = rows_for_rank(run.dist, parts.objective, batch, source_shards=parts.source_shards,
@@ -272,9 +295,12 @@ def _steps(run: Run) -> Generator[Event, None, str | None]:
                 return "failed"
             continue
         lr = _update(run, step)
+        session.clock.step_done(time.perf_counter() - t_step)
         run.state.step = step
         run.state.tokens_seen += numbers.tokens
         session.log_tokens += numbers.tokens
+        session.log_flops += numbers.tokens * figures.training_flops_per_token(
+            parts.ctx.model_spec, numbers.seq_len, adapter=parts.ctx.adapter, fallback=parts.flops_per_token)
         if step % spec.log_every == 0 or step == spec.steps:
             yield run.emit(_step_metrics(run, session, step, lr, numbers))
         early_stop = yield from _evaluate_due(run, session, step)
@@ -304,7 +330,9 @@ def _gradients(run: Run, session: _Session, batch: Any, step: int) -> Generator[
     parts, dist = run.parts, run.dist
     assert parts is not None and run.sync is not None
     parts.optimizer.zero_grad(set_to_none=True)
-    loss_sum, metric_sums, step_tokens = yield from _forward_backward(run, batch, step)
+    shapes: list[tuple[int, int]] = []
+    loss_sum, metric_sums, step_tokens = yield from _forward_backward(run, batch, step, shapes)
+    seq_len = figures.mean_length(shapes)
     if parts.scaler is not None:
         parts.scaler.unscale_(parts.optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(session.params, session.clip)
@@ -312,8 +340,8 @@ def _gradients(run: Run, session: _Session, batch: Any, step: int) -> Generator[
         grad_norm = grad_norm.full_tensor()
     if dist is None:
         loss_value, norm_value = torch.stack([loss_sum.float(), grad_norm.float().to(loss_sum.device)]).tolist()
-        return _StepNumbers(loss_value, norm_value, metric_sums, step_tokens)
-    return _StepNumbers(*run.sync.sync_step(loss_sum, grad_norm, metric_sums, step_tokens))
+        return _StepNumbers(loss_value, norm_value, metric_sums, step_tokens, seq_len)
+    return _StepNumbers(*run.sync.sync_step(loss_sum, grad_norm, metric_sums, step_tokens), seq_len)
 
 
 def _not_finite(run: Run, step: int, position: list[int], numbers: _StepNumbers) -> Generator[Event, None, bool]:
@@ -367,24 +395,22 @@ def _time_share(run: Run) -> float:
 
 
 def _step_metrics(run: Run, session: _Session, step: int, lr: float, numbers: _StepNumbers) -> StepMetrics:
-    """A logged step's record: loss, rate, speed, progress and the objective's metrics; restarts the tokens/s window."""
+    """A logged step's record: loss, rate, speed, MFU, progress, ETA and the objective's metrics; restarts the tokens/s
+    window. The ETA is 0 until the session's first few steps tell its pace (figures.StepClock)."""
     spec, parts = run.spec, run.parts
     assert parts is not None
-    budget = spec.time_budget_s
     now = time.perf_counter()
-    tps = session.log_tokens / max(now - session.log_t0, 1e-9)
+    window = max(now - session.log_t0, 1e-9)
+    tps = session.log_tokens / window
+    devices = run.dist.world if run.dist is not None else 1  # the tokens are every process's
+    mfu = figures.utilisation(session.log_flops, window, parts.peak_flops * devices)
     elapsed = now - run.session_start - run.paused_s
-    eta = elapsed / max(1, step - session.start_step) * (spec.steps - step)
-    progress = step / spec.steps
-    if budget:  # a time-limited run: whichever ends it first, the steps or the clock
-        progress = max(progress, min(1.0, run.elapsed() / budget))
-        eta = min(eta, max(0.0, budget - run.elapsed()))
-    metrics = {"loss": numbers.loss, "lr": lr, "grad_norm": numbers.grad_norm, "tokens_per_s": tps,
-               "mfu": parts.flops_per_token * tps / parts.peak_flops if parts.peak_flops else 0.0,
+    progress, eta = figures.step_progress(step, spec, session.clock.eta(spec.steps - step), run.elapsed())
+    metrics = {"loss": numbers.loss, "lr": lr, "grad_norm": numbers.grad_norm, "tokens_per_s": tps, "mfu": mfu,
                "tokens": run.state.tokens_seen, "epoch": parts.source.epoch_progress, "progress": progress}
     for name, value in numbers.metrics.items():
         metrics[name] = float(value)
-    session.log_t0, session.log_tokens = time.perf_counter(), 0
+    session.log_t0, session.log_tokens, session.log_flops = time.perf_counter(), 0, 0.0
     return StepMetrics(step=step, total_steps=spec.steps, metrics=metrics, elapsed_s=run.state.elapsed_s + elapsed,
                        eta_s=eta)
 
@@ -432,16 +458,17 @@ def _clock(run: Run) -> float:
     return run.elapsed() if run.dist is None else run.dist.from_main([run.elapsed()])[0]
 
 
-def _forward_backward(run: Run, batch: Any,
-                      step: int) -> Generator[Event, None, tuple[torch.Tensor, dict[str, torch.Tensor], int]]:
+def _forward_backward(run: Run, batch: Any, step: int, shapes: list[tuple[int, int]]
+                      ) -> Generator[Event, None, tuple[torch.Tensor, dict[str, torch.Tensor], int]]:
     """The step's forward and backward in micro-batches, retried smaller on out-of-memory (the same effective
-    batch); returns (loss, metric sums, tokens)."""
+    batch); returns (loss, metric sums, tokens), and each micro-batch's (rows, tokens) in `shapes`."""
     parts = run.parts
     assert parts is not None
     device = parts.ctx.device
     while True:
         try:
-            return accumulate(parts, batch, run.state.micro_batch)
+            shapes.clear()  # a retry starts the step again
+            return accumulate(parts, batch, run.state.micro_batch, shapes=shapes)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 # A compilation or kernel of the fast path failed: continue on transformers' modules (once).
@@ -463,11 +490,13 @@ def _forward_backward(run: Run, batch: Any,
             run.state.micro_batch = smaller
 
 
-def accumulate(parts: Parts, batch: Any, micro: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+def accumulate(parts: Parts, batch: Any, micro: int, *, shapes: list[tuple[int, int]] | None = None
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
     """Forward+backward of one step's batch in micro-batches; gradients sum to the full-batch gradient.
 
     parts.wrapped (distributed.wrap): computes each loss (through DDP/FSDP when several processes train) and keeps
-    gradients local until the last micro-batch, whose backward averages them across processes once."""
+    gradients local until the last micro-batch, whose backward averages them across processes once. `shapes`, when
+    given, receives each micro-batch's (rows, tokens): the length of the sequences trained, for MFU."""
     objective, wrapped, scaler, device = parts.objective, parts.wrapped, parts.scaler, parts.ctx.device
     pieces = objective.split(batch, micro)
     total = sum(len(p) for p in pieces)
@@ -488,7 +517,10 @@ def accumulate(parts: Parts, batch: Any, micro: int) -> tuple[torch.Tensor, dict
         for name, value in metrics.items():
             v = value.detach() * weight if isinstance(value, torch.Tensor) else value * weight
             metric_sums[name] = metric_sums[name] + v if name in metric_sums else v
-        tokens += objective.tokens(piece)
+        piece_tokens = objective.tokens(piece)
+        tokens += piece_tokens
+        if shapes is not None:
+            shapes.append((len(piece), piece_tokens))
     assert loss_sum is not None
     return loss_sum, metric_sums, tokens
 

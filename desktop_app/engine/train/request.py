@@ -2,7 +2,8 @@
 
 The window, the CLI and the server each translate their own inputs (widgets, flags, JSON bodies with workspace names)
 into a `RunRequest`; everything after that is decided here, once: the model (a preset, a spec or a base), the method's
-default learning rate, paths made absolute, the model fitted to its dataset's tokenizer and windows, and the checks.
+default learning rate, paths made absolute, the model fitted to its dataset's tokenizer and windows, and the checks
+(`preflight_request`: what would not work on this machine, engine/train/preflight.py).
 `start_run` is the generator a front end runs: the bundled sample corpus prepared first when no dataset was chosen,
 then the fitted run. Pipelines fit their pretraining stages here too (`fit_pipeline_stages`).
 
@@ -11,6 +12,7 @@ No torch at import: the window builds requests before the engine is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, DatasetReady, Event, Finished, Log
 from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
+from desktop_app.engine.train.preflight import Finding, Machine, preflight, this_machine
 
 if TYPE_CHECKING:
     from desktop_app.engine.pipeline_folder import Stage
@@ -60,10 +63,12 @@ class RunRequest:
 
 @dataclass
 class PreparedRun:
-    """The run config the engine will train, and one note per thing it adapted (shown to the person)."""
+    """The run config the engine will train, one note per thing it adapted (shown to the person), and what preflight
+    found in it on this machine (warnings and errors: the front end decides whether an error stops it)."""
 
     config: RunConfig
     notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
 
 
 def make_run_config(**fields: Any) -> tuple[RunConfig, list[str]]:
@@ -109,7 +114,20 @@ def prepare_run(request: RunRequest) -> PreparedRun:
         config, notes = fit_to_dataset(config)
     if request.preset:
         notes = [f"preset {request.preset}: {n}" for n in notes]
-    return PreparedRun(config.check(), notes)
+    config = config.check()
+    return PreparedRun(config, notes, preflight(config, this_machine()))
+
+
+def preflight_request(request: RunRequest, machine: Machine | None = None, *, records: int | None = None
+                      ) -> list[Finding]:
+    """What would not work in a request's run on `machine` (this one by default), before anything starts: the run
+    planned and fitted to its dataset as it will start (a dataset not prepared yet: as planned), then preflight.
+    `records`: the fine-tuning data's record count where the front end has it. UserError for a request that cannot
+    even be planned."""
+    config = plan_run(request)
+    with contextlib.suppress(UserError, OSError, ValueError, KeyError):  # the run's own checks name those
+        config, _notes = fit_to_dataset(config)
+    return preflight(config, machine or this_machine(), records=records)
 
 
 def check_files(config: RunConfig) -> None:

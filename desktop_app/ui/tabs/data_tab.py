@@ -29,10 +29,12 @@ from desktop_app.engine.specs import DataSpec
 from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.drop_zone import DropZone
+from desktop_app.ui.widgets.fitting import ColumnScroll, show_rows
 from desktop_app.ui.widgets.layouts import add_items, button, labeled_row, note_label, progress_bar, splitter
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 COLUMNS = ("File", "Size", "Format", "Encoding", "Docs", "Tokens", "Verdict", "Reason")
+FILE_ROWS = 3  # the files list keeps this many rows in sight in the smallest window
 
 
 def human_size(n: float) -> str:
@@ -105,6 +107,7 @@ class DataTab(QWidget):
         files_buttons = add_items(QHBoxLayout(), (self.summary, 1), self.sample_btn, self.remove_btn, self.clear_btn)
         files_box = QGroupBox("Files")
         add_items(QVBoxLayout(files_box), self.drop_zone, (self.table, 1), files_buttons)
+        show_rows(self.table, FILE_ROWS)
         return files_box
 
     def _build_settings_box(self) -> QGroupBox:
@@ -116,11 +119,14 @@ class DataTab(QWidget):
         self.cancel_btn = button("Cancel", enabled=False)
         self.progress = progress_bar("idle")
         self.stage_label = note_label()
-        settings_box = QGroupBox("Tokenizer and chunking")
         buttons = add_items(QHBoxLayout(), (self.prepare_btn, 1), self.cancel_btn)
-        sl = add_items(QVBoxLayout(settings_box), labeled_row("Name", self.name_edit), self.form, buttons,
-                       self.progress, self.stage_label)
+        column = QWidget()
+        sl = add_items(QVBoxLayout(column), labeled_row("Name", self.name_edit), self.form, buttons, self.progress,
+                       self.stage_label, margins=0)
         sl.addStretch(1)
+        settings_box = QGroupBox("Tokenizer and chunking")
+        # a short window scrolls the fields; a narrow one never squashes them
+        QVBoxLayout(settings_box).addWidget(ColumnScroll(column, [self.form]))
         return settings_box
 
     def _build_stats_box(self) -> QGroupBox:
@@ -137,9 +143,12 @@ class DataTab(QWidget):
         self.preview = QTextBrowser()
         self.preview.setObjectName("chunkPreview")
         self.preview.setPlaceholderText("Chunk preview: consecutive training windows, the overlap highlighted")
-        stats_box = QGroupBox("Dataset statistics")
         split = add_items(QHBoxLayout(), (self.hist_holder, 1), (self.preview, 1))
-        add_items(QVBoxLayout(stats_box), labeled_row("Dataset", self.dataset_box), self.stats_label, (split, 1))
+        column = QWidget()
+        add_items(QVBoxLayout(column), labeled_row("Dataset", self.dataset_box), self.stats_label, (split, 1),
+                  margins=0)
+        stats_box = QGroupBox("Dataset statistics")
+        QVBoxLayout(stats_box).addWidget(ColumnScroll(column))  # the files above keep their rows in a short window
         return stats_box
 
     def _connect_signals(self) -> None:
@@ -356,6 +365,7 @@ class DataTab(QWidget):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
+        show_rows(self.table, FILE_ROWS)  # measured again: the theme or the font may have changed the row height
         if self.hist is None:
             QTimer.singleShot(0, self._ensure_hist)
 
@@ -368,7 +378,7 @@ class DataTab(QWidget):
             self.hist.setTitle("Document length (tokens)", color="#111827", size="10pt")
             self.hist.setLabel("left", "documents")
             self.hist.showGrid(x=False, y=True, alpha=0.15)
-            self.hist.setMinimumHeight(160)
+            self.hist.setMinimumHeight(120)
             self.hist_holder.addWidget(self.hist)
         return self.hist
 

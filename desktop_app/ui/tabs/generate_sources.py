@@ -10,6 +10,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QListWidget, QListWidgetItem
 
+from desktop_app.engine.run_folder import is_checkpoint_folder, is_run_folder, list_committed
 from desktop_app.ui.widgets.gguf_models import add_gguf_choices
 
 
@@ -28,13 +29,28 @@ def step_label(path: Path) -> str:
     return str(int(digits)) if digits.isdigit() else html.escape(name)
 
 
-def list_sources(source_box: QComboBox, compare_list: QListWidget, workspace: Any) -> None:
-    """Fill the model box and the list of checkpoints to compare (each emptied first) from `workspace`."""
+def source_name(path: str, label: str = "") -> str:
+    """A model's name in the chat: "RUN · step N" for a run (its newest checkpoint) or a checkpoint; for a file (a
+    GGUF) its label in the model list (Ollama's blobs have no names of their own); else the folder's name."""
+    p = Path(path)
+    if p.is_dir() and is_run_folder(p):
+        committed = list_committed(p)
+        return f"{p.name} · step {step_label(committed[-1])}" if committed else p.name
+    if p.is_dir() and is_checkpoint_folder(p):
+        return f"{p.parent.parent.name} · step {step_label(p)}"
+    return (label if p.is_file() and label else "") or p.name
+
+
+def list_sources(source_box: QComboBox, compare_list: QListWidget, workspace: Any) -> list[Path]:
+    """Fill the model box and the list of checkpoints to compare (each emptied first) from `workspace`; the runs
+    listed (those with a checkpoint), newest first."""
     source_box.clear()
     compare_list.clear()
+    runs: list[Path] = []
     for run in workspace.items("runs"):
         ckpts = checkpoint_folders(run)
         if ckpts:
+            runs.append(run)
             source_box.addItem(f"run {run.name} (newest checkpoint, step {step_label(ckpts[-1])})", str(run))
             for c in ckpts:
                 item = QListWidgetItem(f"{run.name} · step {step_label(c)}")
@@ -47,3 +63,4 @@ def list_sources(source_box: QComboBox, compare_list: QListWidget, workspace: An
             if p.is_dir() and (p / "config.json").exists():
                 source_box.addItem(f"{kind[:-1]} {p.name}", str(p))
     add_gguf_choices(source_box, workspace)  # the workspace's .gguf files, Ollama's and LM Studio's, "GGUF file…"
+    return runs

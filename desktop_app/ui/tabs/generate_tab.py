@@ -7,10 +7,14 @@ Two modes (the `chat` setting; a model that ships its own chat template opens in
   chat template. Enter sends, Shift+Enter starts a new line; the box empties once sent. Regenerate asks again for
   the last reply, Edit puts one of your messages back in the box (the chat after it is forgotten). When the chat
   outgrows the model's context its oldest turns are left out of what the model sees (the status line says so).
+  Each reply names its model; choosing another model mid-chat keeps the chat and marks the change ("model: NAME").
 - Text completion: the model continues the prompt (Ctrl+Enter generates), several samples or checkpoints side by
   side. Beams above 1 switch to beam search: the sampling-only settings (temperature, top-k, top-p, min-p, seed)
   are greyed out and not used, length penalty and early stopping become active, and each output shows its beam's
   text when the search ends (beams cannot stream: a beam's past can still change).
+- Seeds: each reply (and each Regenerate) draws a new seed, written into the Seed field and the reply's footer;
+  setting a seed (or unticking "New seed for each reply") keeps it, and the same seed and settings give the same reply.
+- The model: the run that finished last, until the person chooses one (the list, Browse, the Library).
 """
 
 from __future__ import annotations
@@ -37,14 +41,18 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.events import Controls, GenerationStats, TextDelta
+from desktop_app.engine.generate.choices import newest_finished_run, reply_spec, uses_seed
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.generate_support import ModelCache, finish_words, opens_in_chat
-from desktop_app.ui.tabs.generate_sources import list_sources, step_label
+from desktop_app.ui.tabs.generate_sources import list_sources, source_name, step_label
 from desktop_app.ui.tabs.serve_panel import ServePanel
 from desktop_app.ui.widgets.chat_view import Bubble, ChatInput, ChatView, copy_text
-from desktop_app.ui.widgets.gguf_models import attach_gguf_chooser
-from desktop_app.ui.widgets.layouts import add_items, button, note_label, path_combo, scroll_area, splitter
+from desktop_app.ui.widgets.fitting import ColumnScroll
+from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF, attach_gguf_chooser
+from desktop_app.ui.widgets.layouts import add_items, button, note_label, path_combo, splitter
+from desktop_app.ui.widgets.mode_button import ModeButton
+from desktop_app.ui.widgets.opened_ggufs import remember_gguf_model, window_settings
 from desktop_app.ui.widgets.spec_form import SpecForm
 from desktop_app.ui.widgets.stream_view import StreamView
 
@@ -93,6 +101,9 @@ class GenerateTab(QWidget):
         self._beams = 1  # num_beams of the running generation
         self._max_new = 0  # max_new_tokens of the running generation (for "cut at the longest reply")
         self._mode_pending = False  # the model changed while the tab was hidden: choose its mode when shown
+        self._person_chose = False  # the person picked the model: a run that finishes later does not replace it
+        self._seed: int | None = None  # the seed of the generation in flight (None: greedy or beams, no seed)
+        self._drawn_seed = GenerateSpec().seed  # the Seed field as last drawn: any other value was set by the person
 
         top = self._build_model_bar()
         body = splitter(Qt.Orientation.Horizontal, [self._build_settings_panel(), self._build_conversation()],
@@ -110,13 +121,15 @@ class GenerateTab(QWidget):
         self.source_box.setToolTip("A run (its newest checkpoint), one checkpoint, an export or a Hugging Face folder")
         self.browse_btn = QPushButton("Browse…")
         self.refresh_btn = QPushButton("Refresh")
-        self.chat_btn = button("Chat", "chatModeButton",
-                               "A conversation through the model's chat template (on for models that ship one)")
-        self.complete_btn = button("Text completion", "completionModeButton",
-                                   "The model continues your text; several samples or checkpoints side by side")
+        self.chat_btn = ModeButton("Chat")
+        self.complete_btn = ModeButton("Text completion")
         self.mode_group = QButtonGroup(self)
-        for b in (self.chat_btn, self.complete_btn):
-            b.setCheckable(True)
+        for b, name, tip in ((self.chat_btn, "chatModeButton",
+                              "A conversation through the model's chat template (on for models that ship one)"),
+                             (self.complete_btn, "completionModeButton",
+                              "The model continues your text; several samples or checkpoints side by side")):
+            b.setObjectName(name)
+            b.setToolTip(tip)
             self.mode_group.addButton(b)
         top = add_items(QHBoxLayout(), QLabel("Model"), (self.source_box, 1), self.browse_btn, self.refresh_btn)
         top.addSpacing(12)
@@ -125,6 +138,15 @@ class GenerateTab(QWidget):
     def _build_settings_panel(self) -> QScrollArea:
         """The left column: sampling settings, the checkpoints to compare, the local server."""
         self.form = SpecForm(GenerateSpec)
+        self.new_seed_check = QCheckBox("New seed for each reply")
+        self.new_seed_check.setObjectName("newSeedCheck")
+        self.new_seed_check.setChecked(True)
+        self.new_seed_check.setToolTip("Each reply and each Regenerate draws a new seed (shown in the Seed field and "
+                                       "under the reply). Untick it, or type a seed, to keep one: the same seed and "
+                                       "settings give the same reply again.")
+        form_rows = self.form.layout()
+        seed_row, _role = form_rows.getWidgetPosition(self.form.editors["seed"])  # type: ignore[attr-defined]
+        form_rows.insertRow(seed_row + 1, self.new_seed_check)  # type: ignore[attr-defined]  # the whole width
         self.compare_check = QCheckBox("Compare checkpoints side by side")
         self.compare_list = QListWidget()
         self.compare_list.setObjectName("compareList")
@@ -137,8 +159,7 @@ class GenerateTab(QWidget):
         ll = add_items(QVBoxLayout(left_inner), settings_box, self.serve_panel)
         ll.setContentsMargins(0, 0, 6, 0)
         ll.addStretch(1)
-        left = scroll_area(left_inner)
-        left.setMinimumWidth(280)
+        left = ColumnScroll(left_inner, [self.form])
         return left
 
     def _build_conversation(self) -> QWidget:
@@ -194,22 +215,32 @@ class GenerateTab(QWidget):
         self.chat_btn.clicked.connect(lambda _=False: self.set_chat_mode(True))
         self.complete_btn.clicked.connect(lambda _=False: self.set_chat_mode(False))
         self.source_box.currentIndexChanged.connect(lambda _i: self._on_source_changed())
+        self.source_box.activated.connect(lambda _i: setattr(self, "_person_chose", True))
         self.chat_view.copy_requested.connect(copy_text)
         self.chat_view.regenerate_requested.connect(self.regenerate)
         self.chat_view.edit_requested.connect(self.edit_message)
 
     # --- sources ---
     def refresh_sources(self) -> None:
+        """List the models again; the person's choice is kept, else the run that finished last is chosen."""
         current = self.source_box.currentData()
         self.source_box.blockSignals(True)
-        list_sources(self.source_box, self.compare_list, self.ctx.workspace)
-        if current:
-            self.select_source(current)  # kept, even when it is no longer listed (a folder chosen with Browse)
+        runs = list_sources(self.source_box, self.compare_list, self.ctx.workspace)
+        newest = None if self._person_chose else newest_finished_run(runs)
+        target = str(newest) if newest is not None else current
+        if target and target != CHOOSE_GGUF:
+            self._show_source(target)  # kept, even when it is no longer listed (a folder chosen with Browse)
         self.source_box.blockSignals(False)
         if self.source_box.currentData() != current:
             self._on_source_changed()
 
     def select_source(self, path: str) -> None:
+        """Choose the model at `path` for the person (the Library, a finished run's "Chat", Browse, tests): kept
+        when the list is refreshed."""
+        self._person_chose = True
+        self._show_source(path)
+
+    def _show_source(self, path: str) -> None:
         i = self.source_box.findData(str(path))
         if i < 0:
             self.source_box.addItem(Path(path).name, str(path))
@@ -226,9 +257,12 @@ class GenerateTab(QWidget):
         """A model taught to chat opens in Chat, any other in Text completion (see `opens_in_chat`). Decided once the
         tab is shown: reading a model's tokenizer files has no place in the window's start-up."""
         path = self.source_box.currentData()
+        if not path or path == CHOOSE_GGUF:  # "Choose a model…", or "GGUF file…" before its dialog: no model yet
+            return
+        remember_gguf_model(window_settings(self), path)  # a GGUF file opened here is listed in the Library
         if not self.isVisible():
             self._mode_pending = True
-        elif path and not self.running:
+        elif not self.running:
             self._mode_pending = False
             self.set_chat_mode(opens_in_chat(path))
 
@@ -295,6 +329,10 @@ class GenerateTab(QWidget):
     def _on_form_changed(self) -> None:
         if self.chat_btn.isChecked() != self.chat_mode():
             self._mode_pending = False  # the mode was set through the settings: keep it
+        seed = self.form.spec().seed
+        if seed != self._drawn_seed:  # a seed the person set (typed, or set for them) is kept, not drawn over
+            self._drawn_seed = seed
+            self.new_seed_check.setChecked(False)
         self._sync_beam_controls()
         self._sync_chat_controls()
         self.form.show_problems(self.settings_spec().validate())
@@ -309,6 +347,7 @@ class GenerateTab(QWidget):
             enabled = (name in BEAM_ONLY) == beams
             editor.setEnabled(enabled)
             self.form.labels[name].setEnabled(enabled)
+        self.new_seed_check.setEnabled(not beams)
 
     def _sync_chat_controls(self) -> None:
         """Chat shows the conversation, the system prompt and "New chat"; Text completion the outputs side by side."""
@@ -355,6 +394,7 @@ class GenerateTab(QWidget):
         if targets is None:
             return False
         paths, titles, spec = targets
+        spec = self._seeded(spec)
         if chat:
             self.prompt.clear()  # sent: the box is free for the next message
             if not self.history:
@@ -394,12 +434,27 @@ class GenerateTab(QWidget):
         titles = [f"{label} {i + 1}" for i in range(spec.samples)] if spec.samples > 1 else ["Output"]
         return [path], titles, spec
 
+    def _seeded(self, spec: GenerateSpec) -> GenerateSpec:
+        """`spec` with this reply's seed: a new one unless the person keeps theirs (the engine's rule), shown in the
+        Seed field so that typing it back gives this reply again."""
+        seeded = reply_spec(spec, new_seed=self.new_seed_check.isChecked())
+        if seeded.seed != spec.seed:
+            self._drawn_seed = seeded.seed
+            self.form.set_value("seed", seeded.seed)
+        return seeded
+
     def _send_chat(self, paths: list[str], spec: GenerateSpec) -> bool:
-        """The conversation so far (ending with your message) to the model; its reply streams into a new bubble."""
+        """The conversation so far (ending with your message) to the model; its reply streams into a new bubble
+        that names the model, under a line "model: NAME" when the reply before it came from another model."""
         # One reply per turn: the transcript holds one assistant message per user message.
         spec = spec.replace(samples=1)
         self._reply = ""
-        self._reply_bubble = self.chat_view.add("assistant")
+        path = paths[0]
+        model = (path, source_name(path, self.source_box.itemText(self.source_box.findData(path))))
+        before = next((b for b in reversed(self.chat_view.bubbles) if b.role == "assistant" and b.in_history), None)
+        changed = before is not None and before.model != model
+        self._reply_bubble = self.chat_view.add("assistant", line=f"model: {model[1]}" if changed else "")
+        self._reply_bubble.set_author(*model)
         self.chat_view.set_regenerable(None)
         self.chat_view.set_editable(False)
         return self._start(paths, self.messages(), spec)
@@ -410,6 +465,7 @@ class GenerateTab(QWidget):
         controls = Controls()
         self._columns = len(paths) > 1
         self._beams, self._max_new = spec.num_beams, spec.max_new_tokens
+        self._seed = spec.seed if uses_seed(spec) else None
         self.task = self.ctx.runner.start("generate",
                                           lambda: _generate_job(self.cache, paths, request, spec, controls), controls)
         self.task.produced.connect(self._on_item)
@@ -431,7 +487,7 @@ class GenerateTab(QWidget):
         last = self.chat_view.last("assistant")
         if last is not None:
             self.chat_view.remove_from(self.chat_view.bubbles.index(last))
-        return self._send_chat([path], self.settings_spec())
+        return self._send_chat([path], self._seeded(self.settings_spec()))  # asked again: drawn again
 
     def edit_message(self, index: int) -> None:
         """Put message `index` (one of yours) back in the box; it and the chat after it are forgotten."""
@@ -474,17 +530,22 @@ class GenerateTab(QWidget):
             if 0 <= index < len(self.outputs):
                 self.outputs[index].append_text(event.text)
         elif isinstance(event, GenerationStats):
-            self.stats.append(event)
-            how = finish_words(event.finish_reason, self._max_new)
-            if self._reply is not None:
-                self._reply = event.text  # the whole reply (equal to what streamed, stopped or not)
-                if self._reply_bubble is not None:
-                    self._reply_bubble.set_note(f"{len(event.token_ids):,} tokens · {event.tokens_per_s:.1f} "
-                                                f"tokens/s · {how}")
-            notes = [self._trim_note()] if self._trimmed else []
-            self.stats_label.setText(" · ".join(
-                notes + [f"{s.tokens_per_s:.1f} tokens/s, first token {s.ttft_ms:.0f} ms, "
-                         f"{finish_words(s.finish_reason, self._max_new)}" for s in self.stats[-3:]]))
+            self._on_stats(event)
+
+    def _on_stats(self, event: GenerationStats) -> None:
+        """A finished output: its figures, how it ended and its seed, under the reply and in the status line."""
+        self.stats.append(event)
+        how = finish_words(event.finish_reason, self._max_new)
+        seed = [] if self._seed is None else [f"seed {self._seed}"]
+        if self._reply is not None:
+            self._reply = event.text  # the whole reply (equal to what streamed, stopped or not)
+            if self._reply_bubble is not None:
+                self._reply_bubble.set_note(" · ".join([f"{len(event.token_ids):,} tokens",
+                                                        f"{event.tokens_per_s:.1f} tokens/s", how, *seed]))
+        notes = [self._trim_note()] if self._trimmed else []
+        self.stats_label.setText(" · ".join(
+            notes + [f"{s.tokens_per_s:.1f} tokens/s, first token {s.ttft_ms:.0f} ms, "
+                     f"{finish_words(s.finish_reason, self._max_new)}" for s in self.stats[-3:]] + seed))
 
     def _trim_note(self) -> str:
         return f"the {self._trimmed} oldest messages no longer fit the model's context: it did not see them"

@@ -8,13 +8,14 @@ the run inside that fits (the newest one with curves for Show in plots, with a c
 from __future__ import annotations
 
 import html
+import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import QEvent, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -38,8 +39,17 @@ from desktop_app.engine.runs import nested_runs, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.library_details import folder_details_html, is_adapter_run, run_details_html, run_status
-from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html
+from desktop_app.ui.widgets.base_picker import RECENT_KEY
+from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html, workspace_ggufs
 from desktop_app.ui.widgets.layouts import add_items, button, progress_bar, splitter
+from desktop_app.ui.widgets.opened_ggufs import (
+    GGUF_KIND,
+    OPENED_KEY,
+    add_opened_group,
+    opened_details_html,
+    opened_ggufs,
+    window_settings,
+)
 from desktop_app.ui.widgets.run_view import run_method_key
 
 KIND_TITLES = {"runs": "Runs", "models": "Models", "datasets": "Datasets", "tokenizers": "Tokenizers",
@@ -48,6 +58,11 @@ PATH_ROLE = Qt.ItemDataRole.UserRole
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMNS = ("Name", "Method", "Status", "Loss", "Modified", "Size")
 NAME, METHOD, STATUS, LOSS, MODIFIED, SIZE = range(len(COLUMNS))
+# The longest usual text of each column but the name: the name takes the rest of the width, so Size stays in sight.
+COLUMN_SAMPLES = {METHOD: "Pretraining", STATUS: "stopped early", LOSS: "0.000", MODIFIED: "2026-12-31 23:59",
+                  SIZE: "999.9 MB"}
+NAME_MIN_CHARS = 14  # the name keeps this many characters (elided in the middle: the tooltip has the path)
+OUTSIDE_KINDS = (STORE_KIND, GGUF_KIND)  # models that live outside the workspace: never renamed or deleted here
 
 
 def folder_size(path: Path) -> int:
@@ -88,8 +103,9 @@ class LibraryTab(QWidget):
         self.ctx = ctx
         self.task = None
         self.last_export: str = ""
+        self.opened_group: QTreeWidgetItem | None = None  # the GGUF models opened in the window, when any
         split = splitter(Qt.Orientation.Horizontal, [self._build_tree_panel(), self._build_actions_panel()],
-                         sizes=(660, 500), collapsible=False)
+                         sizes=(720, 400), collapsible=False)
         QVBoxLayout(self).addWidget(split, 1)
         self._connect_signals()
         self.refresh()
@@ -100,11 +116,11 @@ class LibraryTab(QWidget):
         self.tree.setObjectName("libraryTree")
         self.tree.setHeaderLabels(list(COLUMNS))
         self.tree.setAlternatingRowColors(True)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a run's name and its date suffix both show
         header = self.tree.header()
-        header.setStretchLastSection(True)  # the name keeps its width in a narrow window: the list scrolls instead
-        for column, width in ((NAME, 210), (METHOD, 100), (STATUS, 92), (LOSS, 52), (MODIFIED, 126), (SIZE, 64)):
-            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
-            self.tree.setColumnWidth(column, width)
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        self._fit_columns()
         self.tree.headerItem().setToolTip(LOSS, "The last training loss the run reported")
         self.refresh_btn = QPushButton("Refresh")
         self.open_btn = QPushButton("Open folder")
@@ -115,6 +131,29 @@ class LibraryTab(QWidget):
         left = QWidget()
         add_items(QVBoxLayout(left), (self.tree, 1), files_bar, margins=0)
         return left
+
+    def _fit_columns(self) -> None:
+        """Each column but the name as wide as its usual text (and its bold title); the name takes the rest of the
+        width, and keeps a few characters: the list is never so narrow that Size goes out of sight."""
+        header = self.tree.header()
+        bold = QFont(header.font())
+        bold.setBold(True)
+        title, text = QFontMetrics(bold), self.tree.fontMetrics()
+        pad = 16  # the theme's cell and title padding, and a little air
+        total = 0
+        for column, sample in COLUMN_SAMPLES.items():
+            width = max(title.horizontalAdvance(COLUMNS[column]), text.horizontalAdvance(sample)) + pad
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            self.tree.setColumnWidth(column, width)
+            total += width
+        name = NAME_MIN_CHARS * text.averageCharWidth() + pad
+        self.tree.setMinimumWidth(total + name + self.tree.verticalScrollBar().sizeHint().width()
+                                  + 2 * self.tree.frameWidth())
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._fit_columns()  # the texts got wider or narrower
 
     def _build_actions_panel(self) -> QWidget:
         """What to do with the selected item, its details, and the export row with its progress."""
@@ -130,17 +169,17 @@ class LibraryTab(QWidget):
         self.use_btn = QPushButton("Train on it")
         # held-out tasks, questions, perplexity (evaluate_view.py)
         self.evaluate_btn = button("Evaluate…", "libraryEvaluate")
-        actions = QGridLayout()  # three by two: the column stays narrow on a small screen
-        for i, b in enumerate((self.plots_btn, self.resume_btn, self.watch_btn, self.generate_btn, self.evaluate_btn,
+        actions = QGridLayout()  # two by three: the column stays narrow, the list beside it keeps Size in sight
+        for i, b in enumerate((self.plots_btn, self.generate_btn, self.resume_btn, self.evaluate_btn, self.watch_btn,
                                self.use_btn)):
-            actions.addWidget(b, i // 3, i % 3)
+            actions.addWidget(b, i // 2, i % 2)
         right = QWidget()
         add_items(QVBoxLayout(right), actions, (self.details, 1), self._build_export_row(), self.merge_check,
                   self.progress, margins=0)
         return right
 
-    def _build_export_row(self) -> QHBoxLayout:
-        """Export as (format), Export and Cancel; the merge option and the progress bar that go under it."""
+    def _build_export_row(self) -> QVBoxLayout:
+        """Export as (format), and Export and Cancel under it; the merge option and the progress bar go below."""
         self.format_box = QComboBox()
         self.format_box.addItem("Hugging Face folder", "hf")
         self.format_box.addItem("Zip archive", "zip")
@@ -154,9 +193,11 @@ class LibraryTab(QWidget):
         self.export_btn = button("Export", primary=True)
         self.cancel_export_btn = button("Cancel", enabled=False)
         self.progress = progress_bar("exports go to the workspace's exports folder")
-        exp = add_items(QHBoxLayout(), QLabel("Export as"), self.format_box, self.export_btn, self.cancel_export_btn)
-        exp.addStretch(1)
-        return exp
+        # Export and Cancel under the format: side by side they made the column too wide for a 1024-pixel window
+        buttons = add_items(QHBoxLayout(), self.export_btn, self.cancel_export_btn)
+        buttons.addStretch(1)
+        return add_items(QVBoxLayout(), add_items(QHBoxLayout(), QLabel("Export as"), (self.format_box, 1)), buttons,
+                         margins=0)
 
     def _connect_signals(self) -> None:
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh())
@@ -201,9 +242,32 @@ class LibraryTab(QWidget):
                         child.setExpanded(True)
             top.setExpanded(True)
         add_store_group(self.tree, PATH_ROLE, KIND_ROLE, STATUS, SIZE)  # Ollama's and LM Studio's models, if any
+        self.opened_group = add_opened_group(self.tree, self.opened_models(), (PATH_ROLE, KIND_ROLE),
+                                             (STATUS, MODIFIED, SIZE))
         if selected:
             self.select(selected)
         self._update_buttons()
+
+    def opened_models(self) -> list[Path]:
+        """GGUF files opened as a chat model or a fine-tuning base that still exist (the workspace's own are listed
+        under Models and Exports already)."""
+        return opened_ggufs(window_settings(self), (OPENED_KEY, RECENT_KEY), workspace_ggufs(self.ctx.workspace))
+
+    def refresh_opened(self) -> None:
+        """List the opened GGUF models again (one was opened in another tab since the last refresh)."""
+        selected = self.selected_path()
+        group = self.opened_group
+        index = self.tree.indexOfTopLevelItem(group) if group is not None else -1
+        if index >= 0:
+            self.tree.takeTopLevelItem(index)
+        self.opened_group = add_opened_group(self.tree, self.opened_models(), (PATH_ROLE, KIND_ROLE),
+                                             (STATUS, MODIFIED, SIZE))
+        if selected and not self.select(selected):
+            self._show_details(self.tree.currentItem())
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.refresh_opened()
 
     def _item(self, p: Path, kind: str) -> QTreeWidgetItem | None:
         try:
@@ -290,8 +354,9 @@ class LibraryTab(QWidget):
     def _update_buttons(self) -> None:
         kind, path = self.selected_kind(), self.selected_path()
         has = bool(kind)
-        for b in (self.open_btn, self.rename_btn, self.delete_btn):
-            b.setEnabled(has)
+        self.open_btn.setEnabled(has)
+        for b in (self.rename_btn, self.delete_btn):  # another app's files (Ollama's, LM Studio's) stay as they are
+            b.setEnabled(has and kind not in OUTSIDE_KINDS)
         run = kind == "runs"
         self.plots_btn.setEnabled(run and bool(self.run_inside(path, "metrics")))
         can_resume, why = self._resume_state(path) if run else (False, "")
@@ -300,11 +365,11 @@ class LibraryTab(QWidget):
                                    if can_resume or not why else f"Cannot resume: {why}")
         self.watch_btn.setEnabled(run)
         model = self.run_inside(path, "checkpoint") if run else path
-        self.generate_btn.setEnabled(kind in ("models", "exports", STORE_KIND) or (run and bool(model)))
+        self.generate_btn.setEnabled(kind in ("models", "exports", *OUTSIDE_KINDS) or (run and bool(model)))
         self.use_btn.setEnabled(kind == "datasets")
-        self.export_btn.setEnabled(kind in ("models", STORE_KIND) or (run and bool(model)))
+        self.export_btn.setEnabled(kind in ("models", *OUTSIDE_KINDS) or (run and bool(model)))
         self.merge_check.setVisible(run and bool(model) and is_adapter_run(Path(model)))
-        self.evaluate_btn.setEnabled(kind in ("models", "exports", STORE_KIND) or (run and bool(model)))
+        self.evaluate_btn.setEnabled(kind in ("models", "exports", *OUTSIDE_KINDS) or (run and bool(model)))
 
     def _show_details(self, item: QTreeWidgetItem | None) -> None:
         self._update_buttons()
@@ -313,8 +378,8 @@ class LibraryTab(QWidget):
             return
         path = Path(item.data(0, PATH_ROLE))
         kind = item.data(0, KIND_ROLE)
-        if kind == STORE_KIND:
-            self.details.setHtml(store_details_html(str(path)))
+        if kind in OUTSIDE_KINDS:
+            self.details.setHtml(store_details_html(str(path)) if kind == STORE_KIND else opened_details_html(path))
             return
         item.setText(SIZE, _human(folder_size(path)))
         parts = [f"<h3>{_esc(path.name)}</h3><p style='color:#6b7280'>{_esc(str(path))}</p>"]
@@ -338,7 +403,7 @@ class LibraryTab(QWidget):
             target = self.run_inside(path, "metrics")
             if target:
                 self.show_run_requested.emit(target if not pipeline_resumable(path) else path)
-        elif kind in ("models", "exports", STORE_KIND):
+        elif kind in ("models", "exports", *OUTSIDE_KINDS):
             self.generate_requested.emit(path)
         elif kind == "datasets":
             self.dataset_requested.emit(path)
@@ -379,6 +444,8 @@ class LibraryTab(QWidget):
 
     def open_selected(self) -> None:
         path = self.selected_path() or str(self.ctx.workspace.root)
+        if self.selected_kind() in OUTSIDE_KINDS:
+            path = str(Path(path).parent)  # the folder that holds the model file, not the file itself
         QDesktopServices.openUrl(QUrl.fromLocalFile(path))
 
     def _busy_with(self, path: str) -> bool:
@@ -399,8 +466,17 @@ class LibraryTab(QWidget):
         if ok and name:
             self.rename(path, name)
 
+    def _outside_workspace(self, path: str, action: str) -> bool:
+        """Refuse to rename or delete a file outside the workspace (a GGUF model of Ollama's, LM Studio's, or
+        one opened from another folder): it belongs to its app or its owner."""
+        if Path(os.path.abspath(path)).is_relative_to(os.path.abspath(self.ctx.workspace.root)):  # links stay inside
+            return False
+        self.ctx.report_error(f"{Path(path).name} is not in the workspace ({path}): it is not {action} here. "
+                              "Use its own app or your file manager.", title="Not in the workspace")
+        return True
+
     def rename(self, path: str, new_name: str) -> str | None:
-        if self._busy_with(path):
+        if self._outside_workspace(path, "renamed") or self._busy_with(path):
             return None
         src = Path(path)
         clean = slugify(new_name)
@@ -419,7 +495,7 @@ class LibraryTab(QWidget):
 
     def delete_selected(self) -> bool:
         path = self.selected_path()
-        if not path or self._busy_with(path):
+        if not path or self._outside_workspace(path, "deleted") or self._busy_with(path):
             return False
         p = Path(path)
         if not self.ctx.confirm("Delete", f"Delete {p.name} ({_human(folder_size(p))}) for good?\n{p}", self):
@@ -432,12 +508,19 @@ class LibraryTab(QWidget):
         self.ctx.workspace_items_changed.emit()
         return True
 
+    def _progress_text(self, text: str) -> None:
+        """A file name or path on the export bar: shortened in the middle to fit, whole in the tooltip."""
+        self.progress.setToolTip(text)
+        width = max(40, self.progress.width() - 16)
+        elided = self.progress.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, width)
+        self.progress.setFormat(elided.replace("%", "%%"))  # a % is the bar's own placeholder
+
     def export_selected(self, fmt: str | None = None) -> bool:
         kind = self.selected_kind()
         source = self.selected_path()
         if kind == "runs":
             source = self.run_inside(source, "checkpoint")
-        if not source or kind not in ("runs", "models", STORE_KIND):
+        if not source or kind not in ("runs", "models", *OUTSIDE_KINDS):
             self.ctx.report_error("Select a run (with a checkpoint) or a model to export.", title="Export")
             return False
         fmt = fmt or self.format_box.currentData()
@@ -452,7 +535,7 @@ class LibraryTab(QWidget):
         self.task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Export failed"))
         self.task.finished.connect(self._on_export_finished)
         self.progress.setValue(0)
-        self.progress.setFormat(f"exporting to {out.name}…")
+        self._progress_text(f"exporting to {out.name}…")
         self.export_btn.setEnabled(False)
         self.cancel_export_btn.setEnabled(True)
         return True
@@ -475,7 +558,7 @@ class LibraryTab(QWidget):
             if item.reason == "completed":
                 self.last_export = str(item.result.get("path", ""))
                 self.progress.setValue(1000)
-                self.progress.setFormat(f"exported: {self.last_export}")
+                self._progress_text(f"exported: {self.last_export}")
             else:
                 self.progress.setFormat(item.reason)
                 if item.reason == "failed":

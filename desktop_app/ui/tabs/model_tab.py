@@ -26,6 +26,7 @@ from desktop_app.engine import presets
 from desktop_app.engine.model import sizing
 from desktop_app.engine.specs import ModelSpec, SpecError, load_json, save_json
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.fitting import show_rows
 from desktop_app.ui.widgets.layouts import add_items, button, note_label, scroll_area
 from desktop_app.ui.widgets.spec_form import SpecForm
 
@@ -122,6 +123,7 @@ class ModelTab(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        show_rows(self.table, 3)  # the figures above may grow (a long breakdown): the table keeps a few rows in sight
         table_box = QGroupBox("Layer shapes")
         QVBoxLayout(table_box).addWidget(self.table)
         return table_box
@@ -181,23 +183,37 @@ class ModelTab(QWidget):
         self.problems.setText("\n".join(f"⚠ {p}" for p in problems))
         self.problems.setVisible(bool(problems))
         if problems:
-            for lab in (self.params_label, self.memory_label, self.flops_label, self.tokens_label):
-                lab.setText("–")
-            self.table.setRowCount(0)
+            self._show_unavailable(self.form.in_words(problems[0]))
             self.spec_changed.emit(None)
             return
+        self._show_figures(spec)
+        self._fill_table(spec)
+        self.spec_changed.emit(spec)
+
+    def _show_unavailable(self, reason: str) -> None:
+        """No figures while the spec has a problem: the last valid spec's would read as this one's."""
+        for lab in (self.params_label, self.memory_label, self.flops_label, self.tokens_label):
+            lab.setText("–")
+        self.breakdown_label.setText(f"Memory breakdown: — (unavailable until the spec is fixed: {reason})")
+        self.memory_label.setToolTip(reason)
+        self.table.setRowCount(0)
+
+    def _show_figures(self, spec: ModelSpec) -> None:
         n = sizing.count_parameters(spec)
         self.params_label.setText(f"{n:,}")
         self.params_label.setToolTip(sizing.human_count(n))
         mem = sizing.estimate_memory(spec, batch_size=self.batch_box.value(),
                                      precision=self.precision_box.currentText())
         self.memory_label.setText(sizing.human_bytes(mem["total"]))
+        self.memory_label.setToolTip("")
         self.breakdown_label.setText(
             "Memory: " + ", ".join(f"{k} {sizing.human_bytes(v)}" for k, v in mem.items() if k != "total")
             + ".   Parameters: " + ", ".join(f"{k} {sizing.human_count(v)}"
                                               for k, v in sizing.parameter_breakdown(spec).items()))
         self.flops_label.setText(sizing.human_count(sizing.flops_per_token(spec)))
         self.tokens_label.setText(sizing.human_count(sizing.compute_optimal_tokens(spec)))
+
+    def _fill_table(self, spec: ModelSpec) -> None:
         rows = sizing.layer_table(spec)
         self.table.setUpdatesEnabled(False)
         self.table.setRowCount(len(rows))
@@ -208,7 +224,6 @@ class ModelTab(QWidget):
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(r, 2, item)
         self.table.setUpdatesEnabled(True)
-        self.spec_changed.emit(spec)
 
     # --- files ---
     def save_spec(self, path: str | Path) -> None:

@@ -19,14 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (
-    QGridLayout,
-    QHBoxLayout,
-    QPushButton,
-    QSplitter,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from desktop_app.cli.command_line import pipeline_commands, run_commands, torchrun_command
 from desktop_app.engine.errors import UserError
@@ -41,21 +34,16 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.methods import PIPELINE
+from desktop_app.engine.recipes.selfplay_demo import demo_plan
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError
+from desktop_app.engine.train.preflight import ERROR
 from desktop_app.engine.train.request import RunRequest, plan_run
 from desktop_app.ui import train_jobs
 from desktop_app.ui.background import Task
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.run_watch import RunWatch
 from desktop_app.ui.tabs.train_dialogs import CliDialog, choose_run_folder, save_config_dialog
-from desktop_app.ui.train_state import (
-    DEMO,
-    PIPELINE_JOB,
-    RUN,
-    JobStart,
-    TrainState,
-    start_hint,
-)
+from desktop_app.ui.train_state import DEMO, PIPELINE_JOB, RUN, JobStart, TrainState, start_hint
 from desktop_app.ui.widgets.record_preview import RecordPreview
 from desktop_app.ui.widgets.run_view import PLOT_FAMILY, RunView
 from desktop_app.ui.widgets.train_setup import SAMPLE_DATASET, TrainSetup
@@ -318,10 +306,21 @@ class TrainTab(QWidget):
         return self._launch_resume(config, run_dir)
 
     def _launch_new(self, request: RunRequest, config: RunConfig, run_dir: Path, activity: str = "") -> bool:
+        """A new run, unless preflight says it cannot work here (the reason and what would work go to the person;
+        nothing is created). Its warnings, shown beside the settings, go to the run's log too."""
+        findings = self.setup.check_request(request)
+        errors = [f"• {f.message}" for f in findings if f.level == ERROR]
+        if errors:
+            self.ctx.report_error("This run cannot work on this machine:\n" + "\n".join(errors),
+                                  title="Check the settings")
+            return False
         controls = Controls()
-        return self._run_job(lambda: train_jobs.train_job(request, run_dir, controls), controls,
-                             JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
-                                      f"Run folder: {run_dir}", config, activity))
+        started = self._run_job(lambda: train_jobs.train_job(request, run_dir, controls), controls,
+                                JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
+                                         f"Run folder: {run_dir}", config, activity))
+        for finding in findings:
+            self.run_view.log("warning", f"before the start: {finding.message}")
+        return started
 
     def _launch_resume(self, config: RunConfig, run_dir: Path) -> bool:
         controls = Controls()
@@ -336,6 +335,7 @@ class TrainTab(QWidget):
             return False
         self.selfplay_demo_requested.emit()
         out = self.ctx.workspace.folder("runs") / time.strftime("selfplay-demo-%Y%m%d-%H%M%S")
+        self.setup.show_plan(demo_plan(minutes))  # the form's settings are not what the demo runs
         controls = Controls()
         return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes, train_overrides), controls,
                              JobStart(DEMO, out, f"self-play CPU demo in {out}", "self-play demo: writing the seed "
@@ -480,6 +480,8 @@ class TrainTab(QWidget):
 
             # the engine's record of where each stage ended
             self.pipeline.set_engine_states(read_state(self.pipeline_dir), ended=True)
+        if self.state.job == DEMO:
+            self.setup.show_plan(None)
         self.state.end()
         if self.run_dir is not None:
             self.run_changed.emit(str(self.run_dir))

@@ -17,6 +17,7 @@ from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import RunConfig
 from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF, add_gguf_choices, attach_gguf_chooser
 from desktop_app.ui.widgets.layouts import path_combo
+from desktop_app.ui.widgets.opened_ggufs import remember_gguf_model
 
 RECENT_KEY = "train/recent_base_models"
 MAX_RECENT = 8
@@ -140,6 +141,7 @@ class BasePicker(QWidget):
 
     def _gguf_chosen(self, path: str) -> None:
         self.remember(path)
+        remember_gguf_model(self.settings, path)  # listed in the Library, past the recent list's last 8
         self.refresh()
         self.set_path(path)
 

@@ -1,11 +1,14 @@
 """The Generate tab's chat: one bubble per message (system, you, the model), each with Copy; the model's last reply
-with Regenerate, your messages with Edit; and the input box (Enter sends, Shift+Enter starts a new line).
+with Regenerate, your messages with Edit; and the input box (Enter sends, Shift+Enter starts a new line). Each reply
+names the model that wrote it; a line ("model: NAME") above a reply marks where the conversation changed model.
 
 A reply streams into its bubble: text is buffered and appended at the end of the bubble's document on a ~30 ms
 timer (never re-set whole), as the other stream views do. Nothing here generates: the tab sends, this shows.
 """
 
 from __future__ import annotations
+
+import html
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QTextCursor
@@ -69,6 +72,8 @@ class Bubble(QFrame):
         super().__init__(parent)
         self.role = role
         self.in_history = False  # part of the conversation the next turn sends (not a failed turn's leftovers)
+        self.model: tuple[str, str] | None = None  # (path, name) of the model that wrote this reply
+        self.line = ""  # the line shown above the bubble ("model: NAME" where the model changed)
         self.setProperty("bubble", role)
         self.setObjectName(f"bubble_{role}")
         self.who = QLabel(f"<b>{ROLE_NAMES.get(role, role)}</b>")
@@ -130,6 +135,12 @@ class Bubble(QFrame):
         self.note.setText(text)
         self.note.setVisible(bool(text))
 
+    def set_author(self, path: str, name: str) -> None:
+        """The model that wrote this reply: named in the bubble's head, its path in the tooltip."""
+        self.model = (path, name)
+        self.who.setText(f"<b>{ROLE_NAMES.get(self.role, self.role)}</b> · {html.escape(name)}")
+        self.who.setToolTip(path)
+
 
 class ChatView(QScrollArea):
     """The conversation as bubbles, newest at the bottom (followed while you are at the bottom)."""
@@ -166,8 +177,10 @@ class ChatView(QScrollArea):
         self._timer.timeout.connect(self.flush)
 
     # --- messages ---
-    def add(self, role: str, text: str = "") -> Bubble:
+    def add(self, role: str, text: str = "", line: str = "") -> Bubble:
+        """A new message at the bottom; `line` (when given) is shown above it, across the chat."""
         bubble = Bubble(role, text)
+        bubble.line = line
         bubble.copy_requested.connect(lambda b: self.copy_requested.emit(b.text()))
         bubble.regenerate_requested.connect(self.regenerate_requested)
         bubble.edit_requested.connect(lambda b: self.edit_requested.emit(self.bubbles.index(b)))
@@ -179,7 +192,15 @@ class ChatView(QScrollArea):
             row.addWidget(bubble, 6)
             row.addStretch(1)
         holder = QWidget()
-        holder.setLayout(row)
+        stack = QVBoxLayout(holder)
+        stack.setContentsMargins(0, 0, 0, 0)
+        if line:
+            marker = QLabel(html.escape(line))
+            marker.setObjectName("modelLine")
+            marker.setProperty("role", "muted")
+            marker.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            stack.addWidget(marker)
+        stack.addLayout(row)
         row.setContentsMargins(0, 0, 0, 0)
         self.column.insertWidget(self.column.count() - 1, holder)
         self.bubbles.append(bubble)
@@ -236,8 +257,18 @@ class ChatView(QScrollArea):
         bar.setValue(bar.maximum())
 
     def text(self) -> str:
-        """The conversation as plain text ("You: ...", "Model: ..."), as Copy conversation gives it."""
-        return "\n\n".join(f"{ROLE_NAMES.get(b.role, b.role)}: {b.text()}" for b in self.bubbles)
+        """The conversation as plain text ("You: ...", "Model: ..."; a change of model as its own line "model: NAME"),
+        as Copy chat gives it."""
+        parts: list[str] = []
+        for b in self.bubbles:
+            if b.line:
+                parts.append(b.line)
+            parts.append(f"{ROLE_NAMES.get(b.role, b.role)}: {b.text()}")
+        return "\n\n".join(parts)
+
+    def lines(self) -> list[str]:
+        """The lines shown between messages (each change of model), in order."""
+        return [b.line for b in self.bubbles if b.line]
 
     def stop_timers(self) -> None:
         self.flush()

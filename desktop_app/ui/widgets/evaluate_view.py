@@ -1,6 +1,8 @@
 """Evaluate models side by side: pick models and evaluations, run them in the background, read one table and a bar
 plot. The work is the engine's `evaluate_models` (the `eval` verb's); each result is kept in the model's folder
-(evaluations.json) and shown again the next time the model is picked."""
+(evaluations.json) and shown again the next time the model is picked. The form starts from what fits the ticked
+models (the engine's `default_measures`: perplexity for a language model, its task world for a self-play model,
+questions for a chat model), and follows them when they change, in the fields the person has not changed."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.defaults import default_measures, fields_to_refill
 from desktop_app.engine.evaluate.results import latest_result
 from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Finished, Log, ModelEvaluated, Progress
@@ -54,6 +58,14 @@ def columns_of(rows: dict[str, dict[str, Any]]) -> list[str]:
     return [c for c in COLUMN_ORDER if c in found] + sorted(found - set(COLUMN_ORDER))
 
 
+def column_label(rows: dict[str, dict[str, Any]], column: str) -> str:
+    """A column's header: qa_accuracy says which match counted it (exact or contains)."""
+    if column != "qa_accuracy":
+        return column
+    matched = sorted({str(m["qa_match"]) for m in rows.values() if m.get("qa_match")})
+    return f"qa_accuracy ({' / '.join(matched)})" if matched else column
+
+
 def cell_text(metrics: dict[str, Any], column: str) -> str:
     value = metrics.get(column)
     if not isinstance(value, (int, float)):
@@ -80,7 +92,12 @@ class EvaluateView(QWidget):
         self.model_list.setObjectName("evaluateModels")
         self.add_btn = QPushButton("Add folder…")
         self.form = SpecForm(EvalSpec)
-        self.form.set_values({"world": "auto"})
+        self.filled: dict[str, Any] = {}  # the fields as this view last filled them in from the ticked models
+        self.qa_seen = ""  # the question file the fitting measures were chosen with
+        self.note = QLabel("")  # what the ticked models are and why these evaluations fit them
+        self.note.setObjectName("evaluateNote")
+        self.note.setProperty("role", "muted")
+        self.note.setWordWrap(True)
         self.run_btn = QPushButton("Evaluate")
         self.run_btn.setObjectName("evaluateRun")
         self.run_btn.setProperty("primary", True)
@@ -97,6 +114,17 @@ class EvaluateView(QWidget):
         self.plot.setMinimumHeight(180)
         self.plot.addLegend(offset=(-10, 10))
 
+        self._lay_out()
+
+        self.add_btn.clicked.connect(lambda _=False: self._choose_folder())
+        self.run_btn.clicked.connect(lambda _=False: self.start())
+        self.stop_btn.clicked.connect(lambda _=False: self.stop())
+        self.model_list.itemChanged.connect(lambda _item: self._models_changed())
+        self.form.changed.connect(self._form_changed)
+        self.refresh_models(models or [])
+
+    def _lay_out(self) -> None:
+        """Models, the note and the evaluations' form on the left; the table over the bar plot on the right."""
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
@@ -107,6 +135,7 @@ class EvaluateView(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.form)
         ll.addWidget(QLabel("Evaluations"))
+        ll.addWidget(self.note)
         ll.addWidget(scroll, 2)
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_btn)
@@ -123,12 +152,6 @@ class EvaluateView(QWidget):
         root.addWidget(split, 1)
         root.addWidget(self.progress)
 
-        self.add_btn.clicked.connect(lambda _=False: self._choose_folder())
-        self.run_btn.clicked.connect(lambda _=False: self.start())
-        self.stop_btn.clicked.connect(lambda _=False: self.stop())
-        self.model_list.itemChanged.connect(lambda _item: self.show_saved())
-        self.refresh_models(models or [])
-
     # --- models ---
     def refresh_models(self, checked: list[str]) -> None:
         """The Library's runs, models and exports (and the given paths), the given ones checked."""
@@ -140,7 +163,7 @@ class EvaluateView(QWidget):
         for label, path in entries:
             self.add_model(path, label, checked=path in checked)
         self.model_list.blockSignals(False)
-        self.show_saved()
+        self._models_changed()
 
     def add_model(self, path: str, label: str = "", *, checked: bool = True) -> None:
         item = QListWidgetItem(label or Path(path).name)
@@ -159,7 +182,32 @@ class EvaluateView(QWidget):
         folder = QFileDialog.getExistingDirectory(self, "A model folder (run, checkpoint, export or Hugging Face)")
         if folder:
             self.add_model(folder)
-            self.show_saved()
+            self._models_changed()
+
+    def _models_changed(self) -> None:
+        self.fill_defaults()
+        self.show_saved()
+
+    def _form_changed(self) -> None:
+        qa = str(self.form.values().get("qa", ""))
+        if qa != self.qa_seen:  # a question file given (or taken away) changes what fits a chat model
+            self.fill_defaults()
+
+    def fill_defaults(self) -> None:
+        """The evaluations that fit the ticked models (the engine's default_measures), in every field the person
+        has not changed since they were last filled in."""
+        shown = self.form.values()
+        self.qa_seen = str(shown.get("qa", ""))
+        try:
+            fitting = default_measures(self.checked_models(), qa=self.qa_seen)
+        except UserError as exc:  # a model folder gone since the list was made
+            self.note.setText(str(exc))
+            return
+        self.note.setText(fitting.note + "." if fitting.note else "")
+        changes = fields_to_refill(shown, self.filled, fitting.fields)
+        self.filled = dict(fitting.fields)
+        if changes:
+            self.form.set_values(changes)
 
     # --- results ---
     def show_saved(self) -> None:
@@ -177,7 +225,7 @@ class EvaluateView(QWidget):
         columns = columns_of(self.rows)
         self.table.clear()
         self.table.setColumnCount(1 + len(columns))
-        self.table.setHorizontalHeaderLabels(["model", *columns])
+        self.table.setHorizontalHeaderLabels(["model", *(column_label(self.rows, c) for c in columns)])
         self.table.setRowCount(len(self.rows))
         for r, (path, metrics) in enumerate(self.rows.items()):
             self.table.setItem(r, 0, QTableWidgetItem(self.names.get(path, Path(path).name)))
@@ -202,25 +250,34 @@ class EvaluateView(QWidget):
         n = len(self.rows)
         width = 0.8 / n
         for m, (path, metrics) in enumerate(self.rows.items()):
-            xs = [g + (m - (n - 1) / 2) * width for g in range(len(groups))]
-            ys = [float(metrics.get(c, 0.0) or 0.0) for c in groups]
+            # only the figures this model has: a measure it was not given is no bar of height 0
+            have = [(g, c) for g, c in enumerate(groups) if isinstance(metrics.get(c), (int, float))]
+            if not have:
+                continue
+            xs = [g + (m - (n - 1) / 2) * width for g, _ in have]
+            ys = [float(metrics[c]) for _, c in have]
             color = COLORS[m % len(COLORS)]
             bars = pg().BarGraphItem(x=xs, height=ys, width=width * 0.9, brush=color,
                                      name=self.names.get(path, Path(path).name))
             self.plot.addItem(bars)
-            lows, highs = [], []
-            for c, y in zip(groups, ys, strict=True):
-                interval = metrics.get(f"{c}/ci95")
-                ok = isinstance(interval, list) and len(interval) == 2
-                lows.append(y - interval[0] if ok else 0.0)
-                highs.append(interval[1] - y if ok else 0.0)
-            if any(lows) or any(highs):
-                import numpy as np
-
-                self.plot.addItem(pg().ErrorBarItem(x=np.array(xs), y=np.array(ys), top=np.array(highs),
-                                                    bottom=np.array(lows), beam=width * 0.3))
+            self._error_bars(metrics, [c for _, c in have], xs, ys, width)
         ticks = [(g, c.split("/", 1)[-1] if c.startswith("solve_rate/") else c) for g, c in enumerate(groups)]
         self.plot.getAxis("bottom").setTicks([ticks])
+
+    def _error_bars(self, metrics: dict[str, Any], columns: list[str], xs: list[float], ys: list[float],
+                    width: float) -> None:
+        """The 95% intervals of the bars that have one."""
+        lows, highs = [], []
+        for c, y in zip(columns, ys, strict=True):
+            interval = metrics.get(f"{c}/ci95")
+            ok = isinstance(interval, list) and len(interval) == 2
+            lows.append(y - interval[0] if ok else 0.0)
+            highs.append(interval[1] - y if ok else 0.0)
+        if any(lows) or any(highs):
+            import numpy as np
+
+            self.plot.addItem(pg().ErrorBarItem(x=np.array(xs), y=np.array(ys), top=np.array(highs),
+                                                bottom=np.array(lows), beam=width * 0.3))
 
     # --- running ---
     def running(self) -> bool:

@@ -4,7 +4,12 @@ Any named scalar gets a curve: known names go to their panel (loss with val_loss
 training speed...), each with a title and a y-axis label in words; an unknown one (reward, kl, ...) gets a panel of
 its own. A panel appears only once it has something to show: a metric that is still 0 (a KL penalty that is off,
 the epoch of a run with no epochs) is kept for the CSV but draws no empty, flat panel. A panel with several
-curves has its legend under the plot, never over the curves. The panels flow in as many columns as the width takes.
+curves has its legend under the plot, never over the curves. The panels flow in as many columns as the width takes;
+the loss spans the width on top while the other panels fit in one row under it. Panels are short enough that a
+method's panels fit a 1366x768 window without scrolling, and grow with the room there is.
+
+The plots sit in a scrolling page: the mouse wheel scrolls the page, and zooms a plot only with Ctrl held. The step
+axis never goes below 0 (dragging cannot show negative steps).
 """
 
 from __future__ import annotations
@@ -14,14 +19,20 @@ import math
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication, QGridLayout, QScrollArea, QWidget
 
 from desktop_app.ui import theme
 
 # Panels the "Log scale" toggle applies to (quantities spanning orders of magnitude).
 LOG_SCALE_PANELS = ("loss", "lr", "grad_norm")
-PANEL_MIN_WIDTH = 380  # narrower, a panel cuts its title and legend: fewer columns instead
+PANEL_MIN_WIDTH = 290  # narrower, a panel cuts its title and legend: fewer columns instead
+# Panel heights at least: three rows of panels fit the ~345 px the curves get in a 1366x768 window.
+PANEL_MIN_HEIGHT = 105
+LOSS_MIN_HEIGHT = 150  # the loss on its own row, full width
+LEGEND_ROW_HEIGHT = 16
+ZOOM_MODIFIER = Qt.KeyboardModifier.ControlModifier  # the wheel zooms a plot only with it held
 TITLE_COLOR = "#111827"
 
 
@@ -74,6 +85,25 @@ def log_tick_strings(values: list[float], scale: float, spacing: float | None) -
     return out
 
 
+class WheelToPage(QObject):
+    """An event filter for a plot's viewport: a wheel turn without Ctrl scrolls the page around the plot (the nearest
+    QScrollArea above it) instead of zooming the plot under the pointer."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() != QEvent.Type.Wheel or event.modifiers() & ZOOM_MODIFIER:
+            return False
+        page = watched.parent()
+        while page is not None and not isinstance(page, QScrollArea):
+            page = page.parent()
+        if page is None:
+            event.ignore()  # no page: Qt offers an ignored wheel event to the widgets around
+            return True
+        turn = QWheelEvent(event.position(), event.globalPosition(), event.pixelDelta(), event.angleDelta(),
+                           event.buttons(), event.modifiers(), event.phase(), event.inverted())
+        QApplication.sendEvent(page.verticalScrollBar(), turn)
+        return True
+
+
 def curve_style(color: str, *, dots: bool = False) -> dict[str, Any]:
     """A curve's pyqtgraph style: a 2 px line, with a dot at each point for evaluation metrics (they come seldom,
     a lone one would not show as a line)."""
@@ -120,6 +150,9 @@ class LivePlots(QWidget):
         self._members: dict[str, list[tuple[Any, str]]] = {}  # panel key -> its curves and their legend labels
         self._legends: dict[str, Any] = {}
         self._dirty: set[str] = set()
+        self.hidden: set[str] = set()  # series kept for the CSV but not drawn (see MethodPlots)
+        self._wheel = WheelToPage(self)
+        self._watching_viewport = False  # its scroll area's viewport, once inside one (see _fit_columns)
         self.smoothing = 0.6  # EMA weight of the past (0 = off)
         self.log_y = False
         self.redraws = 0
@@ -138,7 +171,24 @@ class LivePlots(QWidget):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        columns = max(1, min(self.max_columns, self.width() // PANEL_MIN_WIDTH))
+        self._fit_columns()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize and watched is self.parentWidget():
+            self._fit_columns()  # the scroll area's viewport shrank: this widget may not, at its minimum width
+        return super().eventFilter(watched, event)
+
+    def _fit_columns(self) -> None:
+        """As many columns as the width the panels can really have: the scroll area's viewport when inside one,
+        so that a column never ends up past its right edge."""
+        viewport = self.parentWidget()
+        inside = viewport is not None and viewport.objectName() == "qt_scrollarea_viewport"
+        if inside and not self._watching_viewport:
+            viewport.installEventFilter(self)
+            self._watching_viewport = True
+        room = min(self.width(), viewport.width()) if inside else self.width()
+        spacing = self._grid.spacing()
+        columns = max(1, min(self.max_columns, (room + spacing) // (PANEL_MIN_WIDTH + spacing)))
         if columns != self.columns:
             self.columns = columns
             self._relayout()
@@ -170,7 +220,8 @@ class LivePlots(QWidget):
             self._append_smoothed(name, x, y)
         if name not in self.curves:
             # A panel only once there is something to show in it; a curve joins a panel that is already there.
-            if name in NOT_PLOTTED or not (self.panel_meta(name)[0] in self.panels or (math.isfinite(y) and y != 0)):
+            shown = self.panel_meta(name)[0] in self.panels or (math.isfinite(y) and y != 0)
+            if name in NOT_PLOTTED or name in self.hidden or not shown:
                 return
             self._ensure_curve(name)
         self._dirty.add(name)
@@ -204,37 +255,61 @@ class LivePlots(QWidget):
             panel.setTitle(title, color=TITLE_COLOR, size="10pt")
             panel.showGrid(x=True, y=True, alpha=0.15)
             panel.setLabel("bottom", "step")
-            if y_label:
-                panel.setLabel("left", y_label)
+            if y_label:  # small: a short panel still shows its whole label
+                panel.setLabel("left", y_label, **{"font-size": "8pt"})
             for side in ("left", "bottom"):
                 axis = panel.getAxis(side)
                 axis.enableAutoSIPrefix(False)  # "0.0012", not "1.2 (x1e-3)" in a corner
                 axis.logTickStrings = log_tick_strings
-            panel.getAxis("left").setWidth(56)  # room for "0.0001" and "12,000": no tick value cut off
+            # The left axis as wide as its widest tick value plus its label ("0.00012" beside "learning rate"): a
+            # fixed width cut one or the other.
+            panel.getAxis("left").setStyle(autoExpandTextSpace=True, autoReduceTextSpace=False)
+            panel.getViewBox().setLimits(xMin=0)  # no negative steps, however the view is dragged
+            panel.viewport().installEventFilter(self._wheel)
             panel.setLogMode(y=self.log_y and key in LOG_SCALE_PANELS)
-            panel.setMinimumHeight(240 if key == "loss" else 170)  # the loss keeps room beside its legend
             panel.setMinimumWidth(200)
             self.panels[key] = panel
-            self._place(key, panel)
+            self._relayout()
         return panel
 
-    def _place(self, key: str, panel: Any) -> None:
-        if key == "loss":  # the curve people watch: full width on top
-            self._grid.addWidget(panel, 0, 0, 1, self.columns)
-            self._grid.setRowStretch(0, 2)
-            return
-        index = [k for k in self.panels if k != "loss"].index(key)
-        row = 1 + index // self.columns
-        self._grid.addWidget(panel, row, index % self.columns)
-        self._grid.setRowStretch(row, 1)
+    def loss_on_top(self) -> bool:
+        """The loss spans the width on a row of its own while the other panels fit one row under it."""
+        return "loss" in self.panels and len(self.panels) - 1 <= self.columns
 
     def _relayout(self) -> None:
         for panel in self.panels.values():
             self._grid.removeWidget(panel)
         for row in range(self._grid.rowCount()):
             self._grid.setRowStretch(row, 0)
+        on_top = self.loss_on_top()
+        if on_top:  # the curve people watch
+            self._grid.addWidget(self.panels["loss"], 0, 0, 1, self.columns)
+            self._grid.setRowStretch(0, 1)
+        others = [key for key in self.panels if not (on_top and key == "loss")]
+        last_row = int(on_top) + (len(others) - 1) // self.columns
+        for index, key in enumerate(others):
+            row = int(on_top) + index // self.columns
+            self._grid.addWidget(self.panels[key], row, index % self.columns)
+            self._grid.setRowStretch(row, 1)
+            # "step" under the bottom row only: the rows above keep that line for their curves
+            self.panels[key].getAxis("bottom").showLabel(row == last_row)
+        if on_top:
+            self.panels["loss"].getAxis("bottom").showLabel(not others)
         for key, panel in self.panels.items():
-            self._place(key, panel)
+            self._fit_height(key, panel)
+
+    def _fit_height(self, key: str, panel: Any) -> None:
+        """A panel's least height: short enough for a method's panels to fit a small window, plus its legend's
+        extra rows (the plot keeps its height beside a long legend)."""
+        base = LOSS_MIN_HEIGHT if key == "loss" and self.loss_on_top() else PANEL_MIN_HEIGHT
+        members = self._members.get(key, [])
+        rows = -(-len(members) // self._legend_columns(members)) if len(members) >= 2 else 0
+        panel.setMinimumHeight(base + LEGEND_ROW_HEIGHT * rows)
+
+    @staticmethod
+    def _legend_columns(members: list[tuple[Any, str]]) -> int:
+        long_labels = any(len(text) > 14 for _c, text in members)  # "proposer/abduction": two columns fit
+        return max(1, min(2 if long_labels else 3, len(members)))
 
     def _new_curve(self, panel: Any, key: str, label: str, **style: Any) -> Any:
         curve = panel.plot([], [], connect="finite", **style)
@@ -245,18 +320,14 @@ class LivePlots(QWidget):
         if len(members) >= 2:  # a legend once a panel holds several curves: under the plot, off the curves
             legend = self._legends.get(key)
             if legend is None:
-                legend = self._legends[key] = pg().LegendItem(labelTextSize="8pt", verSpacing=-6, horSpacing=14)
-                panel.getPlotItem().layout.addItem(legend, 4, 1)
+                legend = self._legends[key] = pg().LegendItem(labelTextSize="7pt", verSpacing=-6, horSpacing=8)
+                panel.getPlotItem().layout.addItem(legend, 4, 0, 1, 3)  # the panel's whole width, axis included
                 for member, member_label in members:
                     legend.addItem(member, member_label)
             else:
                 legend.addItem(curve, label)
-            long_labels = max(len(text) for _c, text in members) > 14  # "proposer/abduction": two columns fit
-            columns = min(2 if long_labels else 3, len(members))
-            legend.setColumnCount(columns)
-            rows = -(-len(members) // columns)
-            base = 240 if key == "loss" else 170
-            panel.setMinimumHeight(base + 16 * (rows - 1))  # the plot keeps its height beside a long legend
+            legend.setColumnCount(self._legend_columns(members))
+            self._fit_height(key, panel)
         return curve
 
     def _next_color(self, key: str) -> str:
@@ -327,6 +398,7 @@ class LivePlots(QWidget):
         self.curves.clear()
         self._members.clear()
         self._legends.clear()
+        self.hidden.clear()
         self.series.clear()
         self.smoothed.clear()
         self._ema.clear()

@@ -5,15 +5,25 @@ The engine reports metrics by name; nothing here lists them per method. A name i
 "solve rate" panel, `heldout_solve_rate/<type>` (evaluation) one "held-out solve rate" panel, DPO's
 `rewards_chosen` / `rewards_rejected` one panel, and so on. Names with no family get their own panel,
 exactly as in `LivePlots`. Evaluation metrics (val_*, eval_*, heldout_*) are drawn with dots.
+
+Self-play's six reward lines (proposer and solver × three task types) share one panel: the colour tells the task type,
+the line the role (the proposer's dashed and thicker, drawn over the solver's), so neither hides the other; the
+panel's tooltip says what the roles, types and reward values mean. Its val_loss is 1 − the held-out solve rate (the
+figure that picks the best checkpoint): kept for the CSV, not drawn as a "validation" loss beside the policy loss.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
-from desktop_app.ui.widgets.live_plot import LivePlots, curve_style
+from desktop_app.ui import theme
+from desktop_app.ui.widgets.live_plot import LivePlots, curve_style, pg
+from desktop_app.ui.widgets.selfplay_help import TASK_TYPES, reward_panel_tip
 
-_PROPOSALS = ("proposal_validity", "Proposals: valid, trivial, held-out, duplicate", "share of proposals")
+_PROPOSALS = ("proposal_validity", "Proposals by verdict", "share of proposals")  # its legend names the verdicts
 # Panels that take single names: name (or its val_/eval_ twin) -> (panel key, title, y-axis label).
 _SINGLE = {
     "rewards_chosen": ("dpo_rewards", "DPO rewards: chosen vs rejected", "reward"),
@@ -102,6 +112,18 @@ def is_eval_metric(name: str) -> bool:
     return name.startswith(_EVAL_PREFIXES)
 
 
+def role_style(label: str, index: int) -> dict[str, Any]:
+    """The pen of a "role/type" reward curve: the task type's colour (the same for both roles), the proposer dashed
+    and thicker; `index` picks a colour for a type nobody planned for."""
+    role, _, task_type = label.partition("/")
+    types = list(TASK_TYPES)
+    slot = types.index(task_type) if task_type in types else len(types) + index
+    color = theme.PLOT_COLORS[slot % len(theme.PLOT_COLORS)]
+    if role == "proposer":
+        return dict(pen=pg().mkPen(color, width=3, style=Qt.PenStyle.DashLine))
+    return dict(pen=pg().mkPen(color, width=2))
+
+
 class MethodPlots(LivePlots):
     """LivePlots with the methods' metric families grouped (one curve per role × type, per type, ...)."""
 
@@ -122,6 +144,17 @@ class MethodPlots(LivePlots):
         for name in self.default_names:
             self._panel(name)
 
+    def add_metrics(self, step: float, metrics: dict[str, float]) -> None:
+        if "val_loss" in metrics and "heldout_solve_rate" in metrics:
+            self.hidden.add("val_loss")  # self-play's 1 − held-out solve rate: not a loss to draw beside the policy's
+        super().add_metrics(step, metrics)
+
+    def _panel(self, name: str) -> Any:
+        panel = super()._panel(name)
+        if self.panel_meta(name)[0] == "reward_by_role" and not panel.toolTip():
+            panel.setToolTip(reward_panel_tip())
+        return panel
+
     def panel_meta(self, name: str) -> tuple[str, str, str]:
         group = group_of(name)
         return super().panel_meta(name) if group is None else group[:3]
@@ -137,8 +170,13 @@ class MethodPlots(LivePlots):
             return
         key, label = group[0], group[3]
         panel = self._panel(name)
-        style = curve_style(self._next_color(key), dots=is_eval_metric(name))
-        self.curves[name] = self._new_curve(panel, key, label, **style)
+        if key == "reward_by_role":
+            style = role_style(label, len(self._members.get(key, [])))
+        else:
+            style = curve_style(self._next_color(key), dots=is_eval_metric(name))
+        curve = self.curves[name] = self._new_curve(panel, key, label, **style)
+        if label.startswith("proposer/"):
+            curve.setZValue(1)  # over the solver's lines
 
     def panel_keys(self) -> list[str]:
         return list(self.panels)

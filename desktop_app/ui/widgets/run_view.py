@@ -6,7 +6,10 @@ record looks the same whichever way it arrives.
 
 Progress: a run with a time limit (TrainSpec.time_budget_s) reports its progress by the clock (metrics["progress"]
 and eta_s); the bar follows whatever the run reports, so a 2-minute demo with a cap of 100,000 steps reads
-"step 52 · 43% of its time limit · ETA 1:07", not "step 52/100,000 · 0%".
+"step 52 · 43% of its time limit · ETA 1:07", not "step 52/100,000 · 0%". Before its first step the bar follows the
+engine's setup (Progress "setup": checking the base, loading it and the data; then Started and Progress "training":
+"step 1 of 400 running"): on a CPU the first step of a LoRA run on a 135M base takes most of a minute, and the bar
+must not still say "starting" while it runs. The ETA shows once the engine has one (after a few steps).
 """
 
 from __future__ import annotations
@@ -45,10 +48,12 @@ from desktop_app.engine.events import (
     RunFolder,
     Sample,
     StageStarted,
+    Started,
     StepMetrics,
 )
 from desktop_app.ui.widgets.layouts import add_items, button, note_label, progress_bar, scroll_area, splitter
 from desktop_app.ui.widgets.method_plots import MethodPlots
+from desktop_app.ui.widgets.selfplay_help import curves_note, legend_html
 from desktop_app.ui.widgets.task_browser import LOG_NAME as SELFPLAY_LOG
 from desktop_app.ui.widgets.task_browser import TaskBrowser
 
@@ -70,6 +75,24 @@ def format_eta(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def eta_text(item: StepMetrics, frac: float) -> str:
+    """" · ETA 5:51", or what stands for it: the engine gives no ETA before a session's first few steps (eta_s 0)."""
+    if item.eta_s and item.eta_s > 0:
+        return f" · ETA {format_eta(item.eta_s)}"
+    return "" if frac >= 1.0 else " · ETA after a few steps"
+
+
+def progress_text(event: Progress, activity: str) -> tuple[str, int | None]:
+    """(bar text, bar value or None to keep it) of a Progress: a training's setup phase or first step, or a stage of
+    preparing data (`activity`: what it prepares)."""
+    if event.stage == "setup":
+        return f"starting: {event.message}…", None
+    frac = event.done / event.total if event.total else 0.0
+    if event.stage == "training":
+        return f"{event.message}…", int(frac * 1000)
+    return f"{activity or 'preparing'}: {event.stage} {frac:.0%}", int(frac * 1000)
 
 
 def step_progress(item: StepMetrics) -> tuple[float, str]:
@@ -134,7 +157,7 @@ class RunView(QWidget):
         self.next_bar = self._make_next_bar()
         views = self._make_views(preview)
         bottom = self._make_log_tabs()
-        self.splitter = splitter(Qt.Orientation.Vertical, [views, bottom], stretch=(4, 1), sizes=(560, 150),
+        self.splitter = splitter(Qt.Orientation.Vertical, [views, bottom], stretch=(4, 1), sizes=(600, 110),
                                  collapsible=False)
         add_items(QVBoxLayout(self), self.watch_bar, self.progress, self.status_label, self.next_bar,
                   (self.splitter, 1), margins=0)
@@ -170,9 +193,14 @@ class RunView(QWidget):
         add_items(plot_bar, QLabel("Smoothing"), self.smooth_slider, self.smooth_value)
         plot_bar.addStretch(1)
         add_items(plot_bar, self.png_btn, self.csv_btn)
-        plot_scroll = scroll_area(self.plots)  # any number of metric panels; scrolls instead of growing the window
+        self.plot_scroll = scroll_area(self.plots)  # any number of metric panels: scrolls, never grows the window
+        self.selfplay_note = note_label(curves_note())  # shown for self-play: what its lines and rewards mean
+        self.selfplay_note.setObjectName("selfplayNote")
+        self.selfplay_note.setToolTip(legend_html())
+        self.selfplay_note.setMinimumWidth(40)
+        self.selfplay_note.setVisible(False)
         curves = QWidget()
-        cl = add_items(QVBoxLayout(curves), plot_bar, (plot_scroll, 1))
+        cl = add_items(QVBoxLayout(curves), plot_bar, self.selfplay_note, (self.plot_scroll, 1))
         cl.setContentsMargins(4, 4, 4, 0)
         return curves
 
@@ -272,6 +300,7 @@ class RunView(QWidget):
         """The plot panels of a method (methods.py key) shown while nothing is plotted."""
         self.method = key
         self.plots.set_method(PLOT_FAMILY.get(key, "pretraining"))
+        self.selfplay_note.setVisible(PLOT_FAMILY.get(key) == "selfplay")
 
     def set_progress(self, text: str, value: int | None = None) -> None:
         if value is not None:
@@ -353,8 +382,10 @@ class RunView(QWidget):
             self.clear()
             self.log("info", "the watched run's metrics were cut back (resumed from a checkpoint): replaying")
         elif isinstance(event, Progress):
-            frac = event.done / event.total if event.total else 0
-            self.set_progress(f"{self.activity or 'preparing'}: {event.stage} {frac:.0%}", int(frac * 1000))
+            text, value = progress_text(event, self.activity)
+            self.set_progress(self.stage_prefix + text, value)
+        elif isinstance(event, Started) and how == LIVE:
+            self.set_progress(f"{self.stage_prefix}training on {event.device}: step {event.start_step + 1:,} running…")
         elif isinstance(event, RunFolder):
             self._show_run_folder(event)
         elif isinstance(event, StageStarted):
@@ -372,7 +403,7 @@ class RunView(QWidget):
         self._progress_t = now
         loss = item.metrics.get("loss")
         reward = item.metrics.get("reward")
-        self.set_progress(f"{self.stage_prefix}{text} · ETA {format_eta(item.eta_s)}"
+        self.set_progress(f"{self.stage_prefix}{text}{eta_text(item, frac)}"
                           + (f" · loss {loss:.3f}" if isinstance(loss, float) else "")
                           + (f" · reward {reward:+.3f}" if isinstance(reward, float) else "")
                           + (" · paused" if self.paused else ""), int(frac * 1000))

@@ -4,7 +4,10 @@ model, data, training and generation settings, and each method's options.
 
 Fields with the `advanced` hint are rows of their own that stay hidden until advanced settings are shown: by the
 form's own "Show advanced settings" switch, or by its owner (`set_show_advanced`) when one switch serves several
-forms (the Train tab). Hidden rows keep their values."""
+forms (the Train tab). Hidden rows keep their values. The label column is as wide as the basic rows' widest label
+(16 to 24 characters); a longer label, advanced or not, wraps onto more lines. So showing the advanced rows moves no
+field: a wider label column would push the fields of a narrow form under their labels, some rows wrapped and others
+not."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import dataclasses
 import re
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QEvent, Signal
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QCheckBox,
@@ -38,6 +41,7 @@ from desktop_app.ui.widgets.field_editors import (
     WeightsEdit,
 )
 
+QWIDGETSIZE_MAX = 16777215  # Qt's "no maximum" for a widget's size
 # editors with value() / set_value() / problems()
 COMPOSITE = ("files", "file", "checklist", "weights", "numbers", "json", "lines", "records", "modules")
 
@@ -100,6 +104,7 @@ class SpecForm(QWidget):
         self.problems.setVisible(False)
         layout.addRow(self.problems)
         self.set_spec(default)
+        self.fit_labels()
         self._apply_rows()
 
     def _make_editor(self, f: dataclasses.Field, default: Any) -> tuple[QWidget, str]:
@@ -170,6 +175,32 @@ class SpecForm(QWidget):
         row, _role = layout.getWidgetPosition(self.editors[after])
         layout.insertRow(row + 1, note)
         return note
+
+    # --- label column ---
+    def label_width(self) -> int:
+        """The label column's width: the widest basic label's, within 16 to 24 characters' width. Showing the
+        advanced rows never widens it, and a very long label does not squeeze every field of a narrow form."""
+        chars = self.fontMetrics().averageCharWidth()
+        basic = [self.labels[n] for n in self.labels if n not in self.advanced] or list(self.labels.values())
+        widest = max((label.sizeHint().width() for label in basic), default=0)
+        return min(max(widest, 16 * chars), 24 * chars)
+
+    def fit_labels(self) -> None:
+        """Labels wider than the label column wrap onto more lines, the column's width, instead of widening it."""
+        for label in self.labels.values():  # measured on one line
+            label.setWordWrap(False)
+            label.setMinimumWidth(0)
+            label.setMaximumWidth(QWIDGETSIZE_MAX)
+        width = self.label_width()
+        for label in self.labels.values():
+            if label.sizeHint().width() > width:
+                label.setWordWrap(True)
+                label.setFixedWidth(width)  # a wrapped label's own size hint would take part of the column only
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange) and getattr(self, "labels", None):
+            self.fit_labels()  # the text got wider or narrower: measure the labels again
 
     # --- which rows show ---
     def set_show_advanced(self, on: bool) -> None:

@@ -7,6 +7,9 @@ It reads `<run_dir>/selfplay.jsonl`, one JSON object per round that the engine a
 While a run is live a timer reads only the bytes added since the last read. A file that shrank (a resumed
 run forgets the rounds its checkpoint does not hold) is read again from the start; a round number seen
 again replaces the rounds from it on.
+
+A short legend on top says what the roles, task types and reward values mean; every column header fits its name (and
+its tooltip says what the column holds).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.layouts import add_items, button, note_label, splitter
+from desktop_app.ui.widgets.selfplay_help import legend_html, proposer_rewards, solver_rewards
 
 LOG_NAME = "selfplay.jsonl"  # the engine's objectives.selfplay.LOG_NAME (not imported: that module loads torch)
 ALL = "All"
@@ -42,6 +46,21 @@ NEUTRAL = {"duplicate", "held-out"}  # held-out: a valid task with a held-out pr
 
 PROPOSAL_COLUMNS = ("Round", "Type", "Verdict", "Solve rate", "Reward", "Program", "Inputs → outputs", "Reason")
 ROLLOUT_COLUMNS = ("Role", "Type", "Verdict", "Reward", "Prompt", "Answer")
+PROPOSAL_WIDTHS = (54, 86, 80, 80, 64, 240, 220)
+ROLLOUT_WIDTHS = (70, 86, 86, 60, 220)
+HEADER_PADDING = 24  # a header's text plus its margins and sort indicator room
+COLUMN_TIPS = {
+    "Round": "The self-play round (one per training step)",
+    "Type": "Task type: deduction, abduction or induction",
+    "Verdict": "What the task world's check said",
+    "Solve rate": "Share of the solver's samples that solved this task",
+    "Program": "The program the proposer wrote",
+    "Inputs → outputs": "Inputs → outputs: the inputs the proposer gave and what its program returned for each",
+    "Reason": "Why the task got its verdict",
+    "Role": "proposer (writes tasks) or solver (answers them)",
+    "Prompt": "What the model was shown",
+    "Answer": "What the model wrote",
+}
 
 
 class RoundLog:
@@ -140,9 +159,14 @@ def verdict_color(verdict: str) -> str:
     return theme.ERROR
 
 
-def _table(columns: tuple[str, ...]) -> QTableWidget:
+def _table(columns: tuple[str, ...], widths: tuple[int, ...], reward_tip: str) -> QTableWidget:
+    """A read-only table with `columns`, each at least as wide as its header (a narrow one showed "puts → outpu")
+    with the column's meaning as the header's tooltip."""
     table = QTableWidget(0, len(columns))
     table.setHorizontalHeaderLabels(list(columns))
+    for column, name in enumerate(columns):
+        item = table.horizontalHeaderItem(column)
+        item.setToolTip(reward_tip if name == "Reward" else COLUMN_TIPS.get(name, name))
     table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -153,7 +177,15 @@ def _table(columns: tuple[str, ...]) -> QTableWidget:
     header = table.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
     header.setStretchLastSection(True)
+    for column, width in enumerate(widths):
+        table.setColumnWidth(column, max(width, header_width(table, column)))
     return table
+
+
+def header_width(table: QTableWidget, column: int) -> int:
+    """The width a column needs to show its header's whole name."""
+    return table.horizontalHeader().fontMetrics().horizontalAdvance(table.horizontalHeaderItem(column).text()) \
+        + HEADER_PADDING
 
 
 def _fill(table: QTableWidget, rows: list[list[QTableWidgetItem]], wide_column: int, widths: tuple[int, ...]) -> None:
@@ -167,7 +199,7 @@ def _fill(table: QTableWidget, rows: list[list[QTableWidgetItem]], wide_column: 
     table.setUpdatesEnabled(True)
     if rows and table.columnWidth(wide_column) < 160:
         for column, width in zip(range(table.columnCount()), widths, strict=False):
-            table.setColumnWidth(column, width)
+            table.setColumnWidth(column, max(width, header_width(table, column)))
 
 
 def _proposal_cells(p: dict[str, Any]) -> list[QTableWidgetItem]:
@@ -212,10 +244,14 @@ class TaskBrowser(QWidget):
         self.summary = note_label("No self-play run yet: the proposer's tasks and the solver's answers appear here "
                                   "round by round.")
         self.summary.setMinimumWidth(40)
+        self.legend = note_label(legend_html())
+        self.legend.setObjectName("selfplayLegend")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setMinimumWidth(40)
         bar = self._build_filter_bar()
         split = splitter(Qt.Orientation.Vertical, [self._build_proposals_pane(), self._build_rollouts_pane()],
                          collapsible=False)
-        layout = add_items(QVBoxLayout(self), bar, self.summary, (split, 1))
+        layout = add_items(QVBoxLayout(self), bar, self.legend, self.summary, (split, 1))
         layout.setContentsMargins(4, 4, 4, 4)
 
         self.timer = QTimer(self)
@@ -246,7 +282,7 @@ class TaskBrowser(QWidget):
         return bar
 
     def _build_proposals_pane(self) -> QWidget:
-        self.proposals = _table(PROPOSAL_COLUMNS)
+        self.proposals = _table(PROPOSAL_COLUMNS, PROPOSAL_WIDTHS, f"The proposer's reward: {proposer_rewards()}")
         self.proposals.setObjectName("proposalTable")
         self.proposals_title = note_label("Proposed tasks, newest first", wrap=False)
         upper = QWidget()
@@ -255,7 +291,8 @@ class TaskBrowser(QWidget):
 
     def _build_rollouts_pane(self) -> QWidget:
         """The last round's rollouts, beside the selected one's whole prompt and answer."""
-        self.rollouts = _table(ROLLOUT_COLUMNS)
+        self.rollouts = _table(ROLLOUT_COLUMNS, ROLLOUT_WIDTHS,
+                               f"Solver: {solver_rewards()}. Proposer: {proposer_rewards()}")
         self.rollouts.setObjectName("rolloutTable")
         self.rollouts_title = note_label("Rollouts of the last round", wrap=False)
         self.prompt_view = QPlainTextEdit()
@@ -389,14 +426,14 @@ class TaskBrowser(QWidget):
         rows = self.visible_proposals()
         total = sum(len(r.get("proposals") or []) for r in self.rounds)
         shown = rows[:MAX_ROWS]
-        _fill(self.proposals, [_proposal_cells(p) for p in shown], wide_column=5, widths=(54, 86, 80, 80, 64, 240, 220))
+        _fill(self.proposals, [_proposal_cells(p) for p in shown], wide_column=5, widths=PROPOSAL_WIDTHS)
         more = f" (newest {len(shown)} shown)" if len(rows) > len(shown) else ""
         self.proposals_title.setText(f"Proposed tasks, newest first: {len(rows)} of {total} match the filters{more}")
 
     def _render_rollouts(self) -> None:
         rollouts = self.visible_rollouts()
         self._shown_rollouts = rollouts
-        _fill(self.rollouts, [_rollout_cells(r) for r in rollouts], wide_column=4, widths=(70, 86, 86, 60, 220))
+        _fill(self.rollouts, [_rollout_cells(r) for r in rollouts], wide_column=4, widths=ROLLOUT_WIDTHS)
         last = self.rounds[-1].get("round") if self.rounds else None
         self.rollouts_title.setText(f"Rollouts of round {last}: {len(rollouts)} match the filters"
                                     if last is not None else "Rollouts of the last round")

@@ -1,11 +1,15 @@
 """What the Train tab trains, and how: the method, the dataset (pretraining) or the base model and data files
 (fine-tuning), the method's options, the hyperparameters and the distributed settings; or, for the Pipeline
 method, its stages. `build_config` reads it all as one RunConfig and `apply_config` shows one (resume, Library).
+What the engine's preflight finds in the settings on this machine (engine/train/preflight.py) shows next to the
+setting it is about as the settings change: a warning, or an error that Start refuses. The learning rate and steps
+follow the chosen method's defaults until the person types their own.
 Nothing here runs: the tab starts what this describes.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,9 @@ from PySide6.QtWidgets import (
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
-from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run
+from desktop_app.engine.train.preflight import ERROR, Finding, Machine, method_defaults, ram_memory, this_machine
+from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run, preflight_request
+from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.epochs import EpochsRow, count_records, dataset_windows
 from desktop_app.ui.widgets.layouts import group_column
@@ -34,6 +40,27 @@ from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
+NOTED_FIELDS = ("steps", "lr", "warmup_steps", "batch_size")  # hyperparameter rows with a finding line under them
+
+
+def show_findings_in(label: QLabel, findings: list[Finding]) -> None:
+    """Findings as lines of a label (✗ an error, ⚠ a warning), in the colour of the worst; hidden when none."""
+    label.setText("\n".join(("✗ " if f.level == ERROR else "⚠ ") + f.message for f in findings))
+    worst = theme.ERROR if any(f.level == ERROR for f in findings) else theme.WARN
+    label.setStyleSheet(f"color: {worst};")
+    label.setVisible(bool(findings))
+
+
+def _finding_label(name: str) -> QLabel:
+    label = QLabel("")
+    label.setObjectName(name)
+    label.setWordWrap(True)
+    label.setVisible(False)
+    return label
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=1e-9))
 
 
 def _group(title: str, name: str, *widgets: QWidget) -> QGroupBox:
@@ -58,8 +85,12 @@ class TrainSetup(QWidget):
         self.editable = True
         self.sandbox_dialog = None
         self._sandbox_probed = False
-        self._auto_lr: float | None = TrainSpec().lr  # the method default the lr field holds (None: user's own)
+        # The method defaults the fields hold (a field the person typed is dropped: never replaced again).
+        self._auto: dict[str, Any] = {"lr": TrainSpec().lr, "steps": TrainSpec().steps}
         self.gpu_count = 0
+        self.machine_given: Machine | None = None  # a machine to check against (tests); else this one, read each time
+        self._gpu_seen: Machine | None = None  # this machine's GPU, once torch has looked (set_gpu_count)
+        self.findings: list[Finding] = []  # what preflight found in the settings shown
         self._records_cache: dict[tuple, int] = {}
         self.top_bar = self._build_top_bar()
         self.scroll = self._build_column()
@@ -107,8 +138,14 @@ class TrainSetup(QWidget):
         """The column: method fields, hyperparameters, distributed settings, or the pipeline's stages."""
         self.method_panel = MethodPanel(lambda: self.ctx.workspace)
         self.form = SpecForm(TrainSpec, advanced_switch=False)
+        self.finding_notes = {name: self.form.add_note(name, "") for name in NOTED_FIELDS}
+        for name, note in self.finding_notes.items():
+            note.setObjectName(f"finding_{name}")
+            note.setVisible(False)
+        # Findings about settings without a line of their own here (the dataset, a hidden option)
+        self.findings_label = _finding_label("trainFindings")
         self.epochs_row = EpochsRow()
-        self.hyper_group = _group("Hyperparameters", "hyperGroup", self.form, self.epochs_row)
+        self.hyper_group = _group("Hyperparameters", "hyperGroup", self.findings_label, self.form, self.epochs_row)
         # One switch for the advanced rows of every group here; the Distributed group shows with them, or by itself
         # when this machine has several GPUs (torchrun matters then).
         self.advanced_check = QCheckBox("Show advanced settings")
@@ -125,10 +162,16 @@ class TrainSetup(QWidget):
         self.pipeline_editor = PipelineEditor(lambda: self.ctx.workspace,
                                               lambda: self.model_spec.to_dict() if self.model_spec else {})
         self.pipeline_editor.setObjectName("pipelineEditor")
+        self.plan_label = QLabel("")
+        self.plan_label.setObjectName("demoPlan")
+        self.plan_label.setWordWrap(True)
+        self.plan_group = _group("What the CPU demo runs", "demoPlanGroup", self.plan_label)
+        self.plan_group.setVisible(False)
         column = QWidget()
         cl = QVBoxLayout(column)
         cl.setContentsMargins(0, 0, 6, 0)
-        for w in (self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group, self.advanced_check):
+        for w in (self.plan_group, self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group,
+                  self.advanced_check):
             cl.addWidget(w)
         cl.addStretch(1)
         scroll = QScrollArea()
@@ -144,7 +187,7 @@ class TrainSetup(QWidget):
         self.form.changed.connect(self._on_form_changed)
         self.advanced_check.toggled.connect(self.set_show_advanced)
         self.epochs_row.steps_wanted.connect(lambda steps: self.form.set_value("steps", steps))
-        self.dataset_box.currentIndexChanged.connect(lambda _i: self.update_epochs())
+        self.dataset_box.currentIndexChanged.connect(lambda _i: self._on_dataset_changed())
         self.pipeline_editor.error.connect(lambda message: self.ctx.report_error(message, title="Pipeline"))
         self.method_box.currentIndexChanged.connect(lambda _i: self._on_method_changed())
         self.method_panel.changed.connect(self._on_panel_changed)
@@ -160,11 +203,22 @@ class TrainSetup(QWidget):
         self.dist_form.set_show_advanced(on)
         self.method_panel.set_show_advanced(on)
         self._update_dist_group()
+        self.refresh_findings()  # a hidden option's finding moves under its row, or back
 
     def set_gpu_count(self, count: int) -> None:
-        """GPUs this machine has (known once torch is loaded): with several, the Distributed group shows."""
+        """GPUs this machine has (known once torch is loaded): with several, the Distributed group shows. With one
+        or more, its free memory is read in the background (the first CUDA call takes a moment) for the checks."""
         self.gpu_count = int(count)
         self._update_dist_group()
+        if self.gpu_count <= 0:
+            self._set_gpu_seen(Machine(0))
+            return
+        task = self.ctx.runner.start("machine-probe", lambda: [this_machine(probe_gpu=True)])
+        task.produced.connect(self._set_gpu_seen)
+
+    def _set_gpu_seen(self, machine: Machine) -> None:
+        self._gpu_seen = machine
+        self.refresh_findings()
 
     def _update_dist_group(self) -> None:
         pipeline = self.current_method() is PIPELINE
@@ -180,6 +234,11 @@ class TrainSetup(QWidget):
     def _on_form_changed(self) -> None:
         self.form.validate()
         self.update_epochs()
+        self.refresh_findings()
+
+    def _on_dataset_changed(self) -> None:
+        self.update_epochs()
+        self.refresh_findings()
 
     def update_epochs(self) -> None:
         """Epochs of the run as set: steps × what a step takes over what the data holds."""
@@ -217,6 +276,7 @@ class TrainSetup(QWidget):
     def set_model_spec(self, spec: ModelSpec | None) -> None:
         self.model_spec = spec
         self._update_model_label()
+        self.refresh_findings()
 
     def set_base_model(self, path: str) -> None:
         """The Model tab's base (continued pretraining); also offered as the fine-tuning methods' base."""
@@ -224,6 +284,7 @@ class TrainSetup(QWidget):
         if path and self.editable:
             self.method_panel.base_picker.set_path(path)
         self._update_model_label()
+        self.refresh_findings()
 
     def _update_model_label(self) -> None:
         if self.base_model:
@@ -264,6 +325,8 @@ class TrainSetup(QWidget):
         spec = self.form.spec().replace(steps=300, batch_size=16, eval_every=25, eval_batches=4, log_every=1,
                                         save_every=100, warmup_steps=20, lr=2e-3, sample_tokens=32)
         self.form.set_spec(spec)
+        # the app's choice, not the person's: another method's defaults replace them (LoRA never inherits 0.002)
+        self._auto = {"lr": spec.lr, "steps": spec.steps}
 
     def sample_corpus(self) -> SampleCorpus | None:
         """With no dataset chosen (pretraining): the bundled sample corpus's files, a new dataset folder to prepare
@@ -305,25 +368,81 @@ class TrainSetup(QWidget):
         self._update_dist_group()
         for w in (self.dataset_label, self.dataset_box, self.model_label):
             w.setVisible(not m.finetune)
-        self._apply_default_lr()
+        self._apply_method_defaults()
         if m.key == "selfplay" and not self._sandbox_probed:
             self.check_sandbox(show_dialog=False)
         self.update_epochs()
+        self.refresh_findings()
         self.method_changed.emit()
 
     def _on_panel_changed(self) -> None:
-        self._apply_default_lr()
+        self._apply_method_defaults()
         self.update_epochs()
+        self.refresh_findings()
         self.changed.emit()
 
-    def _apply_default_lr(self) -> None:
-        """Follow the method's usual learning rate unless the user typed their own."""
-        new = self.current_method().default_lr(self.method_panel.adapter())
-        current = self.form.spec().lr
-        untouched = self._auto_lr is not None and abs(current - self._auto_lr) <= 1e-12 * max(1.0, abs(current))
-        if untouched and new != current:
-            self.form.set_value("lr", new)
-        self._auto_lr = new if untouched else None
+    def _apply_method_defaults(self) -> None:
+        """Follow the method's usual learning rate and steps (preflight.method_defaults) unless the person typed
+        their own: a field that no longer holds the default it was given is theirs from then on."""
+        new = method_defaults(self.current_method().objective, self.method_panel.adapter())
+        spec, changes = self.form.spec(), {}
+        for name, value in new.items():
+            if name in self._auto and _same(getattr(spec, name), self._auto[name]):
+                self._auto[name] = value
+                if not _same(getattr(spec, name), value):
+                    changes[name] = value
+            else:
+                self._auto.pop(name, None)
+        if changes:
+            self.form.set_values(changes)
+
+    # --- what would not work ---
+    def set_machine(self, machine: Machine | None) -> None:
+        """Check the settings against `machine` instead of this one (None: this one again)."""
+        self.machine_given = machine
+        self.refresh_findings()
+
+    def machine(self) -> Machine:
+        """The machine the checks use: free RAM read now, the GPU as last seen (unknown until torch has looked)."""
+        if self.machine_given is not None:
+            return self.machine_given
+        free, total = ram_memory()
+        if self._gpu_seen is None:
+            return Machine(free, total, gpu_known=False)
+        seen = self._gpu_seen
+        return Machine(free, total, seen.gpu_free, seen.gpu_total, seen.gpu_name)
+
+    def check_request(self, request: RunRequest | None = None) -> list[Finding]:
+        """What preflight finds in `request` (default: the run the form describes) on this machine; none for a
+        pipeline, or for settings the engine cannot plan yet (Start's own checks name those)."""
+        m = self.current_method()
+        if m is PIPELINE:
+            return []
+        records = self._count_records(self.method_panel.data_files()) if m.data in ("sft", "dpo") else None
+        try:
+            request = request or self.run_request(self.dataset_box.currentData() or "")
+            return preflight_request(request, self.machine(), records=records)
+        except (UserError, SpecError, ValueError, TypeError, KeyError, OSError):
+            return []
+
+    def refresh_findings(self) -> None:
+        """Each finding next to its setting: under its hyperparameter's row, under a method option's row when it
+        shows, else above the hyperparameters."""
+        self.findings = self.check_request()
+        rest: list[Finding] = []
+        for name, note in self.finding_notes.items():
+            show_findings_in(note, [f for f in self.findings if f.field == name])
+        for note in self.method_panel.finding_notes():
+            show_findings_in(note, [])
+        for f in self.findings:
+            if f.field in self.finding_notes:
+                continue
+            note = self.method_panel.finding_note(f.field)
+            if note is None:
+                rest.append(f)
+            else:
+                show_findings_in(note, [x for x in self.findings if x.field == f.field])
+        show_findings_in(self.findings_label, rest)
 
     def check_sandbox(self, *, show_dialog: bool = False) -> None:
         """Probe the sandboxed executor in the background; the Self-play fields show its state."""
@@ -342,6 +461,18 @@ class TrainSetup(QWidget):
         task.produced.connect(done)
         task.failed.connect(lambda message, _d: self.method_panel.set_sandbox_state(
             {"layers": [], "missing": {}, "error": message}))
+
+    def show_plan(self, lines: list[str] | None) -> None:
+        """A job that runs its own recipe (the CPU demo): its steps in place of the form, whose settings it does
+        not use; None shows the form again."""
+        self.plan_label.setText("\n".join(lines or []))
+        self.plan_group.setVisible(bool(lines))
+        if lines:
+            for w in (self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group, self.advanced_check):
+                w.setVisible(False)
+        else:
+            self.advanced_check.setVisible(True)
+            self._on_method_changed()
 
     def set_editable(self, on: bool) -> None:
         """While a run trains, its settings are shown, not edited."""
@@ -383,4 +514,4 @@ class TrainSetup(QWidget):
             self.dist_form.set_spec(config.distributed_spec())
         except SpecError as exc:  # shown, not fatal: a resume runs the config as it is
             self.warning.emit(f"the Distributed fields cannot show this run's settings: {exc}")
-        self._auto_lr = None  # the run's own learning rate, never replaced by a method default
+        self._auto = {}  # the run's own settings, never replaced by a method default
