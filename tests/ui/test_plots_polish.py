@@ -185,3 +185,22 @@ def test_selfplay_curves_carry_a_note_on_their_lines_and_negative_rewards(qtbot)
     view.set_method("lora")
     assert note.isHidden()  # other methods have no roles
     view.stop_timers()
+
+
+def test_every_column_of_panels_gets_its_share_of_the_width(qtbot):
+    """Eight panels of a pretraining run in three columns: equal widths, none past the right edge (the last
+    column was squeezed to its minimum and cut its plot at 1366x768)."""
+    plots = LivePlots()
+    page = _page(qtbot, plots, width=932, height=500)
+    for step in range(1, 25):
+        metrics = {"loss": 3.0 / step, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 1000.0 * step, "mfu": 0.05,
+                   "epoch": step / 100}
+        plots.add_metrics(step, metrics)
+    plots.flush()
+    QApplication.processEvents()
+    assert plots.columns == 3 and len(plots.panels) >= 6
+    widths = [p.width() for p in plots.panels.values()]
+    assert max(widths) - min(widths) <= 2, widths
+    assert all(p.geometry().right() <= page.viewport().width() for p in plots.panels.values())
+    # equal shares by stretch, whatever each panel's size hint (a real run's axes made them differ)
+    assert [plots.layout().columnStretch(c) for c in range(3)] == [1, 1, 1]

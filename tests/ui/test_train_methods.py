@@ -515,6 +515,7 @@ def test_the_demo_shows_what_it_runs_in_place_of_the_form(window, qtbot, monkeyp
     _wait_idle(qtbot, window)
     assert not setup.plan_group.isVisibleTo(tab) and setup.method_panel.isVisibleTo(tab)
     assert setup.hyper_group.isVisibleTo(tab) and setup.current_method().key == "selfplay"
+    assert "Demo folder" in tab.run_view.status_label.text()  # the ended demo's status stays
 
 
 def test_the_demo_plan_follows_its_settings():

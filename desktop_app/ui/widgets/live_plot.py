@@ -281,6 +281,9 @@ class LivePlots(QWidget):
             self._grid.removeWidget(panel)
         for row in range(self._grid.rowCount()):
             self._grid.setRowStretch(row, 0)
+        for column in range(max(self._grid.columnCount(), self.max_columns)):
+            # equal columns: by their size hints alone, the last one was squeezed to its minimum and cut its plot
+            self._grid.setColumnStretch(column, 1 if column < self.columns else 0)
         on_top = self.loss_on_top()
         if on_top:  # the curve people watch
             self._grid.addWidget(self.panels["loss"], 0, 0, 1, self.columns)

@@ -359,13 +359,9 @@ class TrainSetup(QWidget):
 
     def _on_method_changed(self) -> None:
         m = self.current_method()
-        pipeline = m is PIPELINE
-        if not pipeline:
+        if m is not PIPELINE:
             self.method_panel.set_method(m.key)
-        self.method_panel.setVisible(not pipeline)
-        self.pipeline_editor.setVisible(pipeline)
-        self.hyper_group.setVisible(not pipeline)  # each stage has its own
-        self._update_dist_group()
+        self._show_method_groups()
         for w in (self.dataset_label, self.dataset_box, self.model_label):
             w.setVisible(not m.finetune)
         self._apply_method_defaults()
@@ -462,6 +458,14 @@ class TrainSetup(QWidget):
         task.failed.connect(lambda message, _d: self.method_panel.set_sandbox_state(
             {"layers": [], "missing": {}, "error": message}))
 
+    def _show_method_groups(self) -> None:
+        """The column's groups the chosen method uses: its panel and hyperparameters, or a pipeline's stages."""
+        pipeline = self.current_method() is PIPELINE
+        self.method_panel.setVisible(not pipeline)
+        self.pipeline_editor.setVisible(pipeline)
+        self.hyper_group.setVisible(not pipeline)  # each stage has its own
+        self._update_dist_group()
+
     def show_plan(self, lines: list[str] | None) -> None:
         """A job that runs its own recipe (the CPU demo): its steps in place of the form, whose settings it does
         not use; None shows the form again."""
@@ -472,7 +476,7 @@ class TrainSetup(QWidget):
                 w.setVisible(False)
         else:
             self.advanced_check.setVisible(True)
-            self._on_method_changed()
+            self._show_method_groups()  # the display keeps the ended demo's status: no method change to announce
 
     def set_editable(self, on: bool) -> None:
         """While a run trains, its settings are shown, not edited."""
