@@ -141,3 +141,21 @@ def _switch_interval_restored(request):
     if after != before:
         sys.setswitchinterval(before)
         pytest.fail(f"the GIL switch interval was left at {after} (was {before})", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory):
+    """A tiny llama with the app's tokenizer (and its chat template), exported by the app as GGUF (f32): one file
+    for every test that opens, chats with or lists a GGUF model."""
+    from desktop_app.engine.data.tokenization import save_tokenizer, train_tokenizer
+    from desktop_app.engine.export.hf import export_model
+    from desktop_app.engine.model.architecture import build_model
+    from desktop_app.engine.specs import ModelSpec
+
+    root = tmp_path_factory.mktemp("gguf")
+    tok = train_tokenizer(["the cat sat on the mat and the dog ran " * 4] * 50, "byte-bpe", 300, 2)
+    build_model(ModelSpec("llama", 300, 32, 1, 2, 2, 64, 64), seed=0).save_pretrained(root / "src")
+    save_tokenizer(tok, root / "src")
+    out = root / "tiny.gguf"
+    assert list(export_model(root / "src", "gguf", out, gguf_type="f32"))[-1].reason == "completed"
+    return out

@@ -5,42 +5,23 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
 
-
-@pytest.fixture(scope="module")
-def exported_gguf(tmp_path_factory):
-    """A tiny llama with the app's tokenizer (and its chat template), exported by the app as GGUF (f32)."""
-    from desktop_app.engine.data.tokenization import save_tokenizer, train_tokenizer
-    from desktop_app.engine.export.hf import export_model
-    from desktop_app.engine.model.architecture import build_model
-    from desktop_app.engine.specs import ModelSpec
-
-    root = tmp_path_factory.mktemp("gguf")
-    tok = train_tokenizer(["the cat sat on the mat and the dog ran " * 4] * 50, "byte-bpe", 300, 2)
-    build_model(ModelSpec("llama", 300, 32, 1, 2, 2, 64, 64), seed=0).save_pretrained(root / "src")
-    save_tokenizer(tok, root / "src")
-    out = root / "tiny.gguf"
-    assert list(export_model(root / "src", "gguf", out, gguf_type="f32"))[-1].reason == "completed"
-    return out
-
-
-def test_a_gguf_file_gives_the_template_in_its_metadata(exported_gguf, tmp_path):
+def test_a_gguf_file_gives_the_template_in_its_metadata(tiny_gguf, tmp_path):
     from desktop_app.engine.data.chat import folder_chat_template, gguf_chat_template
     from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
     from desktop_app.engine.model.gguf_file import read_header
 
-    assert read_header(exported_gguf).chat_template  # the export carries the tokenizer's template
-    assert folder_chat_template(exported_gguf) == gguf_chat_template(exported_gguf) == CHAT_TEMPLATE.strip()
-    blob = shutil.copy(exported_gguf, tmp_path / "sha256-0123")  # Ollama's blobs have no .gguf suffix
+    assert read_header(tiny_gguf).chat_template  # the export carries the tokenizer's template
+    assert folder_chat_template(tiny_gguf) == gguf_chat_template(tiny_gguf) == CHAT_TEMPLATE.strip()
+    blob = shutil.copy(tiny_gguf, tmp_path / "sha256-0123")  # Ollama's blobs have no .gguf suffix
     assert folder_chat_template(blob) == CHAT_TEMPLATE.strip()
 
 
-def test_files_that_are_no_model_and_paths_that_are_none_give_no_template(exported_gguf, tmp_path):
+def test_files_that_are_no_model_and_paths_that_are_none_give_no_template(tiny_gguf, tmp_path):
     from desktop_app.engine.data.chat import folder_chat_template, gguf_chat_template
 
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(exported_gguf.read_bytes()[:40])  # the magic, then a header that stops short
+    cut.write_bytes(tiny_gguf.read_bytes()[:40])  # the magic, then a header that stops short
     text = tmp_path / "tiny.Modelfile"
     text.write_text("FROM ./tiny.gguf\n")
     assert folder_chat_template(cut) == "" and gguf_chat_template(cut) == ""

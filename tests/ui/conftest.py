@@ -23,3 +23,19 @@ def populated_workspace(workspace, trained):
     shutil.copytree(dataset, workspace.folder("datasets") / "tiny-data")
     shutil.copytree(run, workspace.folder("runs") / "tiny-run")
     return workspace
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    """A tiny random llama with a chat template and a 128-token context (room for a few turns; its replies vary
+    with the seed)."""
+    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
+    from desktop_app.engine.model.architecture import build_model
+    from desktop_app.engine.specs import ModelSpec
+
+    folder = tmp_path_factory.mktemp("chat") / "chatty"
+    spec = ModelSpec("llama", 320, 32, 1, 2, 2, 64, 128, init_std=0.2, tie_embeddings=False)
+    build_model(spec, seed=3).save_pretrained(folder)
+    hf_tokenizer(train_tokenizer(["the cat sat on the mat. hello, and then?"] * 30, "byte-bpe", 320)).save_pretrained(
+        folder)
+    return folder

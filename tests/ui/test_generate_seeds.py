@@ -10,21 +10,6 @@ import shutil
 import pytest
 
 
-@pytest.fixture(scope="module")
-def chat_model(tmp_path_factory):
-    """A tiny random llama with a chat template (its replies vary with the seed)."""
-    from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
-    from desktop_app.engine.model.architecture import build_model
-    from desktop_app.engine.specs import ModelSpec
-
-    folder = tmp_path_factory.mktemp("seeds") / "chatty"
-    spec = ModelSpec("llama", 320, 32, 1, 2, 2, 64, 128, init_std=0.2, tie_embeddings=False)
-    build_model(spec, seed=3).save_pretrained(folder)
-    hf_tokenizer(train_tokenizer(["the cat sat on the mat. hello, and then?"] * 30, "byte-bpe", 320)).save_pretrained(
-        folder)
-    return folder
-
-
 @pytest.fixture
 def gen(window, chat_model, monkeypatch):
     import random

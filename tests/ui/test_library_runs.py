@@ -102,20 +102,11 @@ def test_a_finished_run_offers_its_next_steps(window, populated_workspace):
 
 # --- GGUF models opened in the window ---
 @pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    """A tiny llama exported by the app as a GGUF file (f32), outside any workspace."""
-    from desktop_app.engine.data.tokenization import save_tokenizer, train_tokenizer
-    from desktop_app.engine.export.hf import export_model
-    from desktop_app.engine.model.architecture import build_model
-    from desktop_app.engine.specs import ModelSpec
-
-    root = tmp_path_factory.mktemp("opened-gguf")
-    tok = train_tokenizer(["the cat sat on the mat and the dog ran " * 4] * 50, "byte-bpe", 300, 2)
-    build_model(ModelSpec("llama", 300, 32, 1, 2, 2, 64, 64), seed=0).save_pretrained(root / "src")
-    save_tokenizer(tok, root / "src")
-    out = root / "downloads" / "tiny-chat.gguf"
+def tiny_gguf(tiny_gguf, tmp_path_factory):
+    """The shared tiny GGUF (tests/conftest.py) where a download lands, outside any workspace."""
+    out = tmp_path_factory.mktemp("opened-gguf") / "downloads" / "tiny-chat.gguf"
     out.parent.mkdir()
-    assert list(export_model(root / "src", "gguf", out, gguf_type="f32"))[-1].reason == "completed"
+    shutil.copy(tiny_gguf, out)
     return out
 
 
