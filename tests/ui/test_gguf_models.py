@@ -4,27 +4,19 @@ models and "GGUF file…", and a chosen GGUF generates text."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from ui_helpers import ollama_store
 
 
 @pytest.fixture
 def stores(tmp_path, tiny_gguf, monkeypatch):
     """An Ollama store (a manifest naming the blob) and an LM Studio folder, found through their variables."""
     data = tiny_gguf.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
     ollama = tmp_path / "ollama"
-    (ollama / "blobs").mkdir(parents=True)
-    blob = ollama / "blobs" / f"sha256-{digest}"
-    blob.write_bytes(data)
-    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
-                                                "digest": f"sha256:{digest}"}]}))
+    blob = ollama_store(ollama, data)
     lms = tmp_path / "lmstudio" / "someone" / "tiny-GGUF"
     lms.mkdir(parents=True)
     (lms / "tiny-F32.gguf").write_bytes(data)

@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+from ui_helpers import ollama_store
 
 from desktop_app.engine.events import Finished
 
@@ -151,20 +152,12 @@ def test_a_gguf_opened_as_a_lora_base_is_listed_in_the_library(window, tiny_gguf
 
 
 def test_a_gguf_opened_as_a_chat_model_names_the_ollama_model_it_came_from(window, tiny_gguf, tmp_path, monkeypatch):
-    import hashlib
 
     from desktop_app.ui.widgets.opened_ggufs import GGUF_KIND, remember_gguf_model
 
     data = tiny_gguf.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
     ollama = tmp_path / "ollama"
-    (ollama / "blobs").mkdir(parents=True)
-    blob = ollama / "blobs" / f"sha256-{digest}"
-    blob.write_bytes(data)
-    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
-                                                "digest": f"sha256:{digest}"}]}))
+    blob = ollama_store(ollama, data)
     monkeypatch.setenv("OLLAMA_MODELS", str(ollama))
     assert remember_gguf_model(window.settings, blob)  # what the Generate tab does with the model it opens
     lib = window.library_tab

@@ -39,3 +39,19 @@ def train_run(dataset: Path, run_dir: Path, steps: int = 6, save_every: int = 3)
     events = list(train(config, run_dir))
     assert events[-1].reason == "completed", events[-1]
     return run_dir
+
+
+def ollama_store(root: Path, data: bytes, name: str = "tiny") -> Path:
+    """An Ollama model store under `root` holding the GGUF `data` as model `name:latest`; returns its blob."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(data).hexdigest()
+    (root / "blobs").mkdir(parents=True)
+    blob = root / "blobs" / f"sha256-{digest}"
+    blob.write_bytes(data)
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / name / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                                "digest": f"sha256:{digest}"}]}))
+    return blob
