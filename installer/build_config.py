@@ -414,7 +414,7 @@ EXCLUDED_PACKAGES = (
     "PyQt5", "PyQt6", "PySide2",
     "pyqtgraph.examples", "pyqtgraph.jupyter", "pyqtgraph.opengl",
     "PyInstaller", "ruff",
-    "hf_xet",  # huggingface_hub's upload/download accelerator: the app never downloads (11 MB)
+    "hf_xet",  # huggingface_hub's Xet accelerator (11 MB): the app's pulls use plain HTTP (engine/hub/download.py)
 )  # fmt: skip
 
 

@@ -391,6 +391,18 @@ def step_export(ctx: Context) -> dict[str, object]:
     return {"seconds": round(ran.seconds, 1), "bytes": out.stat().st_size}
 
 
+def step_models(ctx: Context) -> dict[str, object]:
+    """A fresh user's Hugging Face cache lists nothing, and the network switch refuses a search in one line."""
+    listed = run_app([ctx.exe, "models", "list", "--json"], ctx.env, cwd=ctx.work, timeout=120)
+    if listed.out.strip():
+        raise SmokeFailure(f"models list found models in a fresh user's cache: {listed.out[:500]!r}")
+    refused = run_app([ctx.exe, "models", "search", "smollm2"], {**ctx.env, "AZR_NETWORK": "off"},
+                      cwd=ctx.work, timeout=120, expect=2)
+    if "network features are off" not in refused.err:
+        raise SmokeFailure(f"models search with AZR_NETWORK=off printed {refused.err[-500:]!r}")
+    return {"seconds": round(listed.seconds + refused.seconds, 1), "refused": refused.err.strip()}
+
+
 # user mistakes: one line on stderr, exit 2, never a traceback (as from source)
 USER_ERRORS = (
     ["sandbox", "no-such-program.py"], ["tasks", "--count", "0"], ["generate", "no-such-run", "--prompt", "x"],
@@ -428,10 +440,11 @@ STEPS: tuple[tuple[str, Callable[[Context], dict[str, object]]], ...] = (
     ("version", step_version), ("window", step_window), ("model", step_model), ("prepare", step_prepare),
     ("train", step_train), ("generate", step_generate), ("sandbox", step_sandbox), ("tasks", step_tasks),
     ("selfplay-demo", step_selfplay_demo), ("eval", step_eval), ("serve", step_serve), ("export", step_export),
-    ("errors", step_errors), ("window-selfplay", step_window_selfplay),
+    ("models", step_models), ("errors", step_errors), ("window-selfplay", step_window_selfplay),
 )
 # The CLI verbs the steps run (desktop_app.cli.VERBS must all be here).
-STEP_VERBS = ("model", "prepare", "train", "generate", "sandbox", "tasks", "selfplay-demo", "eval", "serve", "export")
+STEP_VERBS = ("model", "prepare", "train", "generate", "sandbox", "tasks", "selfplay-demo", "eval", "serve", "export",
+              "models")
 
 
 def run_smoke(meta: cfg.AppMeta, *, exe: Path, install_root: Path, scratch: Path, repeats: int,

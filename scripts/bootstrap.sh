@@ -2,7 +2,7 @@
 # Installs whatever is missing into ./.venv (sourced by scripts/launch.sh and scripts/test.sh).
 # - torch is installed FIRST and pinned (TORCH_SPEC, default torch==2.13.0): an unpinned resolve can pull a
 #   multi-GB CUDA build. Set TORCH_SPEC (and PIP_EXTRA_INDEX_URL) yourself for a CUDA build.
-# - the project and its test extras next; torch must not move (checked).
+# - the project, its test extras and the documents extra (PDF, EPUB, DOCX, HTML, tables) next; torch must not move.
 # - re-runs are fast: pip only runs again when pyproject.toml changed (stamp file in .venv).
 set -euo pipefail
 
@@ -52,8 +52,8 @@ ensure_venv() {
   stamp="$VENV/.azr-installed"
   want="$(cat "$ROOT/pyproject.toml" | cksum)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    log "installing the app and its test tools (torch $before stays)"
-    "${pip[@]}" -e "$ROOT[test]"
+    log "installing the app, its test tools and the documents extra (torch $before stays)"
+    "${pip[@]}" -e "$ROOT[test,documents]"
     echo "$want" >"$stamp"
   fi
   local after

@@ -3,11 +3,15 @@
     xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python scripts/screenshots.py
     xvfb-run -a -s "-screen 0 1920x1080x24" .venv/bin/python scripts/screenshots.py --size 1920x1080 --out /tmp/s
     xvfb-run -a -s "-screen 0 1024x700x24" .venv/bin/python scripts/screenshots.py --size 1024x700 --out /tmp/s
+    xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python scripts/screenshots.py --only get-model
 
 Drives the app like a user: a model preset, the sample corpus prepared on the Data tab, a short training run with
 curves, a LoRA run's form, a chat with the trained model, the Library with the run selected and, unless
---no-selfplay, a short self-play demo (about 2 minutes) with its curves and task buffer. Uses a throw-away
-workspace and settings. The window is the laptop size the README shows (1366x768) unless --size says otherwise.
+--no-selfplay, a short self-play demo (about 2 minutes) with its curves and task buffer; then "Get a model": search,
+details with what fits, a download and a chat with the downloaded model, against the tests' local Hub server
+(tests/hub_server.py: nothing is fetched from the internet). Uses a throw-away workspace, settings and Hugging Face
+cache. The window is the laptop size the README shows (1366x768) unless --size says otherwise; --only get-model
+takes the Get-a-model screenshots alone (a minute).
 """
 
 from __future__ import annotations
@@ -25,8 +29,18 @@ sys.path.insert(0, str(ROOT))
 WORK = Path(tempfile.mkdtemp(prefix="azr-shots-"))
 os.environ["AZR_WORKSPACE"] = str(WORK / "workspace")
 os.environ["XDG_CONFIG_HOME"] = str(WORK / "config")
+os.environ["HF_HOME"] = str(WORK / "hf-home")  # a cache of its own: the downloaded model lands here
+os.environ["HF_HUB_CACHE"] = str(WORK / "hf-home" / "hub")
+os.environ["HF_HUB_DISABLE_XET"] = "1"
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "AZR_NETWORK"):
+    os.environ.pop(_name, None)
+sys.path.insert(0, str(ROOT / "tests"))
+from hub_server import HubServer, build_repos  # noqa: E402  (the tests' local Hub: stdlib only until it builds)
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
+HUB = HubServer([]).start()  # its repositories are added once the app's engine can build them
+os.environ["HF_ENDPOINT"] = HUB.url  # before anything imports huggingface_hub
+
+from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from desktop_app.engine.specs import DataSpec  # noqa: E402
 from desktop_app.ui.main_window import MainWindow  # noqa: E402
@@ -54,6 +68,8 @@ def main() -> int:
     parser.add_argument("--size", default="1366x768", help="window size, WIDTHxHEIGHT (default 1366x768)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"), help="folder for the PNG files")
     parser.add_argument("--no-selfplay", action="store_true", help="skip the self-play demo (about 2 minutes)")
+    parser.add_argument("--only", choices=("all", "get-model"), default="all",
+                        help="get-model: only the Get-a-model screenshots (search, details, download, chat)")
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
     out = Path(args.out)
@@ -72,12 +88,28 @@ def main() -> int:
         print(f"the window is {win.width()}x{win.height()}, not {width}x{height} (its minimum size?)",
               file=sys.stderr)
 
-    def shot(name: str) -> None:
+    def shot(name: str, widget: QWidget | None = None) -> None:
+        """The window (or `widget`: a window of its own, such as a dialog) into OUT/NAME.png."""
         spin(app, 0.5)
         path = out / f"{name}.png"
-        win.grab().save(str(path))
+        (widget or win).grab().save(str(path))
         print(path, flush=True)
 
+    if args.only == "all":
+        tour(app, win, shot, selfplay=not args.no_selfplay)
+    get_model_tour(app, win, shot)
+    errors = list(win.ctx.errors)
+    win.shutdown()
+    win.close()
+    HUB.stop()
+    if errors:
+        print("errors shown during the session:", errors, file=sys.stderr)
+        return 1
+    return 0
+
+
+def tour(app: QApplication, win: MainWindow, shot, *, selfplay: bool) -> None:
+    """Every tab in a meaningful state: a model, prepared data, a training run, a LoRA form, a chat, the Library."""
     # Model: a preset with something to look at
     win.tabs.setCurrentWidget(win.model_tab)
     win.model_tab.preset_box.setCurrentText("mini")
@@ -150,7 +182,7 @@ def main() -> int:
     lib.select(str(run))
     shot("library")
 
-    if not args.no_selfplay:
+    if selfplay:
         # Self-play: the CPU demo for two minutes, its curves and its task buffer. Each phase is a time-limited run
         # (time_budget_s, a minute each), so the bar follows the clock, as the demo's own runs will.
         win.tabs.setCurrentWidget(train)
@@ -171,13 +203,67 @@ def main() -> int:
         lib.select(demo)
         shot("library_demo")
 
-    errors = list(win.ctx.errors)
-    win.shutdown()
-    win.close()
-    if errors:
-        print("errors shown during the session:", errors, file=sys.stderr)
-        return 1
-    return 0
+
+INSTRUCT = "tiny-org/tiny-chat-instruct"
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def add_instruct_repo() -> None:
+    """tiny-chat with a chat template of its own, as a Hub chat model has (tiny-chat carries the app's default one,
+    so it opens in Text completion): "Chat with it" opens it in Chat."""
+    base = HUB.repos["tiny-org/tiny-chat"]
+    files = dict(base.files)
+    config = json.loads(files["tokenizer_config.json"])
+    config["chat_template"] = CHATML
+    files["tokenizer_config.json"] = json.dumps(config).encode()
+    files["chat_template.jinja"] = CHATML.encode()
+    HUB.add_repo(INSTRUCT, files, downloads=base.downloads + 1, tags=base.tags, parameters=base.parameters)
+
+
+def get_model_tour(app: QApplication, win: MainWindow, shot) -> None:
+    """Get a model from the Library: the Hub's most downloaded models, a search, a model's files and what fits this
+    machine, its download with progress, and a chat with it, against the tests' local Hub server."""
+    from desktop_app.ui.widgets.get_model_view import GetModelView
+
+    for repo in build_repos(WORK / "hub-repos"):
+        HUB.add(repo)
+    add_instruct_repo()
+    win.banner.setVisible(False)
+    win.tabs.setCurrentWidget(win.library_tab)
+    win.library_tab.get_model_btn.click()
+    view = win.findChild(GetModelView)
+
+    def idle() -> bool:
+        return not [k for k in win.ctx.runner.running_kinds() if k.startswith("hub-")]
+
+    spin(app, until=idle, timeout=60)
+    shot("get_model_search", view)
+    view.search("tiny")
+    spin(app, until=idle, timeout=60)
+    view.results_table.selectRow(view.result_row(INSTRUCT))
+    spin(app, until=lambda: view.details is not None and len(view.fits) == len(view.details.file_sets), timeout=120)
+    shot("get_model_details", view)
+    HUB.slow(600_000)  # bytes a second: the bar, the speed and the time left have a moment to show
+    row = view.download()
+    spin(app, until=lambda: row.bar.value() >= 350 or row.state != "downloading", timeout=120)
+    shot("get_model_download", view)
+    HUB.slow(0)
+    spin(app, until=lambda: row.state != "downloading", timeout=120)
+    shot("get_model_downloaded", view)
+    row.chat_btn.click()
+    gen = win.generate_tab
+    gen.form.set_spec(gen.form.spec().replace(max_new_tokens=12, temperature=0.8, top_k=40, seed=7))
+    gen.generate("Hello! What can you do?")  # a tiny random test model: the window, not its words
+    spin(app, until=lambda: not gen.running, timeout=300)
+    shot("get_model_chat")
+    win.tabs.setCurrentWidget(win.library_tab)
+    win.library_tab.select(row.folder)
+    shot("get_model_library")
+    win.train_tab.setup.set_method("lora")  # "Fine-tune it": the LoRA form with the downloaded model as its base
+    win.library_tab.get_model_btn.click()
+    row.finetune_btn.click()
+    shot("get_model_finetune")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ _SESSION_DIR = Path(tempfile.mkdtemp(prefix="azr-tests-"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["AZR_WORKSPACE"] = str(_SESSION_DIR / "workspace")
 os.environ["XDG_CONFIG_HOME"] = str(_SESSION_DIR / "config")  # QSettings never touch the user's files
+# No test lists or fills the developer's own Hugging Face cache (set before huggingface_hub reads them at import)
+os.environ["HF_HOME"] = str(_SESSION_DIR / "hf-home")
+os.environ["HF_HUB_CACHE"] = str(_SESSION_DIR / "hf-home" / "hub")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
 
@@ -159,3 +162,39 @@ def tiny_gguf(tmp_path_factory):
     out = root / "tiny.gguf"
     assert list(export_model(root / "src", "gguf", out, gguf_type="f32"))[-1].reason == "completed"
     return out
+
+
+@pytest.fixture(scope="session")
+def hub_repos(tmp_path_factory):
+    """The local Hub's repositories (tests/hub_server.py), built once per session: models take seconds to make."""
+    from hub_server import build_repos
+
+    return build_repos(tmp_path_factory.mktemp("hub-repos"))
+
+
+@pytest.fixture
+def hub_server(hub_repos, tmp_path, monkeypatch):
+    """A local Hugging Face Hub (tests/hub_server.py) that the real huggingface_hub client talks to: HF_ENDPOINT
+    points at it, the HF cache and token files live in tmp_path, Xet is off, huggingface_hub's offline switch
+    (HF_HUB_OFFLINE, read once at import) is lifted for this test only, and the app's network setting file lives in
+    tmp_path. Yields the HubServer (knobs: drop_after, slow, token_required, tamper, add_repo; log: requests)."""
+    import dataclasses
+
+    import huggingface_hub.constants as hf_constants
+    from hub_server import HubServer
+
+    server = HubServer([dataclasses.replace(r, files=dict(r.files), entries={}) for r in hub_repos]).start()
+    home = tmp_path / "hf-home"
+    for name, value in {"HF_ENDPOINT": server.url, "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"),
+                        "HF_HUB_DISABLE_XET": "1", "XDG_CONFIG_HOME": str(tmp_path / "config")}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AZR_NETWORK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"HF_HUB_OFFLINE": False, "HF_HUB_DISABLE_XET": True, "ENDPOINT": server.url,
+                        "HUGGINGFACE_CO_URL_TEMPLATE": server.url + "/{repo_id}/resolve/{revision}/{filename}",
+                        "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"),
+                        "HF_TOKEN_PATH": str(home / "token"), "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+                        }.items():
+        monkeypatch.setattr(hf_constants, name, value)
+    yield server
+    server.stop()

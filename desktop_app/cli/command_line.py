@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.data.columns import format_columns
 from desktop_app.engine.method_options import METHOD_OPTIONS
 from desktop_app.engine.methods import Method, method_of
 from desktop_app.engine.spec_base import default_of
@@ -64,6 +65,8 @@ def method_command(config: RunConfig, method: Method, exe: str, out: str = "my-r
     parts = [exe, "train", "--method", method.key, "--base", q(config.base_model) if config.base_model else "MODEL"]
     for path in config.data:
         parts += ["--data", q(path)]
+    if config.columns:
+        parts += ["--columns", q(format_columns(config.columns))]
     train, defaults = config.train, TrainSpec().to_dict()
     for name, flag in TRAIN_FLAGS.items():
         # lr always: the CLI's default for a method is the method's own (methods.py), not TrainSpec's

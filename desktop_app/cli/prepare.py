@@ -17,7 +17,10 @@ TOKENIZER_CHOICES = ("byte-bpe", "bpe", "wordpiece", "unigram")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="text files (.txt, .md, .jsonl) or folders")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="files or folders: text (.txt, .md, .jsonl), documents (.pdf, .epub, .docx, .html) and "
+                             "tables (.csv, .tsv, .parquet, .arrow, a datasets save_to_disk folder); documents and "
+                             "tables need the documents extra")
     parser.add_argument("--out", required=True, metavar="DATASET_DIR",
                         help="dataset folder to create (or, with --append, to extend)")
     tok = parser.add_mutually_exclusive_group()
@@ -34,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-fraction", type=float, default=None, metavar="F",
                         help="share of documents for validation (default 0.05)")
     parser.add_argument("--seed", type=int, default=None, metavar="N", help="seed of the train/validation split")
+    parser.add_argument("--columns", default=None, metavar="ROLE=COLUMN,...",
+                        help="which table column plays which part, e.g. text=body, or instruction=q,output=a, or "
+                             "prompt=p,chosen=c,rejected=r (default: guessed from common column names); saved in the "
+                             "dataset's manifest")
     parser.add_argument("--append", action="store_true",
                         help="add the files to the existing dataset in --out (its tokenizer and settings)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -46,6 +53,10 @@ def _spec(args: argparse.Namespace) -> Any:
     values = {"tokenizer": args.tokenizer, "tokenizer_file": args.tokenizer_file, "vocab_size": args.vocab_size,
               "min_frequency": args.min_frequency, "context_length": args.context, "overlap": args.overlap,
               "val_fraction": args.val_fraction, "seed": args.seed}
+    if args.columns is not None:
+        from desktop_app.engine.data.columns import parse_columns
+
+        values["columns"] = parse_columns(args.columns)
     return DataSpec(**{k: v for k, v in values.items() if v is not None}).check()
 
 
@@ -81,7 +92,7 @@ def _events(args: argparse.Namespace, controls: Any) -> Iterator[Any]:
         from desktop_app.engine.data.prepare import append_to_dataset
 
         given = [name for name in ("tokenizer", "tokenizer_file", "vocab_size", "min_frequency", "context",
-                                   "overlap", "val_fraction", "seed") if getattr(args, name) is not None]
+                                   "overlap", "val_fraction", "seed", "columns") if getattr(args, name) is not None]
         if given:
             raise UserError(f"--append uses the dataset's own settings; drop --{given[0].replace('_', '-')}")
         return append_to_dataset(args.out, args.paths, controls)
@@ -105,7 +116,8 @@ def _show(events: Iterator[Any], args: argparse.Namespace) -> Any:
             elif isinstance(event, FileVerdict) and event.verdict != "ok" and event.path not in reported:
                 reported.add(event.path)
                 if not args.json:
-                    bar.write(f"skipped {event.path}: {event.verdict} ({event.reason})")
+                    what = "partly read" if event.verdict == "partly" else "skipped"
+                    bar.write(f"{what} {event.path}: {event.verdict} ({event.reason})")
             elif isinstance(event, Log) and event.level != "info":
                 bar.write(f"{event.level}: {event.message}")
             elif isinstance(event, Finished):

@@ -65,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", action="extend", nargs="+", metavar="FILE", help="fine-tuning data (JSONL): chat, "
                         "ShareGPT or Alpaca records for sft/lora/qlora, prompt/chosen/rejected pairs for dpo; repeat "
                         "for several files")
+    parser.add_argument("--columns", metavar="ROLE=COLUMN,...", help="which columns of table data (CSV, Parquet, a "
+                        "datasets folder) hold what, e.g. instruction=q,output=a or prompt=p,chosen=good,rejected=bad "
+                        "(default: guessed from common names); saved in run.json")
     parser.add_argument("--adapter", choices=("none", "lora", "qlora"), help="adapters for --method sft or dpo "
                         "(default none = full fine-tuning)")
     parser.add_argument("--lora-rank", type=int, help="LoRA rank r (default 8)")
@@ -90,8 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "cannot work on this machine (e.g. its memory estimate is far beyond what is free)")
 
 
-_FINETUNE_FLAGS = ("method", "data", "adapter", "lora_rank", "lora_alpha", "lora_dropout", "target_modules", "world",
-                   "reward_file")
+_FINETUNE_FLAGS = ("method", "data", "columns", "adapter", "lora_rank", "lora_alpha", "lora_dropout", "target_modules",
+                   "world", "reward_file")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,6 +157,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
 
 def finetune_config(args: argparse.Namespace) -> RunConfig:
     """The RunConfig of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
+    from desktop_app.engine.data.columns import parse_columns
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.method_options import parse_option
 
@@ -174,8 +178,10 @@ def finetune_config(args: argparse.Namespace) -> RunConfig:
         options["world"] = args.world
     if args.reward_file:
         options["reward_file"] = args.reward_file
+    columns = parse_columns(args.columns) if args.columns else {}
     request = RunRequest(objective=objective, base_model=_base_folder(args), data=list(args.data or []),
-                         adapter=_adapter(args), method_options=options, train=_overrides(args), seed=args.seed)
+                         columns=columns, adapter=_adapter(args), method_options=options, train=_overrides(args),
+                         seed=args.seed)
     return prepare_run(request).config
 
 
@@ -198,12 +204,13 @@ def _adapter(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _base_folder(args: argparse.Namespace) -> str:
-    """--base as a local folder: fetched from the Hub first with --allow-download (the user's explicit choice)."""
+    """--base as a local folder: fetched from the Hub first with --allow-download (the user's explicit choice), as
+    `models pull` fetches it (the network setting, a bar on stderr, resume, checksums)."""
     base = Path(args.base).expanduser()
     if getattr(args, "allow_download", False) and not base.exists():
-        from desktop_app.engine.finetune.base_model import download_base
+        from desktop_app.cli.models import pull_base
 
-        return str(download_base(args.base))
+        return pull_base(args.base, as_json=args.json)
     if not base.exists():
         from desktop_app.engine.model.folders import resolve_base
 

@@ -144,6 +144,10 @@ class DataSpec(SpecMixin):
     seed: int = _f(1337, "Seed of the train/validation split.", label="Split seed", minimum=0, advanced=True)
     min_frequency: int = _f(2, "A merge or token must occur this often to enter the vocabulary.", minimum=1,
                             label="Minimum frequency", unit="times", advanced=True)
+    columns: dict = _f({}, "Which column of a table (CSV, Parquet, a datasets folder) or JSON Lines file plays which "
+                       "part, e.g. {\"text\": \"body\"} or {\"instruction\": \"q\", \"output\": \"a\"}; empty: "
+                       "guessed from common column names. Set in the Data tab's column panel or with --columns.",
+                       label="Column mapping", hidden=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
@@ -159,6 +163,7 @@ class DataSpec(SpecMixin):
         elif isinstance(self.context_length, int) and self.overlap >= self.context_length:
             p.append(f"overlap {self.overlap} must be smaller than the context length {self.context_length}")
         check_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
+        p += _columns_problems(self.columns)
         return p
 
     @property
@@ -455,6 +460,9 @@ class RunConfig(SpecMixin):
                                 "refuses to resume on a base that changed.", label="Base model checksum")
     distributed: dict = _f({}, "The DistributedSpec (as a JSON object): DDP or FSDP when launched by torchrun.",
                            label="Distributed settings")
+    columns: dict = _f({}, "Which column of a table data file (CSV, Parquet, a datasets folder) plays which part, e.g. "
+                       "{\"instruction\": \"q\", \"output\": \"a\"}; empty: guessed from common column names.",
+                       label="Column mapping", hidden=True)
 
     def model_spec(self) -> ModelSpec:
         return ModelSpec.from_dict(self.model)
@@ -500,6 +508,7 @@ class RunConfig(SpecMixin):
             except SpecError as exc:
                 p += [m if m.startswith("method_options") else f"method_options: {m}" for m in exc.problems]
         p += _nested_problems("distributed", lambda: self.distributed_spec().validate())
+        p += _columns_problems(self.columns)
         sha = self.base_model_sha256
         if sha and (not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
             p.append("base_model_sha256 must be 64 lowercase hex digits (or empty)")
@@ -547,6 +556,22 @@ class RunConfig(SpecMixin):
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
         return cls.from_dict(load_json(path))
+
+
+def _columns_problems(columns: Any) -> list[str]:
+    """What is wrong with a column mapping (the rules live in data/columns.py, imported here only when one is set)."""
+    if columns in ({}, None):
+        return []
+    if not isinstance(columns, dict):
+        return [f"columns must be a JSON object of role -> column, got {columns!r}"]
+    from desktop_app.engine.data.columns import mapping_from_dict
+    from desktop_app.engine.errors import UserError
+
+    try:
+        mapping_from_dict(columns)
+    except UserError as exc:
+        return [f"columns: {exc}"]
+    return []
 
 
 def _nested_problems(name: str, validate: Callable[[], list[str]]) -> list[str]:

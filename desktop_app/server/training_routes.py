@@ -144,7 +144,9 @@ def download_model(name: str, request: Request,
 @router.post("/datasets", status_code=201, summary="Upload text files into a new (or existing) dataset",
              response_model=None)
 async def upload_dataset(request: Request,
-                         files: list[UploadFile] = File(..., description="text files (.txt, .md, .jsonl)"),
+                         files: list[UploadFile] = File(..., description="text, documents or tables (.txt .md "
+                                                                         ".jsonl .pdf .epub .docx .html .csv .tsv "
+                                                                         ".parquet)"),
                          name: str = Form("dataset", description="name of the new dataset"),
                          spec: str = Form("", description="DataSpec as JSON, e.g. {\"vocab_size\": 4096, "
                                                           "\"context_length\": 256}"),

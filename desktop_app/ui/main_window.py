@@ -45,6 +45,7 @@ from desktop_app.ui.tabs.model_tab import ModelTab
 from desktop_app.ui.tabs.train_tab import TrainTab
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.elided_label import ElidedLabel
+from desktop_app.ui.widgets.hub_access import hub_routes
 from desktop_app.ui.window_size import PREFERRED_SIZE, fit_to_screen
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,7 @@ class MainWindow(QMainWindow):
         self.library_tab.resume_requested.connect(self.resume_run)
         self.library_tab.watch_requested.connect(self.watch_run)
         self.train_tab.next_step_requested.connect(self.next_step)
+        hub_routes(c).next_step.connect(self.next_step)  # Get a model: "Chat with it", "Fine-tune it"
         self.tabs.currentChanged.connect(lambda _i: self._focus_tab())
         c.runner.task_started.connect(lambda _k: self._update_actions())
         c.runner.task_started.connect(lambda _k: gc_guard.hold(True))
@@ -373,6 +375,7 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.library_tab)
         elif action == "finetune":
             self.train_tab.use_as_base(run)
+            self.tabs.setCurrentWidget(self.train_tab)
 
     def open_docs(self) -> None:
         from desktop_app.ui.help import open_docs

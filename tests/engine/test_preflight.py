@@ -216,3 +216,19 @@ def test_the_gpu_is_looked_at_only_where_torch_already_runs_cuda(monkeypatch):
     cuda.is_available = lambda: False
     none = pf.this_machine(probe_gpu=True)
     assert none.gpu_known and none.gpu_total == 0  # looked: no GPU, so the RAM decides
+
+
+def test_records_of_a_table_are_its_rows_not_its_bytes(tmp_path):
+    """A Parquet file's records are counted from its rows (a line count of its bytes would be nonsense)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = tmp_path / "qa.parquet"
+    pq.write_table(pa.table({"ask": [f"q{i}" for i in range(7)], "reply": [f"a{i}" for i in range(7)]}), table)
+    lines = tmp_path / "more.jsonl"
+    lines.write_text('{"instruction": "x", "output": "y"}\n' * 3)
+    assert pf.count_records([str(table)], 100) == 7
+    assert pf.count_records([str(table), str(lines)], 100) == 10
+    assert pf.count_records([str(table)], 5) >= 5  # enough for the check (whole batches are counted)
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(table.read_bytes()[:40])
+    assert pf.count_records([str(broken)], 100) is None  # damaged: the run's own checks name it

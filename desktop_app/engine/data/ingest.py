@@ -22,64 +22,28 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.data.chat import ChatError, check_messages
+from desktop_app.engine.data.columns import ColumnMapping, mapping_from_dict
+from desktop_app.engine.data.documents import DOCUMENT_EXTENSIONS
+from desktop_app.engine.data.items import MAGIC, PIECE_CHARS, Doc, FileProblem, Record, safe_cut, split_pieces
+from desktop_app.engine.data.rich_sources import Notes, hash_source, mapped_json, rich_items, rich_kind, source_size
+from desktop_app.engine.data.tables import TABLE_EXTENSIONS, is_dataset_folder
 from desktop_app.engine.events import FileVerdict
 
 TEXT_EXTENSIONS = (".txt", ".md", ".markdown", ".text")
 JSONL_EXTENSIONS = (".jsonl",)
-SUPPORTED_EXTENSIONS = TEXT_EXTENSIONS + JSONL_EXTENSIONS
+SUPPORTED_EXTENSIONS = TEXT_EXTENSIONS + JSONL_EXTENSIONS + DOCUMENT_EXTENSIONS + TABLE_EXTENSIONS
 RECORD_KINDS = ("chat", "instruction", "preference")
 
 BLOCK_BYTES = 1 << 20  # read size: memory per open file stays around a few MiB whatever the file size
-PIECE_CHARS = 1 << 18  # longest text handed to the tokenizer at once (cut before whitespace)
 MAX_JSONL_LINE = 64 << 20  # a JSON line must be parsed whole; longer lines are refused, not loaded
 
-# Magic numbers of common binary formats that people rename (or mis-save) as .txt.
-_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (b"PK\x03\x04", "a ZIP archive (or docx/xlsx/odt)"),
-    (b"PK\x05\x06", "an empty ZIP archive"),
-    (b"%PDF-", "a PDF document"),
-    (b"\x1f\x8b", "gzip-compressed data"),
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"GIF8", "a GIF image"),
-    (b"\x7fELF", "an executable (ELF)"),
-    (b"BZh", "bzip2-compressed data"),
-    (b"\xfd7zXZ\x00", "xz-compressed data"),
-    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
-    (b"SQLite format 3\x00", "an SQLite database"),
-)
-
-
-class FileProblem(Exception):
-    """A file that cannot be used; `verdict` is a short code, the message says why."""
-
-    def __init__(self, verdict: str, reason: str, *, line: int | None = None, offset: int | None = None):
-        super().__init__(reason)
-        self.verdict = verdict
-        self.reason = reason
-        self.line = line
-        self.offset = offset
-
-
-@dataclass
-class Doc:
-    """One piece of a pretraining document. `last` marks the piece after which EOS goes."""
-
-    text: str
-    first: bool = True
-    last: bool = True
-
-
-@dataclass
-class Record:
-    kind: str  # chat | instruction | preference
-    data: dict[str, Any]
+USABLE_VERDICTS = ("ok", "partly")  # "partly": usable, with a part named in the reason (e.g. PDF pages without text)
 
 
 @dataclass
@@ -99,10 +63,11 @@ class SourceInfo:
     line: int | None = None
     offset: int | None = None
     tokens: int = 0
+    partly: str | None = None  # what a usable file lacks (pages without text, rows skipped); None when whole
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "ok"
+        return self.verdict in USABLE_VERDICTS
 
     def to_event(self) -> FileVerdict:
         return FileVerdict(path=self.path, verdict=self.verdict, reason=self.reason, format=self.format,
@@ -172,11 +137,17 @@ def discover(paths: Iterable[str | Path]) -> Iterator[tuple[Path, FileProblem | 
             st_child, problem = _stat_problem(child)
             if problem is not None:
                 yield child, problem
-            elif st_child is not None and stat.S_ISDIR(st_child.st_mode):
-                if not _is_prepared_dataset(child):  # our own output (--out inside an input folder) is not input
-                    yield from walk(child)
             else:
-                yield from one(child, st_child)
+                yield from visit(child, st_child, False)
+
+    def visit(path: Path, st: os.stat_result | None, top: bool) -> Iterator[tuple[Path, FileProblem | None]]:
+        if st is not None and stat.S_ISDIR(st.st_mode) and is_dataset_folder(path):
+            yield from one(path, None)  # a `datasets` save_to_disk folder is one source
+        elif st is not None and stat.S_ISDIR(st.st_mode):
+            if top or not _is_prepared_dataset(path):  # our own output (--out inside an input folder) is not input
+                yield from walk(path)
+        else:
+            yield from one(path, st)
 
     def one(path: Path, st: os.stat_result | None) -> Iterator[tuple[Path, FileProblem | None]]:
         key = os.path.abspath(path)
@@ -185,7 +156,7 @@ def discover(paths: Iterable[str | Path]) -> Iterator[tuple[Path, FileProblem | 
         seen_files.add(key)
         if st is not None and not stat.S_ISREG(st.st_mode):
             yield path, FileProblem("unsupported", "not a regular file (device, pipe or socket)")
-        elif path.suffix.lower() not in SUPPORTED_EXTENSIONS:
+        elif st is not None and path.suffix.lower() not in SUPPORTED_EXTENSIONS:  # st None: a `datasets` folder
             yield path, FileProblem("unsupported", f"unsupported file type '{path.suffix or '(none)'}': "
                                     f"use {', '.join(SUPPORTED_EXTENSIONS)}")
         else:
@@ -196,10 +167,8 @@ def discover(paths: Iterable[str | Path]) -> Iterator[tuple[Path, FileProblem | 
         st, problem = _stat_problem(path)
         if problem is not None:
             yield path, problem
-        elif st is not None and stat.S_ISDIR(st.st_mode):
-            yield from walk(path)
         else:
-            yield from one(path, st)
+            yield from visit(path, st, True)
 
 
 # ------------------------------------------------------------------------------------------ decoding
@@ -214,7 +183,7 @@ def _detect_encoding(head: bytes) -> tuple[str, int]:
         return "utf-16-le", 2
     if head.startswith(codecs.BOM_UTF16_BE):
         return "utf-16-be", 2
-    for magic, what in _MAGIC:
+    for magic, what in MAGIC[:12]:  # a text file that is really one of these (Parquet's PAR1 / MZ are text-like)
         if head.startswith(magic):
             raise FileProblem("binary", f"this is {what}, not text", offset=0)
     return "utf-8", 0
@@ -274,41 +243,6 @@ def iter_text(path: Path, info: SourceInfo | None = None, *, hasher: Any = None)
                 hasher.update(block)
 
 
-def _safe_cut(text: str, limit: int) -> int:
-    """Where to cut `text` (at most `limit` chars) so the tokenizer sees whole words: before whitespace."""
-    window = text[limit // 2:limit]
-    cut = limit  # no whitespace at all (e.g. minified data): a hard cut between characters
-    for ch in (" ", "\t", "\n"):
-        at = window.rfind(ch)
-        if at > 0:
-            cut = limit // 2 + at
-            break
-    # Never cut inside a run of blank lines: that run is a document boundary the next block must see
-    # whole. Move the cut back to the line break that starts it.
-    while True:
-        nl = text.rfind("\n", 0, cut)
-        if nl < 0 or text[nl + 1:cut].strip():
-            break
-        cut = nl
-    if cut <= 0:
-        cut = limit  # nothing but blank lines and spaces: any cut will do
-    if cut > 1 and text[cut - 1] == "\r":  # never split a CRLF pair
-        cut -= 1
-    return cut
-
-
-def split_pieces(text: str, limit: int | None = None) -> list[str]:
-    """Cut a long text into pieces of at most `limit` characters on safe boundaries."""
-    limit = limit or PIECE_CHARS
-    pieces = []
-    while len(text) > limit:
-        cut = _safe_cut(text, limit)
-        pieces.append(text[:cut])
-        text = text[cut:]
-    pieces.append(text)
-    return pieces
-
-
 # A line break followed by one or more whitespace-only lines: the boundary between two documents.
 _SEPARATOR = re.compile(r"\n(?:[^\S\n]*\n)+")
 _LEADING_BLANK_LINES = re.compile(r"(?:[^\S\n]*\n)+")
@@ -348,7 +282,7 @@ def iter_text_docs(blocks: Iterable[str], limit: int | None = None) -> Iterator[
             buf = start_of(buf)
             if len(buf) <= limit:
                 break
-            cut = _safe_cut(buf, limit)
+            cut = safe_cut(buf, limit)
             yield Doc(buf[:cut], first, False)
             first = False
             buf = buf[cut:]
@@ -388,8 +322,9 @@ def _jsonl_record(obj: Any) -> tuple[str, Any]:
     raise ValueError("no 'text', 'messages', 'instruction'/'output' or 'prompt'/'chosen'/'rejected' field")
 
 
-def iter_jsonl(blocks: Iterable[str]) -> Iterator[tuple[str, Any]]:
-    """(kind, payload) per non-empty line; a bad line raises FileProblem naming its line number."""
+def iter_jsonl(blocks: Iterable[str], mapping: ColumnMapping | None = None) -> Iterator[tuple[str, Any]]:
+    """(kind, payload) per non-empty line; a bad line raises FileProblem naming its line number. A line holding every
+    column of `mapping` is read through it; other lines by their standard keys."""
     pending: list[str] = []
     size = 0
     lineno = 0
@@ -398,7 +333,10 @@ def iter_jsonl(blocks: Iterable[str]) -> Iterator[tuple[str, Any]]:
         if not line.strip():
             return None
         try:
-            return _jsonl_record(json.loads(line))
+            obj = json.loads(line)
+            if mapping is not None and isinstance(obj, dict) and all(c in obj for c in mapping.columns):
+                return mapped_json(obj, mapping, n)
+            return _jsonl_record(obj)
         except json.JSONDecodeError as exc:
             raise FileProblem("bad-jsonl", f"line {n}: invalid JSON ({exc.msg}; column {exc.colno})",
                               line=n) from None
@@ -430,15 +368,22 @@ def iter_jsonl(blocks: Iterable[str]) -> Iterator[tuple[str, Any]]:
 
 # ------------------------------------------------------------------------------------------ reading
 
-def read_items(path: Path, info: SourceInfo | None = None, *, hasher: Any = None) -> Iterator[Doc | Record]:
-    """Documents (pretraining text pieces) and records of one file, streamed."""
+def read_items(path: Path, info: SourceInfo | None = None, *, hasher: Any = None,
+               columns: dict[str, str] | None = None) -> Iterator[Doc | Record]:
+    """Documents (pretraining text pieces) and records of one source, streamed; tables and JSON Lines through the
+    column mapping `columns` (role -> column) where they hold its columns."""
+    if rich_kind(path) is not None:
+        if hasher is not None:
+            hash_source(path, hasher)
+        yield from rich_items(path, Notes(), columns=columns)
+        return
     blocks = iter_text(path, info, hasher=hasher)
     if path.suffix.lower() in JSONL_EXTENSIONS:
-        for kind, payload in iter_jsonl(blocks):
+        for kind, payload in iter_jsonl(blocks, mapping_from_dict(columns) if columns else None):
             if kind == "text":
                 if not payload.strip():
                     continue
-                pieces = split_pieces(payload)
+                pieces = split_pieces(payload, PIECE_CHARS)
                 for i, piece in enumerate(pieces):
                     yield Doc(piece, i == 0, i == len(pieces) - 1)
             else:
@@ -447,12 +392,14 @@ def read_items(path: Path, info: SourceInfo | None = None, *, hasher: Any = None
         yield from iter_text_docs(blocks)
 
 
-def inspect_file(path: Path, problem: FileProblem | None = None) -> SourceInfo:
-    """Read a file once (streaming): sha256, encoding, documents/records counts and the verdict."""
+def inspect_file(path: Path, problem: FileProblem | None = None, *, columns: dict[str, str] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> SourceInfo:
+    """Read a source once (streaming): sha256, encoding, documents/records counts and the verdict. `columns` maps
+    a table's columns (columns.py); `progress(done, total)` follows a document's pages or chapters."""
     info = SourceInfo(path=str(path))
     if problem is None:
         try:
-            info.size = os.stat(path).st_size
+            info.size = source_size(path) if path.is_dir() else os.stat(path).st_size
         except OSError as exc:
             problem = FileProblem("unreadable", exc.strerror or str(exc))
     if problem is None and info.size == 0:
@@ -460,18 +407,15 @@ def inspect_file(path: Path, problem: FileProblem | None = None) -> SourceInfo:
     if problem is not None:
         return _with_problem(info, problem)
     hasher = hashlib.sha256()
-    kinds: set[str] = set()
-    saw_text = False
+    notes = Notes() if rich_kind(path) is not None else None
     try:
-        for item in read_items(path, info, hasher=hasher):
-            if isinstance(item, Doc):
-                saw_text = True
-                info.chars += len(item.text)
-                if item.last:
-                    info.documents += 1
-            else:
-                kinds.add(item.kind)
-                info.records[item.kind] = info.records.get(item.kind, 0) + 1
+        if notes is not None:
+            info.format = rich_kind(path) or ""  # shown with a refusal too ("pdf": encrypted)
+            hash_source(path, hasher)
+            items: Iterable[Doc | Record] = rich_items(path, notes, columns=columns, progress=progress)
+        else:
+            items = read_items(path, info, columns=columns, hasher=hasher)
+        saw_text, kinds = _count(items, info)
         info.sha256 = hasher.hexdigest()
     except FileProblem as exc:
         return _with_problem(info, exc)
@@ -479,24 +423,69 @@ def inspect_file(path: Path, problem: FileProblem | None = None) -> SourceInfo:
         return _with_problem(info, FileProblem("unreadable", "permission denied"))
     except OSError as exc:
         return _with_problem(info, FileProblem("unreadable", exc.strerror or str(exc)))
+    except Exception as exc:  # a library's own error on a hostile document or table: a verdict, not a traceback
+        if notes is None:
+            raise
+        return _with_problem(info, FileProblem("damaged", f"cannot be read ({type(exc).__name__}: {exc})"))
     is_jsonl = path.suffix.lower() in JSONL_EXTENSIONS
     if saw_text and is_jsonl:
         kinds.add("jsonl-text")
-    info.format = ("mixed" if len(kinds) > 1 else kinds.pop()) if kinds else ("text" if not is_jsonl else "")
+    if notes is not None:
+        info.format = notes.format or info.format
+    else:
+        info.format = ("mixed" if len(kinds) > 1 else kinds.pop()) if kinds else ("text" if not is_jsonl else "")
     if not info.documents and not info.records:
-        if info.encoding.endswith("-bom") and info.size <= 3:
-            problem = FileProblem("empty", "the file holds only a byte-order mark")
-        elif is_jsonl:
-            problem = FileProblem("empty", "no JSON records (only blank lines)")
-        else:
-            problem = FileProblem("whitespace-only", "the file holds only whitespace")
-        return _with_problem(info, problem)
+        return _with_problem(info, _nothing_in(info, is_jsonl, notes))
     parts = []
     if info.documents:
         parts.append(f"{info.documents} document{'s' if info.documents != 1 else ''}")
     parts += [f"{n} {kind} record{'s' if n != 1 else ''}" for kind, n in sorted(info.records.items())]
-    info.reason = ", ".join(parts) + (f" ({info.encoding})" if info.encoding != "utf-8" else "")
+    info.reason = ", ".join(parts) + (f" ({info.encoding})" if info.encoding not in ("utf-8", "") else "")
+    if notes is not None:
+        _note_rich(info, notes)
     return info
+
+
+def _count(items: Iterable[Doc | Record], info: SourceInfo) -> tuple[bool, set[str]]:
+    """Count the documents, characters and records of a stream into `info`: (any text seen, record kinds)."""
+    kinds: set[str] = set()
+    saw_text = False
+    for item in items:
+        if isinstance(item, Doc):
+            saw_text = True
+            info.chars += len(item.text)
+            if item.last:
+                info.documents += 1
+        else:
+            kinds.add(item.kind)
+            info.records[item.kind] = info.records.get(item.kind, 0) + 1
+    return saw_text, kinds
+
+
+def _note_rich(info: SourceInfo, notes: Notes) -> None:
+    """The mapping a table was read with, and "partly" with what a document or table lacks."""
+    if notes.mapping is not None:
+        info.reason += f" ({notes.mapping.describe()})"
+    partly = notes.partly()
+    if partly:
+        info.verdict, info.partly = "partly", partly
+        info.reason += f"; {partly}"
+
+
+def _nothing_in(info: SourceInfo, is_jsonl: bool, notes: Notes | None) -> FileProblem:
+    """Why a readable source gave no document and no record."""
+    if notes is not None:
+        if notes.skipped:
+            return FileProblem("no-rows", f"no usable row: {notes.partly()}")
+        if notes.found.empty and len(notes.found.empty) == notes.found.parts:
+            return FileProblem("no-text", f"no {notes.found.unit} has text (a scanned document?): run OCR (e.g. "
+                               "ocrmypdf) and add the result")
+        return FileProblem("no-text", "no text found in the file")
+    if info.encoding.endswith("-bom") and info.size <= 3:
+        return FileProblem("empty", "the file holds only a byte-order mark")
+    if is_jsonl:
+        return FileProblem("empty", "no JSON records (only blank lines)")
+    return FileProblem("whitespace-only", "the file holds only whitespace")
 
 
 def _with_problem(info: SourceInfo, problem: FileProblem) -> SourceInfo:
@@ -504,15 +493,22 @@ def _with_problem(info: SourceInfo, problem: FileProblem) -> SourceInfo:
     return info
 
 
-def scan(paths: Iterable[str | Path], *, known_sha256: dict[str, str] | None = None) -> Iterator[SourceInfo]:
-    """Judge every file under `paths`; identical files (sha256) after the first are 'duplicate'."""
+def mark_duplicate(info: SourceInfo, seen: dict[str, str]) -> None:
+    """A usable source whose content (sha256) was seen before becomes 'duplicate'; else it is remembered."""
+    if info.ok:
+        if info.sha256 in seen:
+            info.verdict = "duplicate"
+            info.reason = f"same content as {seen[info.sha256]}"
+        else:
+            seen[info.sha256] = info.path
+
+
+def scan(paths: Iterable[str | Path], *, known_sha256: dict[str, str] | None = None,
+         columns: dict[str, str] | None = None) -> Iterator[SourceInfo]:
+    """Judge every file under `paths` one after the other (extract.py's `scan_sources` reads documents in parallel);
+    identical files (sha256) after the first are 'duplicate'."""
     seen: dict[str, str] = dict(known_sha256 or {})
     for path, problem in discover(paths):
-        info = inspect_file(path, problem)
-        if info.ok:
-            if info.sha256 in seen:
-                info.verdict = "duplicate"
-                info.reason = f"same content as {seen[info.sha256]}"
-            else:
-                seen[info.sha256] = info.path
+        info = inspect_file(path, problem, columns=columns)
+        mark_duplicate(info, seen)
         yield info

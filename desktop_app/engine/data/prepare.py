@@ -17,7 +17,6 @@ Passes over the input (each streamed in blocks, memory bounded whatever the file
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import queue
@@ -32,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from desktop_app.engine.data.ingest import Doc, Record, SourceInfo, read_items, scan
+from desktop_app.engine.data.encode_items import SPLIT_KEY_CHARS, batch_entry, source_items
+from desktop_app.engine.data.encode_items import split_of as split_of  # where it was public before
+from desktop_app.engine.data.extract import FileProgress, scan_sources
+from desktop_app.engine.data.ingest import Doc, Record, SourceInfo, scan
 from desktop_app.engine.data.token_store import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -51,7 +53,6 @@ from desktop_app.engine.events import Controls, Event, FileVerdict, Finished, Lo
 from desktop_app.engine.specs import DataSpec
 
 BATCH_CHARS = 1 << 20  # text per encode_batch call: big enough to keep every core busy
-SPLIT_KEY_CHARS = 4096  # the split of a document is decided by a seeded hash of its first characters
 DOCUMENT_BOUNDARY = "blank line (.txt/.md), one record per line (.jsonl)"
 
 
@@ -65,16 +66,6 @@ def scan_paths(paths: Iterable[str | Path]) -> Iterator[FileVerdict]:
         yield info.to_event()
 
 
-def split_of(text: str, seed: int, val_fraction: float) -> str:
-    """'train' or 'val' for a document: a seeded hash of its content, so adding files never moves
-    an existing document to the other split, and identical documents always share a split."""
-    if val_fraction <= 0:
-        return "train"
-    digest = hashlib.blake2b(text[:SPLIT_KEY_CHARS].encode("utf-8", "surrogatepass"), digest_size=8,
-                             key=str(seed).encode()[:64]).digest()
-    return "val" if int.from_bytes(digest, "little") / 2.0**64 < val_fraction else "train"
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -85,26 +76,20 @@ _END = object()
 
 
 def _reader(sources: list[SourceInfo], spec: DataSpec, stop: threading.Event, q: queue.Queue) -> None:
-    """Reader thread: decode files into batches of (source index, split, Doc | Record)."""
+    """Reader thread: decode files into batches of (source index, split, Doc | Record) and, for a table's text
+    column, (source index, [split per document], [documents]); about BATCH_CHARS characters a batch."""
     try:
-        batch: list[tuple[int, str, Doc | Record]] = []
+        batch: list[tuple] = []
         size = 0
         for index, src in enumerate(sources):
             split = "train"
             try:
-                for item in read_items(Path(src.path)):
+                for item in source_items(src, spec):
                     if stop.is_set():
                         return
-                    if isinstance(item, Doc):
-                        if item.first:
-                            split = split_of(item.text, spec.seed, spec.val_fraction)
-                        batch.append((index, split, item))
-                        size += len(item.text)
-                    else:
-                        rec_split = split_of(json.dumps(item.data, ensure_ascii=False), spec.seed,
-                                             spec.val_fraction)
-                        batch.append((index, rec_split, item))
-                        size += 256
+                    entry, split, chars = batch_entry(index, item, split, spec)
+                    batch.append(entry)
+                    size += chars
                     if size >= BATCH_CHARS:
                         q.put(batch)
                         batch, size = [], 0
@@ -211,29 +196,40 @@ def _encode_sources(sources: list[SourceInfo], tok: Any, out: _Encoded, spec: Da
         thread.join()
 
 
-def _write_batch(batch: list[tuple[int, str, Doc | Record]], sources: list[SourceInfo], encode: Any,
-                 out: _Encoded) -> int:
-    """One reader batch into `out`: records as they are, documents encoded in one call; the characters encoded."""
-    docs = [(i, split, it) for i, split, it in batch if isinstance(it, Doc)]
-    for i, split, rec in batch:
-        if isinstance(rec, Record):
-            out.records.add(rec, split, sources[i].sha256)
-    if not docs:
+def _write_batch(batch: list[tuple], sources: list[SourceInfo], encode: Any, out: _Encoded) -> int:
+    """One reader batch into `out`: records as they are, documents (Doc pieces and lists of whole documents)
+    encoded in one call, EOS after each document's last piece; the characters encoded."""
+    index: list[int] = []
+    splits: list[str] = []
+    texts: list[str] = []
+    ends: list[bool] = []
+    for i, split, item in batch:
+        if isinstance(item, Record):
+            out.records.add(item, split, sources[i].sha256)
+        elif isinstance(item, Doc):
+            index.append(i)
+            splits.append(split)
+            texts.append(item.text)
+            ends.append(item.last)
+        else:  # whole documents of a table's text column, one split each
+            index += [i] * len(item)
+            splits += split
+            texts += item
+            ends += [True] * len(item)
+    if not texts:
         return 0
-    chars = 0
-    encodings = encode([d.text for _, _, d in docs], add_special_tokens=False)
+    encodings = encode(texts, add_special_tokens=False)
     per_split: dict[str, tuple[list[list[int]], list[bool]]] = {s: ([], []) for s in SPLITS}
-    for (i, split, d), enc in zip(docs, encodings, strict=True):
+    for i, split, text, last, enc in zip(index, splits, texts, ends, encodings, strict=True):
         ids = enc.ids
-        sources[i].tokens += len(ids) + d.last
-        out.split_bytes[split] += len(d.text.encode("utf-8", "surrogatepass"))
-        chars += len(d.text)
+        sources[i].tokens += len(ids) + last
+        out.split_bytes[split] += len(text.encode("utf-8", "surrogatepass"))
         per_split[split][0].append(ids)
-        per_split[split][1].append(d.last)
-    for split, (id_lists, ends) in per_split.items():
+        per_split[split][1].append(last)
+    for split, (id_lists, lasts) in per_split.items():
         if id_lists:
-            out.writer.write_batch(split, id_lists, ends)
-    return chars
+            out.writer.write_batch(split, id_lists, lasts)
+    return sum(map(len, texts))
 
 
 def _encoder(tok: Any) -> Any:
@@ -287,8 +283,12 @@ def _record_summary(folder: Path, counts: dict[str, int]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ prepare
 
 def _scan_with_events(paths: Iterable[str | Path], controls: Controls, files: list[SourceInfo],
-                      known: dict[str, str] | None = None) -> Iterator[Event]:
-    for info in scan(paths, known_sha256=known):
+                      known: dict[str, str] | None = None, columns: dict[str, str] | None = None) -> Iterator[Event]:
+    for info in scan_sources(paths, known_sha256=known, columns=columns or None, controls=controls):
+        if isinstance(info, FileProgress):  # documents are read in parallel: how far each one has got
+            yield Progress("extract", float(info.done), float(info.total), "parts",
+                           f"reading {Path(info.path).name}: {info.done} of {info.total}")
+            continue
         files.append(info)
         yield info.to_event()
         yield Progress("scan", float(len(files)), 0.0, "files", f"checked {info.path}")
@@ -306,10 +306,10 @@ class _Tokenizer:
 
 
 def _scan_usable(paths: list[str | Path], controls: Controls, files: list[SourceInfo], known: dict[str, str] | None,
-                 summary: Callable[[], dict[str, Any]]) -> Iterator[Event]:
-    """Judge the files (into `files`); returns the usable ones, or none after a Finished (cancelled, or nothing
-    usable) whose result is `summary()`."""
-    yield from _scan_with_events(paths, controls, files, known)
+                 summary: Callable[[], dict[str, Any]], columns: dict[str, str] | None = None) -> Iterator[Event]:
+    """Judge the files (into `files`, tables through the column mapping `columns`); returns the usable ones, or none
+    after a Finished (cancelled, or nothing usable) whose result is `summary()`."""
+    yield from _scan_with_events(paths, controls, files, known, columns)
     if controls.stop.is_set():
         yield Finished("cancelled", message="cancelled while checking files", result=summary())
         return []
@@ -337,7 +337,7 @@ def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: Data
     started = time.monotonic()
     try:
         yield Log("info", f"checking {len(paths)} input path(s)")
-        usable = yield from _scan_usable(paths, controls, files, None, lambda: summary_of({}, out, files))
+        usable = yield from _scan_usable(paths, controls, files, None, lambda: summary_of({}, out, files), spec.columns)
         if not usable:
             return
         tmp.mkdir(parents=True)
@@ -521,7 +521,8 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
     old_sources = [SourceInfo.from_dict(s) for s in manifest["sources"]]
     known = {s.sha256: f"{s.path} (already in the dataset)" for s in old_sources if s.ok and s.sha256}
     files: list[SourceInfo] = []
-    usable = yield from _scan_usable(list(paths), controls, files, known, lambda: summary_of(manifest, folder, files))
+    usable = yield from _scan_usable(list(paths), controls, files, known, lambda: summary_of(manifest, folder, files),
+                                     ds.spec.columns)
     if not usable:
         return
     encoded = _Encoded(TokenWriter(folder, np.dtype(manifest["dtype"]), int(manifest["tokenizer"]["eos_id"])),

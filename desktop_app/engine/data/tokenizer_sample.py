@@ -16,14 +16,14 @@ TOKENIZER_SAMPLE_CHARS = 64 << 20  # tokenizer training sample (BPE counts words
 
 
 def sample_texts(sources: list[SourceInfo], budget: int, stop: threading.Event,
-                 counter: list[int]) -> Iterator[str]:
+                 counter: list[int], columns: dict[str, str] | None = None) -> Iterator[str]:
     """A proportional sample of every usable file (first documents of each, up to its share)."""
     total = sum(s.chars + 1 for s in sources) or 1
     for src in sources:
         share = max(1, int(budget * (src.chars + 1) / total))
         used = 0
         try:
-            for item in read_items(Path(src.path)):
+            for item in read_items(Path(src.path), columns=columns or None):
                 if stop.is_set():
                     return
                 if isinstance(item, Doc):
@@ -55,7 +55,7 @@ def train_on_sample(sources: list[SourceInfo], spec: DataSpec, controls: Control
     def work() -> None:
         try:
             out["tokenizer"] = train_tokenizer(
-                sample_texts(sources, budget, controls.stop, counter), spec.tokenizer,
+                sample_texts(sources, budget, controls.stop, counter, spec.columns), spec.tokenizer,
                 vocab_size=spec.vocab_size, min_frequency=spec.min_frequency)
         except BaseException as exc:
             out["error"] = exc

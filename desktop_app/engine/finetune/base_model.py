@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Event
 from desktop_app.engine.model.folders import BaseModelInfo, looks_like_hub_id, weight_files
 from desktop_app.engine.model.loading import load_full, load_tokenizer, quiet_transformers
 
@@ -35,26 +37,27 @@ class LoadedBase:
     quantized: bool = False
 
 
-# What a causal LM needs from a Hub repository: configs, safetensors weights, tokenizer files (never pickles).
-_HUB_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja"]
+def download_base(repo_id: str, revision: str | None = None,
+                  on_event: Callable[[Event], None] | None = None) -> Path:
+    """Fetch a Hub model's safetensors set (configs, safetensors weights, tokenizer; never pickles) into the Hugging
+    Face cache (the user asked for it: --allow-download) and return its snapshot folder, which the run then records,
+    so it resumes offline. Goes through engine.hub.download.pull: the network setting, resume of an interrupted
+    download, the Hub's hashes and its sentences for every failure (gated, missing, lost connection, full disk).
+    `on_event` sees each event (progress) as it comes. Models that need remote code are refused by resolve_base
+    afterwards, as any local folder is."""
+    from desktop_app.engine.hub.download import DownloadFinished, pull
 
-
-def download_base(repo_id: str, revision: str | None = None) -> Path:
-    """Fetch a Hub model's configs, safetensors weights and tokenizer into the Hugging Face cache (the user asked
-    for it: --allow-download) and return the local folder, which the run then records, so it resumes offline.
-    Models that need remote code are refused by resolve_base afterwards, as any local folder is."""
     if not looks_like_hub_id(repo_id):
         raise UserError(f"{repo_id!r} is not a Hugging Face Hub id (expected organisation/name)")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:  # pragma: no cover - transformers depends on huggingface_hub
-        raise UserError(f"cannot download: huggingface_hub is not available ({exc})") from None
-    try:
-        folder = snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_FILES)
-    except Exception as exc:
-        raise UserError(f"could not download {repo_id} from the Hugging Face Hub ({type(exc).__name__}: {exc}); "
-                        "check the name and the connection, or give a local folder") from None
-    return Path(folder)
+    folder: Path | None = None
+    for event in pull(repo_id, None, revision=revision):
+        if on_event is not None:
+            on_event(event)
+        if isinstance(event, DownloadFinished):
+            folder = Path(event.folder)
+    if folder is None:  # pull ends with DownloadFinished unless cancelled, and nothing cancels it here
+        raise UserError(f"the download of {repo_id} did not finish: run the command again to resume it")
+    return folder
 
 
 def quantization_config(adapter: Any, device: Any) -> Any:

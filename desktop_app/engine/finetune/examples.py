@@ -107,15 +107,15 @@ def _examples_of(files: list[FileRead], make: Callable[[dict[str, Any]], tuple[E
 
 
 def build_sft_examples(paths: str | Path | Iterable[str | Path], tokenizer: Any, max_len: int, *,
-                       loss_on: str = "assistant", overlong: str = "truncate",
+                       loss_on: str = "assistant", overlong: str = "truncate", columns: dict[str, str] | None = None,
                        ) -> tuple[list[SFTExample], list[RecordVerdict]]:
-    """SFT examples of chat / ShareGPT / Alpaca files, and the verdicts (records truncated, dropped or in
-    error, with lines; one summary per file). UserError for a file unusable as a whole, a preference file,
-    or when no example is left."""
+    """SFT examples of chat / ShareGPT / Alpaca files (tables read through the column mapping `columns`, else the
+    guessed one), and the verdicts (records truncated, dropped or in error, with lines; one summary per file).
+    UserError for a file unusable as a whole, a preference file, or when no example is left."""
     check_choice(loss_on, LOSS_ON, "loss_on")
     check_choice(overlong, OVERLONG, "overlong")
     _check_max_len(max_len)
-    files = read_files(paths)
+    files = read_files(paths, columns)
     refuse_unusable(files, SFT_FORMATS, "SFT")
     chat = ChatRenderer(tokenizer)
     return _examples_of(files, lambda rec: _sft_example(chat, rec["messages"], max_len, loss_on, overlong),
@@ -168,14 +168,15 @@ def _preference_example(chat: ChatRenderer, rec: dict[str, Any], max_len: int,
 
 
 def build_preference_examples(paths: str | Path | Iterable[str | Path], tokenizer: Any, max_len: int, *,
-                              overlong: str = "truncate",
+                              overlong: str = "truncate", columns: dict[str, str] | None = None,
                               ) -> tuple[list[PreferenceExample], list[RecordVerdict]]:
     """DPO examples (prompt ids, chosen and rejected completion ids) of preference files, and the verdicts.
     prompt + each answer fits max_len: an over-long pair has its prompt cut from the left (down to half of
-    max_len) and then its answers cut, or is dropped (overlong="drop"); the verdict says which."""
+    max_len) and then its answers cut, or is dropped (overlong="drop"); the verdict says which. Tables are read
+    through the column mapping `columns` (else the guessed one)."""
     check_choice(overlong, OVERLONG, "overlong")
     _check_max_len(max_len)
-    files = read_files(paths)
+    files = read_files(paths, columns)
     refuse_unusable(files, ("preference",), "DPO")
     chat = ChatRenderer(tokenizer)
     return _examples_of(files, lambda rec: _preference_example(chat, rec, max_len, overlong), "preference pair")

@@ -3,7 +3,9 @@ give every record that is not plainly usable a verdict.
 
 Files
     JSON Lines (one record per line) or a JSON array (.json); the format is detected per file from its
-    first records. A folder stands for every DATA_SUFFIXES file anywhere inside it (`expand_data_paths`,
+    first records. Tables (CSV, TSV, Parquet, Arrow, a `datasets` save_to_disk folder) are read through the column
+    mapping (data/columns.py: the one given, or the one common column names suggest); "line" is then the row.
+    A folder stands for every DATA_SUFFIXES file anywhere inside it (`expand_data_paths`,
     which the window's data list uses too, so it lists exactly what training reads). Every record that is
     not plainly usable gets a `RecordVerdict` naming its line (bad JSON, missing keys, wrong types, empty
     assistant turn, over-long → truncated or dropped); every file gets one summary verdict (line 0).
@@ -30,6 +32,22 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.data.chat import ChatError, check_messages, json_kind
+from desktop_app.engine.data.columns import (
+    SHAREGPT_ROLES,
+    RowProblem,
+    apply_mapping,
+    mapping_for,
+    mapping_from_dict,
+)
+from desktop_app.engine.data.items import FileProblem
+from desktop_app.engine.data.tables import (
+    TABLE_EXTENSIONS,
+    column_names,
+    is_dataset_folder,
+    iter_rows,
+    missing_library,
+    table_kind,
+)
 from desktop_app.engine.errors import UserError
 
 FORMATS = ("chat", "sharegpt", "alpaca", "preference")
@@ -42,12 +60,10 @@ FORMAT_NAMES = {
 }
 FORMAT_HELP = ('chat ({"messages": [{"role", "content"}]}), ShareGPT ({"conversations": [{"from", "value"}]}), '
                'Alpaca ({"instruction", "input"?, "output"}) or preference ({"prompt", "chosen", "rejected"})')
-DATA_SUFFIXES = (".jsonl", ".json", ".ndjson")
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+DATA_SUFFIXES = JSON_SUFFIXES + TABLE_EXTENSIONS
 STATUSES = ("ok", "truncated", "dropped", "error")
 _DETECT_RECORDS = 100  # records looked at to tell a file's format
-SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
-                  "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
-                  "model": "assistant"}
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,7 @@ def expand_data_paths(paths: str | Path | Iterable[str | Path], *, check: bool =
     for item in items:
         p = Path(item).expanduser()
         if p.is_dir():
-            found = [f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in DATA_SUFFIXES]
+            found = _data_files_in(p)
             if check and not found:
                 raise UserError(f"{p} holds no {', '.join(DATA_SUFFIXES)} file")
             out += found
@@ -103,6 +119,16 @@ def expand_data_paths(paths: str | Path | Iterable[str | Path], *, check: bool =
         else:
             raise UserError(f"data file {p} does not exist")
     return out
+
+
+def _data_files_in(folder: Path) -> list[Path]:
+    """The data files of a folder, sorted: DATA_SUFFIXES files, and a `datasets` folder as one source."""
+    if is_dataset_folder(folder):
+        return [folder]
+    datasets = sorted(d for d in folder.rglob("*") if d.is_dir() and is_dataset_folder(d))
+    files = [f for f in sorted(folder.rglob("*")) if f.is_file() and f.suffix.lower() in DATA_SUFFIXES
+             and not any(d in f.parents for d in datasets)]
+    return sorted(files + datasets)
 
 
 def _read_text(path: Path) -> tuple[str | None, tuple[int, RecordError] | None]:
@@ -180,8 +206,60 @@ def _jsonl_items(path: Path) -> Iterator[tuple[int, Any]]:
                 yield lineno, RecordError(f"not valid JSON ({exc.msg}, column {exc.colno})")
 
 
-def _raw_items(path: Path) -> Iterator[tuple[int, Any]]:
+def _table_items(path: Path, columns: dict[str, str] | None) -> Iterator[tuple[int, Any]]:
+    """(row, record in the normalisers' keys) per row of a table, or (row, RecordError) where a row cannot be read;
+    UserError when the table cannot be read at all."""
+    problem = missing_library(path)
+    if problem is not None:
+        raise UserError(f"{path.name}: {problem.reason}")
+    try:
+        mapping = mapping_for(column_names(path), columns)
+        if mapping.kind == "text":
+            raise UserError(f"{path.name} maps a text column ({mapping.describe()}): that is pretraining text; "
+                            "fine-tuning needs instruction/output, messages or prompt/chosen/rejected columns")
+        for row_number, row in enumerate(iter_rows(path, mapping.columns), 1):
+            try:
+                yield row_number, apply_mapping(row, mapping)[1]
+            except RowProblem as exc:
+                yield row_number, RecordError(str(exc))
+    except FileProblem as exc:
+        raise UserError(f"{path.name}: {exc.reason}") from None
+
+
+def check_table_columns(paths: Iterable[str | Path], columns: dict[str, str]) -> None:
+    """Refuse, before a run starts, a column mapping that a table among `paths` (folders expanded) cannot be read
+    with: a role unknown, a column it does not have, or a text column where fine-tuning needs records. One
+    UserError naming the file and its columns; JSON files (which have no columns) are not checked."""
+    for path in expand_data_paths(list(paths), check=False):
+        if not table_kind(path) or not path.exists():
+            continue
+        try:
+            _check_mapping(path, columns)
+        except FileProblem as exc:
+            raise UserError(f"{path.name}: {exc.reason}") from None
+
+
+def _check_mapping(path: Path, columns: dict[str, str]) -> None:
+    problem = missing_library(path)
+    if problem is not None:
+        raise problem
+    mapping = mapping_from_dict(columns)
+    names = column_names(path)
+    missing = [c for c in mapping.columns if c not in names]
+    if missing:
+        raise UserError(f"{path.name} has no column {' or '.join(map(repr, missing))} (its columns: "
+                        f"{', '.join(names) or 'none'}): change the column mapping (--columns) to name its columns")
+    if mapping.kind == "text":
+        raise UserError(f"{path.name}: the column mapping reads a text column ({mapping.describe()}), which is "
+                        "pretraining text; fine-tuning needs instruction=…,output=…, messages=… or "
+                        "prompt=…,chosen=…,rejected=…")
+
+
+def _raw_items(path: Path, columns: dict[str, str] | None = None) -> Iterator[tuple[int, Any]]:
     """(line, parsed value) per record of a file, or (line, RecordError) where a record cannot be read."""
+    if table_kind(path):
+        yield from _table_items(path, columns)
+        return
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)
@@ -240,13 +318,14 @@ def _unknown_format(path: Path, items: Sequence[tuple[int, Any]]) -> tuple[int, 
     return line, f"no readable record: the first one (line {line}) cannot be used ({what}); expected {FORMAT_HELP}"
 
 
-def detect_format(path: str | Path) -> str:
-    """"chat" | "sharegpt" | "alpaca" | "preference" for one file; UserError if it cannot be told."""
+def detect_format(path: str | Path, columns: dict[str, str] | None = None) -> str:
+    """"chat" | "sharegpt" | "alpaca" | "preference" for one file (a table through its column mapping); UserError
+    if it cannot be told."""
     p = Path(path).expanduser()
-    if not p.is_file():
+    if not (p.is_file() or is_dataset_folder(p)):
         raise UserError(f"data file {p} does not exist")
     items: list[tuple[int, Any]] = []
-    for item in _raw_items(p):
+    for item in _raw_items(p, columns):
         items.append(item)
         if len(items) >= _DETECT_RECORDS:
             break
@@ -409,8 +488,13 @@ class FileRead:
     problem: tuple[int, str] | None = None  # the file as a whole is unusable: (line, reason)
 
 
-def _read_file(path: Path) -> FileRead:
-    items = list(_raw_items(path))
+def _read_file(path: Path, columns: dict[str, str] | None = None) -> FileRead:
+    try:
+        items = list(_raw_items(path, columns))
+    except UserError as exc:
+        if not table_kind(path):
+            raise
+        return FileRead(path, None, [], [], 0, (0, str(exc)))
     fmt = _format_of(items)
     result = FileRead(path, fmt, [], [], len(items))
     if fmt is None:
@@ -434,9 +518,10 @@ def _read_file(path: Path) -> FileRead:
     return result
 
 
-def read_files(paths: str | Path | Iterable[str | Path]) -> list[FileRead]:
-    """Every data file of `paths` (folders expanded) read and normalised; UserError for a missing path."""
-    return [_read_file(p) for p in expand_data_paths(paths)]
+def read_files(paths: str | Path | Iterable[str | Path], columns: dict[str, str] | None = None) -> list[FileRead]:
+    """Every data file of `paths` (folders expanded) read and normalised (tables through the column mapping
+    `columns`, else the guessed one); UserError for a missing path."""
+    return [_read_file(p, columns) for p in expand_data_paths(paths)]
 
 
 def summary_verdict(f: FileRead, examples: int | None = None) -> RecordVerdict:
@@ -459,13 +544,14 @@ def file_verdicts(f: FileRead) -> list[RecordVerdict]:
     return verdicts
 
 
-def read_records(paths: str | Path | Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[RecordVerdict]]:
+def read_records(paths: str | Path | Iterable[str | Path],
+                 columns: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], list[RecordVerdict]]:
     """Normalised records of every file (format detected per file) and the verdicts: one per record that
     cannot be used (with its line) and one summary per file (line 0, status "error" when the file as a
     whole is unusable). Raises UserError only for a path that does not exist or cannot be read."""
     records: list[dict[str, Any]] = []
     verdicts: list[RecordVerdict] = []
-    for f in read_files(paths):
+    for f in read_files(paths, columns):
         records += f.records
         verdicts += file_verdicts(f)
         verdicts.append(summary_verdict(f))

@@ -116,8 +116,10 @@ class DPOObjective(FineTuneObjective):
         self._beta, self._loss = float(opts.beta), opts.loss
         self._autocast = ctx.autocast
         max_len = max_len_for(model, opts.max_len)
+        columns = ctx.config.columns or None  # the table column mapping, saved in run.json
         split = read_examples(ctx, opts, lambda paths: build_preference_examples(paths, tok, max_len,
-                                                                                 overlong=opts.overlong),
+                                                                                 overlong=opts.overlong,
+                                                                                 columns=columns),
                               "pair", "loss or held-out preference accuracy")
         train, val = split.train, split.val
         self.notes = split.notes

@@ -286,8 +286,9 @@ class SFTObjective(FineTuneObjective):
         tok = ctx.tokenizer
         self._pad = pad_id_of(tok)
         max_len = max_len_for(model, opts.max_len)
+        columns = ctx.config.columns or None  # the table column mapping, saved in run.json
         split = read_examples(ctx, opts, lambda paths: build_sft_examples(paths, tok, max_len, loss_on=opts.loss_on,
-                                                                          overlong=opts.overlong),
+                                                                          overlong=opts.overlong, columns=columns),
                               "example", "loss (and no early stopping)")
         train, val = split.train, split.val
         self.notes = split.notes
@@ -318,7 +319,8 @@ class SFTObjective(FineTuneObjective):
 
         files = opts.val_data if val_idx is None else ctx.config.data
         try:
-            marked, _ = build_sft_examples(data_paths(ctx, files), ctx.tokenizer, max_len, overlong=opts.overlong)
+            marked, _ = build_sft_examples(data_paths(ctx, files), ctx.tokenizer, max_len, overlong=opts.overlong,
+                                           columns=ctx.config.columns or None)
         except UserError:
             return []
         if val_idx is not None:

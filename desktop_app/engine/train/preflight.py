@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.data.tables import table_kind, table_rows
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, method_key
 from desktop_app.engine.model.sizing import TrainingShape, estimate_training_memory, human_bytes
@@ -236,11 +237,19 @@ def held_out_validation(config: RunConfig, records: int | None) -> Finding | Non
 
 
 def count_records(files: list[str], enough: int) -> int | None:
-    """Non-empty lines of the data files, counted until `enough` (all a check needs); None when a file cannot be
-    read as lines (a folder, a missing file: the run's own checks name it)."""
+    """Non-empty lines of the data files (rows of a table), counted until `enough` (all a check needs); None when a
+    file cannot be read (a missing or damaged file: the run's own checks name it)."""
     n = 0
     for name in files:
         path = Path(name).expanduser()
+        if table_kind(path) is not None:  # a table: its rows (the column mapping reads one record per row)
+            rows = table_rows(path, enough - n)
+            if rows is None:
+                return None
+            n += rows
+            if n >= enough:
+                return n
+            continue
         if not path.is_file():
             return None
         try:

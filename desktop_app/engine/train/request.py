@@ -51,6 +51,7 @@ class RunRequest:
     model: dict[str, Any] = field(default_factory=dict)
     base_model: str = ""
     data: list[str] = field(default_factory=list)
+    columns: dict[str, str] = field(default_factory=dict)  # role -> column of table data files; {} = guessed
     adapter: dict[str, Any] = field(default_factory=dict)
     method_options: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
@@ -98,7 +99,8 @@ def plan_run(request: RunRequest) -> RunConfig:
         model = ModelSpec.from_dict(request.model).to_dict()
     config, _unknown = make_run_config(
         model=model, base_model=_absolute(request.base_model), dataset=_absolute(request.dataset),
-        objective=request.objective, data=[_absolute(d) for d in request.data], adapter=dict(request.adapter),
+        objective=request.objective, data=[_absolute(d) for d in request.data], columns=dict(request.columns),
+        adapter=dict(request.adapter),
         method_options=_absolute_options(request.method_options), train=_train_settings(request),
         distributed=dict(request.distributed), seed=DEFAULT_SEED if request.seed is None else request.seed)
     return config
@@ -131,7 +133,8 @@ def preflight_request(request: RunRequest, machine: Machine | None = None, *, re
 
 
 def check_files(config: RunConfig) -> None:
-    """Refuse a run whose data or reward file is missing, by its name (before any model is loaded)."""
+    """Refuse a run whose data or reward file is missing, or whose column mapping does not fit its tables, by its
+    name (before any model is loaded)."""
     missing = [d for d in config.data if not Path(d).expanduser().exists()]
     if missing:
         raise UserError(f"data file {missing[0]} does not exist")
@@ -139,6 +142,11 @@ def check_files(config: RunConfig) -> None:
     reward = options.get("reward_file")
     if isinstance(reward, str) and reward and not Path(reward).expanduser().is_file():
         raise UserError(f"reward file {Path(reward).expanduser()} does not exist")
+    if config.columns and config.data:
+        from desktop_app.engine.finetune.formats import check_table_columns
+
+        val_data = options.get("val_data")
+        check_table_columns([*config.data, *(val_data if isinstance(val_data, list) else [])], config.columns)
 
 
 def fit_to_dataset(config: RunConfig) -> tuple[RunConfig, list[str]]:

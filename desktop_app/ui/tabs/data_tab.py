@@ -1,4 +1,6 @@
-"""Data tab: drop files, see each file's verdict, set tokenizer/chunking, prepare a dataset, inspect it."""
+"""Data tab: drop files, see each file's verdict (documents read in parallel, a progress bar per file), preview the
+selected file before tokenizing (its text, or a table's columns and their mapping), set tokenizer/chunking, prepare a
+dataset, inspect it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QComboBox,
     QGroupBox,
@@ -16,14 +19,18 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QProgressBar,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
+from desktop_app.engine.data.items import FileProgress
+from desktop_app.engine.data.tables import table_kind
 from desktop_app.engine.events import Controls, FileVerdict, Finished, Log, Progress
 from desktop_app.engine.specs import DataSpec
 from desktop_app.ui import theme
@@ -31,10 +38,13 @@ from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.drop_zone import DropZone
 from desktop_app.ui.widgets.fitting import ColumnScroll, show_rows
 from desktop_app.ui.widgets.layouts import add_items, button, labeled_row, note_label, progress_bar, splitter
+from desktop_app.ui.widgets.source_preview import SourcePreviewPanel
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 COLUMNS = ("File", "Size", "Format", "Encoding", "Docs", "Tokens", "Verdict", "Reason")
 FILE_ROWS = 3  # the files list keeps this many rows in sight in the smallest window
+USABLE = ("ok", "partly")  # ingest.USABLE_VERDICTS: "partly" files are prepared, their reason says what is missing
+VERDICT_COL = 6
 
 
 def human_size(n: float) -> str:
@@ -44,10 +54,17 @@ def human_size(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _scan(paths: list[str]):
-    from desktop_app.engine.data.prepare import scan_paths
+def _scan(paths: list[str], columns: dict[str, str]):
+    from desktop_app.engine.data.extract import scan_sources
 
-    yield from scan_paths(paths)
+    for item in scan_sources(paths, columns=columns or None):
+        yield item if isinstance(item, FileProgress) else item.to_event()
+
+
+def _preview(path: str, columns: dict[str, str]):
+    from desktop_app.engine.data.preview import preview_source
+
+    yield preview_source(path, columns or None)
 
 
 def _prepare(paths: list[str], out_dir: Path, spec: DataSpec, controls: Controls):
@@ -78,10 +95,16 @@ class DataTab(QWidget):
         self.task = None
         self.last_result: dict[str, Any] | None = None
         self.last_stats: dict[str, Any] | None = None
+        self.columns: dict[str, str] = {}  # the column mapping for tables (DataSpec.columns); {} = guessed
 
         top = splitter(Qt.Orientation.Horizontal, [self._build_files_box(), self._build_settings_box()],
                        stretch=(3, 2))
-        vsplit = splitter(Qt.Orientation.Vertical, [top, self._build_stats_box()], stretch=(3, 2))
+        self.file_preview = SourcePreviewPanel()
+        self.lower = QTabWidget()
+        self.lower.setObjectName("dataLower")
+        self.lower.addTab(self._build_stats_box(), "Dataset statistics")
+        self.lower.addTab(ColumnScroll(self.file_preview), "Selected file")  # a short window scrolls it
+        vsplit = splitter(Qt.Orientation.Vertical, [top, self.lower], stretch=(3, 2))
         QVBoxLayout(self).addWidget(vsplit)
         self._connect_signals()
         self.refresh_datasets()
@@ -160,6 +183,8 @@ class DataTab(QWidget):
         self.cancel_btn.clicked.connect(lambda _=False: self.cancel())
         self.form.changed.connect(lambda: self.form.validate())
         self.dataset_box.activated.connect(lambda _i: self._on_dataset_picked())
+        self.table.itemSelectionChanged.connect(self._on_file_selected)
+        self.file_preview.columns.mapping_changed.connect(self.set_columns)
 
     # --- files ---
     def add_sample_corpus(self, _checked: bool = False) -> None:
@@ -182,24 +207,49 @@ class DataTab(QWidget):
         if not self.name_edit.text():
             self.name_edit.setText(Path(paths[0]).stem or "dataset")
         self._scan_counter += 1
-        task = self.ctx.runner.start(f"scan-{self._scan_counter}", lambda p=paths: _scan(p))
+        task = self.ctx.runner.start(f"scan-{self._scan_counter}", lambda p=paths, c=dict(self.columns): _scan(p, c))
         task.produced.connect(self._on_scan_item)
         task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Could not read the files"))
         task.finished.connect(self._update_summary)
 
     def _on_scan_item(self, item: object) -> None:
-        if isinstance(item, FileVerdict):
+        if isinstance(item, FileProgress):
+            self.show_file_progress(item)
+        elif isinstance(item, FileVerdict):
             self.set_verdict(item)
         elif isinstance(item, Log) and item.level != "info":
             self.stage_label.setText(item.message)
 
-    def set_verdict(self, v: FileVerdict) -> None:
-        row = self.rows.get(v.path)
+    def _row_of(self, path: str) -> int:
+        row = self.rows.get(path)
         if row is None:
             row = self.table.rowCount()
             self.table.insertRow(row)
-            self.rows[v.path] = row
-        ok = v.verdict == "ok"
+            self.rows[path] = row
+            name = QTableWidgetItem(os.path.basename(path) or path)
+            name.setToolTip(path)
+            name.setData(Qt.ItemDataRole.UserRole, path)
+            self.table.setItem(row, 0, name)
+        return row
+
+    def show_file_progress(self, p: FileProgress) -> None:
+        """A progress bar in the file's verdict cell while its pages or chapters are read."""
+        row = self._row_of(p.path)
+        if self.table.item(row, VERDICT_COL) is not None:
+            return  # judged already (a late report): the verdict stays
+        bar = self.table.cellWidget(row, VERDICT_COL)
+        if not isinstance(bar, QProgressBar):
+            bar = QProgressBar()
+            bar.setObjectName("fileProgress")
+            self.table.setCellWidget(row, VERDICT_COL, bar)
+        bar.setRange(0, max(1, p.total))
+        bar.setValue(p.done)
+        bar.setFormat(f"reading {p.done} of {p.total}")
+
+    def set_verdict(self, v: FileVerdict) -> None:
+        row = self._row_of(v.path)
+        self.table.removeCellWidget(row, VERDICT_COL)  # the reading progress bar, if any
+        ok = v.verdict in USABLE
         values = (os.path.basename(v.path) or v.path, human_size(v.size) if v.size else "", v.format, v.encoding,
                   f"{v.documents:,}" if v.documents else "", f"{v.tokens:,}" if v.tokens else "",
                   v.verdict, v.reason)
@@ -209,7 +259,8 @@ class DataTab(QWidget):
                 item.setToolTip(v.path)
                 item.setData(Qt.ItemDataRole.UserRole, v.path)
             if col in (6, 7):
-                item.setForeground(Qt.GlobalColor.darkGreen if ok else Qt.GlobalColor.red)
+                colour = theme.WARN if v.verdict == "partly" else theme.OK if ok else theme.ERROR
+                item.setForeground(QColor(colour))
                 if col == 7:
                     item.setToolTip(v.reason)
             if col in (1, 4, 5):
@@ -229,7 +280,7 @@ class DataTab(QWidget):
 
     def _update_summary(self) -> None:
         v = self.verdicts()
-        good = sum(1 for x in v.values() if x == "ok")
+        good = sum(1 for x in v.values() if x in USABLE)
         bad = len(v) - good
         self.summary.setText(f"{len(v)} file(s): {good} usable" + (f", {bad} skipped (see Reason)" if bad else "")
                              if v else "No files yet.")
@@ -253,16 +304,41 @@ class DataTab(QWidget):
                 self.rows[item.data(Qt.ItemDataRole.UserRole)] = r
         self._update_summary()
 
+    # --- the selected file: its text or its columns ---
+    def _on_file_selected(self) -> None:
+        rows = sorted({i.row() for i in self.table.selectedIndexes()})
+        item = self.table.item(rows[0], 0) if rows else None
+        if item is not None:
+            self.preview_file(str(item.data(Qt.ItemDataRole.UserRole)))
+
+    def preview_file(self, path: str) -> None:
+        """Show what will be read from `path` (made in the background), in the Selected file tab."""
+        self.file_preview.show_loading(path)
+        self.lower.setCurrentIndex(1)
+        task = self.ctx.runner.start("file-preview", lambda: _preview(path, dict(self.columns)))
+        task.produced.connect(self.file_preview.show_preview)
+        task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Could not preview the file"))
+
+    def set_columns(self, mapping: dict[str, str]) -> None:
+        """A new column mapping: kept for Prepare (DataSpec.columns), and the tables judged again with it."""
+        self.columns = dict(mapping)
+        self.form.hidden["columns"] = dict(mapping)
+        tables = [p for p in self.rows if table_kind(Path(p)) or p.lower().endswith(".jsonl")]
+        if tables:
+            self.add_paths(tables)
+
     # --- prepare ---
     def prepare(self, spec: DataSpec | None = None) -> bool:
         spec = spec or self.form.spec()
+        if self.columns and not spec.columns:
+            spec.columns = dict(self.columns)
         problems = spec.validate()
         self.form.show_problems(problems)
         if problems:
             self.ctx.report_error("The data settings have problems:\n" + "\n".join(problems),
                                   title="Check the settings")
             return False
-        paths = [p for p, verdict in self.verdicts().items() if verdict == "ok"] or self.file_paths()
+        paths = [p for p, verdict in self.verdicts().items() if verdict in USABLE] or self.file_paths()
         if not paths:
             self.ctx.report_error("Add some text files first: drop them on the window or use 'Add files…'.",
                                   title="No files")

@@ -1,5 +1,6 @@
 """What the Generate tab can load: runs (their newest checkpoint), each checkpoint for a side-by-side comparison,
-the workspace's models and exports, and GGUF files (the workspace's, Ollama's and LM Studio's)."""
+the workspace's models and exports, the Hugging Face cache's models (a model downloaded with "Get a model…") and GGUF
+files (the workspace's, Ollama's and LM Studio's)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from PySide6.QtWidgets import QComboBox, QListWidget, QListWidgetItem
 
 from desktop_app.engine.run_folder import is_checkpoint_folder, is_run_folder, list_committed
 from desktop_app.ui.widgets.gguf_models import add_gguf_choices
+from desktop_app.ui.widgets.hub_library import hub_choices, hub_label, hub_model_at
 
 
 def checkpoint_folders(run_dir: Path) -> list[Path]:
@@ -30,14 +32,18 @@ def step_label(path: Path) -> str:
 
 
 def source_name(path: str, label: str = "") -> str:
-    """A model's name in the chat: "RUN · step N" for a run (its newest checkpoint) or a checkpoint; for a file (a
-    GGUF) its label in the model list (Ollama's blobs have no names of their own); else the folder's name."""
+    """A model's name in the chat: "RUN · step N" for a run (its newest checkpoint) or a checkpoint; "ORG/NAME" for a
+    Hugging Face cache model (its folder is named by a commit); for a file (a GGUF) its label in the model list
+    (Ollama's blobs have no names of their own); else the folder's name."""
     p = Path(path)
     if p.is_dir() and is_run_folder(p):
         committed = list_committed(p)
         return f"{p.name} · step {step_label(committed[-1])}" if committed else p.name
     if p.is_dir() and is_checkpoint_folder(p):
         return f"{p.parent.parent.name} · step {step_label(p)}"
+    hub = hub_model_at(p)
+    if hub is not None:
+        return hub_label(hub)
     return (label if p.is_file() and label else "") or p.name
 
 
@@ -62,5 +68,8 @@ def list_sources(source_box: QComboBox, compare_list: QListWidget, workspace: An
         for p in workspace.items(kind):
             if p.is_dir() and (p / "config.json").exists():
                 source_box.addItem(f"{kind[:-1]} {p.name}", str(p))
+    for label, path in hub_choices():  # the Hugging Face cache: a downloaded model opens in Chat at once
+        source_box.addItem(label, path)
+        source_box.setItemData(source_box.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
     add_gguf_choices(source_box, workspace)  # the workspace's .gguf files, Ollama's and LM Studio's, "GGUF file…"
     return runs

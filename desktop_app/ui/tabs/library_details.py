@@ -113,3 +113,45 @@ def folder_details_html(path: Path) -> str:
         files = sorted(p.name for p in path.iterdir())[:12]
         rows.append(("Files", ", ".join(_esc(f) for f in files)))
     return rows_html(rows)
+
+
+def folder_size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (links followed: a Hugging Face snapshot's files are links)."""
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def size_text(n: float) -> str:
+    """A size as the Library's Size column writes it (one decimal, decimal units)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def run_outcome(run: Path) -> str | None:
+    """How the run's last session ended (completed, stopped, failed, ...), or None when it never ended (a crash)
+    or has no metrics. Read from its metrics.jsonl, without loading the engine."""
+    finished = MetricsSummary.of(tail_records(run)).finished
+    return str(finished.get("reason", "")) if finished is not None else None
+
+
+def resumable(run: Path) -> bool:
+    """A run that Resume can continue: its run.json and at least one committed checkpoint are there."""
+    return (run / RUN_FILE).is_file() and bool(list_committed(run))
+
+
+def recorded_method(run: Path) -> str:
+    """The method the run's run.json names (not guessed from its files)."""
+    from desktop_app.engine.methods import method_of
+
+    config = read_json(run / RUN_FILE)
+    return method_of(config).key if isinstance(config, dict) else ""

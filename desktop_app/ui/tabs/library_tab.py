@@ -34,13 +34,25 @@ from PySide6.QtWidgets import (
 
 from desktop_app.engine.events import Controls, Finished, Log, Progress
 from desktop_app.engine.methods import METHOD_BY_KEY
-from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committed, read_json, tail_records
+from desktop_app.engine.run_folder import MetricsSummary, list_committed, tail_records
 from desktop_app.engine.runs import nested_runs, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
-from desktop_app.ui.tabs.library_details import folder_details_html, is_adapter_run, run_details_html, run_status
+from desktop_app.ui.tabs.library_details import (
+    folder_details_html,
+    folder_size,
+    is_adapter_run,
+    recorded_method,
+    resumable,
+    run_details_html,
+    run_outcome,
+    run_status,
+    size_text,
+)
 from desktop_app.ui.widgets.base_picker import RECENT_KEY
 from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html, workspace_ggufs
+from desktop_app.ui.widgets.hub_access import open_get_model_view
+from desktop_app.ui.widgets.hub_library import HUB_KIND, add_hub_group, hub_details_html
 from desktop_app.ui.widgets.layouts import add_items, button, progress_bar, splitter
 from desktop_app.ui.widgets.opened_ggufs import (
     GGUF_KIND,
@@ -62,27 +74,7 @@ NAME, METHOD, STATUS, LOSS, MODIFIED, SIZE = range(len(COLUMNS))
 COLUMN_SAMPLES = {METHOD: "Pretraining", STATUS: "stopped early", LOSS: "0.000", MODIFIED: "2026-12-31 23:59",
                   SIZE: "999.9 MB"}
 NAME_MIN_CHARS = 14  # the name keeps this many characters (elided in the middle: the tooltip has the path)
-OUTSIDE_KINDS = (STORE_KIND, GGUF_KIND)  # models that live outside the workspace: never renamed or deleted here
-
-
-def folder_size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    total = 0
-    for p in path.rglob("*"):
-        try:
-            if p.is_file():
-                total += p.stat().st_size
-        except OSError:
-            pass
-    return total
-
-
-def _human(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
+OUTSIDE_KINDS = (STORE_KIND, GGUF_KIND, HUB_KIND)  # models kept outside the workspace: never renamed or deleted here
 
 
 def _export_job(source: str, fmt: str, out: Path, controls: Controls, merge: bool = False):
@@ -126,7 +118,10 @@ class LibraryTab(QWidget):
         self.open_btn = QPushButton("Open folder")
         self.rename_btn = QPushButton("Rename…")
         self.delete_btn = QPushButton("Delete…")
-        files_bar = add_items(QHBoxLayout(), self.refresh_btn, self.open_btn, self.rename_btn, self.delete_btn)
+        self.get_model_btn = button("Get a model…", "libraryGetModel", "Search the Hugging Face Hub, see what fits "
+                                    "this machine and download a model (listed here once it is there)", primary=True)
+        files_bar = add_items(QHBoxLayout(), self.get_model_btn, self.refresh_btn, self.open_btn, self.rename_btn,
+                              self.delete_btn)
         files_bar.addStretch(1)
         left = QWidget()
         add_items(QVBoxLayout(left), (self.tree, 1), files_bar, margins=0)
@@ -201,6 +196,7 @@ class LibraryTab(QWidget):
 
     def _connect_signals(self) -> None:
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh())
+        self.get_model_btn.clicked.connect(lambda _=False: open_get_model_view(self, self.ctx))
         self.open_btn.clicked.connect(lambda _=False: self.open_selected())
         self.rename_btn.clicked.connect(lambda _=False: self._rename_dialog())
         self.delete_btn.clicked.connect(lambda _=False: self.delete_selected())
@@ -242,6 +238,7 @@ class LibraryTab(QWidget):
                         child.setExpanded(True)
             top.setExpanded(True)
         add_store_group(self.tree, PATH_ROLE, KIND_ROLE, STATUS, SIZE)  # Ollama's and LM Studio's models, if any
+        add_hub_group(self.tree, (PATH_ROLE, KIND_ROLE), (STATUS, MODIFIED, SIZE))  # the Hugging Face cache's
         self.opened_group = add_opened_group(self.tree, self.opened_models(), (PATH_ROLE, KIND_ROLE),
                                              (STATUS, MODIFIED, SIZE))
         if selected:
@@ -347,7 +344,7 @@ class LibraryTab(QWidget):
             return False, "no checkpoint to resume from yet"
         if run_outcome(p) == "completed":
             return False, "this run completed: there is nothing left to train (fine-tune it instead)"
-        if run_method_key(p) == "selfplay" and _recorded_method(p) != "selfplay":
+        if run_method_key(p) == "selfplay" and recorded_method(p) != "selfplay":
             return False, "this run's run.json does not name its method (an older self-play demo): it cannot resume"
         return True, ""
 
@@ -379,9 +376,11 @@ class LibraryTab(QWidget):
         path = Path(item.data(0, PATH_ROLE))
         kind = item.data(0, KIND_ROLE)
         if kind in OUTSIDE_KINDS:
-            self.details.setHtml(store_details_html(str(path)) if kind == STORE_KIND else opened_details_html(path))
+            show = {STORE_KIND: store_details_html, HUB_KIND: hub_details_html}.get(kind, opened_details_html)
+            text = show(str(path))
+            self.details.setHtml(text + (folder_details_html(path) if kind == HUB_KIND and path.is_dir() else ""))
             return
-        item.setText(SIZE, _human(folder_size(path)))
+        item.setText(SIZE, size_text(folder_size(path)))
         parts = [f"<h3>{_esc(path.name)}</h3><p style='color:#6b7280'>{_esc(str(path))}</p>"]
         if kind == "runs":
             inner = nested_runs(path)
@@ -444,7 +443,7 @@ class LibraryTab(QWidget):
 
     def open_selected(self) -> None:
         path = self.selected_path() or str(self.ctx.workspace.root)
-        if self.selected_kind() in OUTSIDE_KINDS:
+        if self.selected_kind() in OUTSIDE_KINDS and Path(path).is_file():
             path = str(Path(path).parent)  # the folder that holds the model file, not the file itself
         QDesktopServices.openUrl(QUrl.fromLocalFile(path))
 
@@ -498,7 +497,7 @@ class LibraryTab(QWidget):
         if not path or self._outside_workspace(path, "deleted") or self._busy_with(path):
             return False
         p = Path(path)
-        if not self.ctx.confirm("Delete", f"Delete {p.name} ({_human(folder_size(p))}) for good?\n{p}", self):
+        if not self.ctx.confirm("Delete", f"Delete {p.name} ({size_text(folder_size(p))}) for good?\n{p}", self):
             return False
         try:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
@@ -575,23 +574,3 @@ class LibraryTab(QWidget):
 
 def _esc(text: str) -> str:
     return html.escape(text)
-
-
-def run_outcome(run: Path) -> str | None:
-    """How the run's last session ended (completed, stopped, failed, ...), or None when it never ended (a crash)
-    or has no metrics. Read from its metrics.jsonl, without loading the engine."""
-    finished = MetricsSummary.of(tail_records(run)).finished
-    return str(finished.get("reason", "")) if finished is not None else None
-
-
-def resumable(run: Path) -> bool:
-    """A run that Resume can continue: its run.json and at least one committed checkpoint are there."""
-    return (run / RUN_FILE).is_file() and bool(list_committed(run))
-
-
-def _recorded_method(run: Path) -> str:
-    """The method the run's run.json names (not guessed from its files)."""
-    from desktop_app.engine.methods import method_of
-
-    config = read_json(run / RUN_FILE)
-    return method_of(config).key if isinstance(config, dict) else ""

@@ -1,6 +1,7 @@
 """The base model of a fine-tuning method: the Library's runs (with a checkpoint), models and exports (GGUF files
-too), Ollama's and LM Studio's models, the recent choices, "Choose folder…" (any run, checkpoint, export or
-Hugging Face model folder) and "GGUF file…", in one combo."""
+too), the Hugging Face cache's models, Ollama's and LM Studio's models, the recent choices, "Choose folder…" (any run,
+checkpoint, export or Hugging Face model folder) and "GGUF file…", in one combo; and "Get a model…", which opens the
+window's Get-a-model view (search the Hub, download; the model is listed here once it is there)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from desktop_app.engine.run_folder import list_committed
 from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import RunConfig
 from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF, add_gguf_choices, attach_gguf_chooser
-from desktop_app.ui.widgets.layouts import path_combo
+from desktop_app.ui.widgets.hub_access import open_get_model_view
+from desktop_app.ui.widgets.hub_library import hub_choices
+from desktop_app.ui.widgets.layouts import add_items, button, path_combo
 from desktop_app.ui.widgets.opened_ggufs import remember_gguf_model
 
 RECENT_KEY = "train/recent_base_models"
@@ -53,10 +56,12 @@ class BasePicker(QWidget):
         self.path_label = QLabel("")
         self.path_label.setProperty("role", "muted")
         self.path_label.setWordWrap(True)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.box)
-        layout.addWidget(self.path_label)
+        self.get_model_btn = button("Get a model…", "baseGetModel", "Search the Hugging Face Hub and download a "
+                                    "model to fine-tune; it is listed here once it is there")
+        self.get_model_btn.clicked.connect(lambda _=False: open_get_model_view(self))
+        get_row = add_items(QHBoxLayout(), self.get_model_btn, margins=0)
+        get_row.addStretch(1)
+        add_items(QVBoxLayout(self), self.box, self.path_label, get_row, margins=0)
         self._path = ""
         self.refresh()
         self.box.activated.connect(self._on_activated)
@@ -101,6 +106,13 @@ class BasePicker(QWidget):
             for label, path in library:
                 box.addItem(label, path)
                 box.setItemData(box.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
+        hub = [(label, path) for label, path in hub_choices(prefix="") if path not in paths]
+        if hub:
+            self._header("Hugging Face cache")
+            for label, path in hub:
+                box.addItem(label, path)
+                box.setItemData(box.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
+        paths |= {p for _, p in hub}
         recent = [p for p in self.recent() if p not in paths]
         if recent:
             self._header("Recent")

@@ -1,6 +1,8 @@
 """Data files of a fine-tuning method: each file checked against what the method reads (chat records, preference
 pairs or prompts) and listed with its format, or in red with the reason it cannot be used. Files and folders arrive
-by drop or Add files…; a folder brings the JSON / JSONL / NDJSON files inside it (`expand_data_paths`)."""
+by drop or Add files…; a folder brings the JSON / JSONL / NDJSON files and the tables (CSV, TSV, Parquet, Arrow)
+inside it, and a `datasets` save_to_disk folder is one data set (`expand_data_paths`). Tables are read through the
+column mapping their column names suggest (engine/data/columns.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from desktop_app.ui import theme
 from desktop_app.ui.widgets.drop_zone import PathDropList
 
 
-def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
-    """(format label, problem) of one data file for a method's data kind; problem is "" when usable."""
+def describe_data_file(path: str, data_kind: str, columns: dict[str, str] | None = None) -> tuple[str, str]:
+    """(format label, problem) of one data file for a method's data kind (a table read through the column mapping
+    `columns`, else the guessed one); problem is "" when usable."""
+    from desktop_app.engine.data.tables import is_dataset_folder
     from desktop_app.engine.errors import UserError
 
     p = Path(path).expanduser()
-    if not p.is_file():
+    if not (p.is_file() or is_dataset_folder(p)):
         return "", f"{p} does not exist" if not p.exists() else f"{p} is not a file"
     if data_kind == "grpo":
         from desktop_app.engine.data.prompt_files import describe_prompt_file
@@ -31,7 +35,7 @@ def describe_data_file(path: str, data_kind: str) -> tuple[str, str]:
     from desktop_app.engine.finetune.formats import FORMAT_NAMES, detect_format
 
     try:
-        fmt = detect_format(p)
+        fmt = detect_format(p, columns or None)
     except (UserError, OSError) as exc:
         text = str(exc)
         return "", text if p.name in text else f"{p.name}: {text}"
@@ -79,6 +83,7 @@ class DataFileList(PathDropList):
         self.setTextElideMode(Qt.TextElideMode.ElideNone)
         self.setResizeMode(QListWidget.ResizeMode.Adjust)
         self.data_kind = "sft"
+        self.columns: dict[str, str] = {}  # the column mapping of the tables (RunConfig.columns); {} = guessed
         self.problems: dict[str, str] = {}
         self.formats: dict[str, str] = {}
 
@@ -121,9 +126,24 @@ class DataFileList(PathDropList):
         for i in range(self.count()):
             self._describe(self.item(i))
 
+    def set_columns(self, mapping: dict[str, str]) -> None:
+        """A new column mapping for the tables: every file checked again with it."""
+        if dict(mapping) == self.columns:
+            return
+        self.columns = dict(mapping)
+        for i in range(self.count()):
+            self._describe(self.item(i))
+        self.changed.emit()
+
+    def tables(self) -> list[str]:
+        """The files that are tables (CSV, TSV, Parquet, Arrow, a datasets folder): what the mapping applies to."""
+        from desktop_app.engine.data.tables import table_kind
+
+        return [p for p in self.files() if table_kind(Path(p))]
+
     def _describe(self, item: QListWidgetItem) -> None:
         path = item.data(Qt.ItemDataRole.UserRole)
-        label, problem = describe_data_file(path, self.data_kind) if self.data_kind else ("", "")
+        label, problem = describe_data_file(path, self.data_kind, self.columns) if self.data_kind else ("", "")
         name = Path(path).name
         self.formats[path] = label
         if problem:

@@ -73,12 +73,12 @@ class DropZone(QFrame):
         self.setAcceptDrops(True)
         self.setMinimumHeight(92)
         layout = QVBoxLayout(self)
-        title = QLabel("Drop text files or folders here — anywhere on the window works too")
+        title = QLabel("Drop files or folders here — anywhere on the window works too")
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         title.setProperty("role", "title")
         title.setWordWrap(True)
-        hint = QLabel(".txt .md .jsonl (text, chat, instruction, preference) — bad files are flagged "
-                      "with the reason, the rest go on")
+        hint = QLabel(".txt .md .jsonl · .pdf .epub .docx .html · .csv .tsv .parquet, datasets folders — bad files "
+                      "are flagged with the reason, the rest go on")
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         hint.setProperty("role", "muted")
         hint.setWordWrap(True)
@@ -97,7 +97,9 @@ class DropZone(QFrame):
 
     def _choose_files(self, _checked: bool = False) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, "Add training files", "",
-                                                "Text and JSONL (*.txt *.md *.markdown *.jsonl);;All files (*)")
+                                                "Text, documents and tables (*.txt *.md *.markdown *.jsonl *.pdf "
+                                                "*.epub *.docx *.html *.htm *.csv *.tsv *.parquet *.arrow);;"
+                                                "All files (*)")
         if files:
             self.paths_dropped.emit(files)
 

@@ -108,7 +108,7 @@ class MethodPanel(QWidget):
         self.add_data_btn = QPushButton("Add files…")
         self.add_folder_btn = QPushButton("Add folder…")
         self.remove_data_btn = QPushButton("Remove")
-        hint = QLabel("or drop .jsonl files or folders on the list")
+        hint = QLabel("or drop .jsonl, .csv, .tsv, .parquet files or folders on the list")
         hint.setProperty("role", "muted")
         row = QHBoxLayout()
         row.addWidget(self.add_data_btn)
@@ -325,7 +325,7 @@ class MethodPanel(QWidget):
             if not files:
                 p.append(f"add the data files ({DATA_TITLES[m.data].split(': ', 1)[1]}) to train on")
             for path in files:
-                _label, problem = describe_data_file(path, m.data)
+                _label, problem = describe_data_file(path, m.data, self.data_list.columns)
                 if problem:
                     p.append(problem)
         form = self.options_form()
@@ -361,7 +361,8 @@ class MethodPanel(QWidget):
 
     def _choose_files(self, _checked: bool = False) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, "Add data files", "",
-                                                "JSON Lines (*.jsonl *.json *.ndjson);;All files (*)")
+                                                "Records (*.jsonl *.json *.ndjson *.csv *.tsv *.parquet *.arrow);;"
+                                                "All files (*)")
         if files:
             self.data_list.add_paths(files)
 

@@ -262,7 +262,7 @@ class PipelineEditor(QWidget):
             if m.key == "pretraining" and dataset and not (Path(dataset) / "manifest.json").is_file():
                 found.append(f"{where}: {dataset} is not a prepared dataset (no manifest.json)")
             for path in config.get("data", []) if m.data else []:
-                _label, problem = describe_data_file(path, m.data)
+                _label, problem = describe_data_file(path, m.data, config.get("columns") or None)
                 if problem:
                     found.append(f"{where}: {problem}")
         return found

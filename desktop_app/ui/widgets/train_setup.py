@@ -33,6 +33,8 @@ from desktop_app.engine.train.preflight import ERROR, Finding, Machine, method_d
 from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run, preflight_request
 from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets.data_columns import DataColumnsBox
+from desktop_app.ui.widgets.data_files import DataFileList
 from desktop_app.ui.widgets.epochs import EpochsRow, count_records, dataset_windows
 from desktop_app.ui.widgets.layouts import group_column
 from desktop_app.ui.widgets.method_panel import MethodPanel
@@ -137,6 +139,7 @@ class TrainSetup(QWidget):
     def _build_column(self) -> QScrollArea:
         """The column: method fields, hyperparameters, distributed settings, or the pipeline's stages."""
         self.method_panel = MethodPanel(lambda: self.ctx.workspace)
+        self.columns_box = DataColumnsBox()  # the tables' column mapping, under the method's data list
         self.form = SpecForm(TrainSpec, advanced_switch=False)
         self.finding_notes = {name: self.form.add_note(name, "") for name in NOTED_FIELDS}
         for name, note in self.finding_notes.items():
@@ -170,8 +173,8 @@ class TrainSetup(QWidget):
         column = QWidget()
         cl = QVBoxLayout(column)
         cl.setContentsMargins(0, 0, 6, 0)
-        for w in (self.plan_group, self.method_panel, self.pipeline_editor, self.hyper_group, self.dist_group,
-                  self.advanced_check):
+        for w in (self.plan_group, self.method_panel, self.columns_box, self.pipeline_editor, self.hyper_group,
+                  self.dist_group, self.advanced_check):
             cl.addWidget(w)
         cl.addStretch(1)
         scroll = QScrollArea()
@@ -362,6 +365,7 @@ class TrainSetup(QWidget):
         if m is not PIPELINE:
             self.method_panel.set_method(m.key)
         self._show_method_groups()
+        self.columns_box.show_for(self._table_data())
         for w in (self.dataset_label, self.dataset_box, self.model_label):
             w.setVisible(not m.finetune)
         self._apply_method_defaults()
@@ -372,6 +376,7 @@ class TrainSetup(QWidget):
         self.method_changed.emit()
 
     def _on_panel_changed(self) -> None:
+        self.columns_box.show_for(self._table_data())
         self._apply_method_defaults()
         self.update_epochs()
         self.refresh_findings()
@@ -496,10 +501,18 @@ class TrainSetup(QWidget):
         train, distributed = self.form.spec().to_dict(), self.distributed_dict()
         m = self.current_method()
         if m.finetune:
-            return RunRequest(**self.method_panel.config_fields(), train=train, distributed=distributed)
+            table_data = self._table_data()
+            columns = dict(table_data.columns) if table_data is not None else {}
+            return RunRequest(**self.method_panel.config_fields(), columns=columns, train=train,
+                              distributed=distributed)
         return RunRequest(model=self.model_spec.to_dict() if (self.model_spec and not self.base_model) else {},
                           base_model=self.base_model, dataset=dataset, objective=m.objective, train=train,
                           distributed=distributed)
+
+    def _table_data(self) -> DataFileList | None:
+        """The data list whose tables the column mapping reads: SFT and DPO data (records), not GRPO's prompts."""
+        m = self.current_method()
+        return self.method_panel.data_list if m is not PIPELINE and m.data in ("sft", "dpo") else None
 
     def distributed_dict(self) -> dict[str, Any]:
         """The Distributed fields that differ from DistributedSpec's defaults ({} = all defaults): run.json stays
@@ -512,6 +525,9 @@ class TrainSetup(QWidget):
         key = method_of(config).key
         self.set_method(key)
         if METHOD_BY_KEY[key].finetune:
+            table_data = self._table_data()
+            if table_data is not None:  # before the files, so they are checked with the run's own mapping
+                table_data.columns = dict(config.columns)
             self.method_panel.apply_config(config)
         self.form.set_spec(config.train_spec())
         try:

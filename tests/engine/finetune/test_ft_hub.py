@@ -1,10 +1,10 @@
 """A Hugging Face Hub id as the base: refused with a clear message unless the user says --allow-download; with
 it, the model is fetched once (configs, safetensors, tokenizer; never pickles) and the run records the local
-folder, so it resumes offline. The download itself is replaced by a local copy here (no network in tests)."""
+folder, so it resumes offline. The Hub is the tests' local server (the hub_server fixture: no internet)."""
 
 from __future__ import annotations
 
-import shutil
+from pathlib import Path
 
 import pytest
 from ft_helpers import make_base, repeat_chats, write_jsonl
@@ -34,38 +34,25 @@ def test_cli_refuses_a_hub_id_without_allow_download(tmp_path, capsys):
     assert "--allow-download goes with --base" in capsys.readouterr().err
 
 
-def test_allow_download_fetches_once_and_records_the_local_folder(tmp_path, monkeypatch):
-    import huggingface_hub
-
+def test_allow_download_fetches_once_and_records_the_local_folder(tmp_path, hub_server):
     local = make_base(tmp_path / "source", "llama")
-    calls = []
-
-    def fake_snapshot(repo_id, revision=None, allow_patterns=None):
-        calls.append((repo_id, allow_patterns))
-        cache = tmp_path / "cache" / repo_id.replace("/", "--")
-        if not cache.exists():
-            shutil.copytree(local, cache)
-        return str(cache)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    files = {p.name: p for p in local.iterdir() if p.is_file()}
+    hub_server.add_repo("someorg/tiny", {**files, "pytorch_model.bin": b"pickled weights are never fetched"})
     data = write_jsonl(tmp_path / "chats.jsonl", repeat_chats(8))
     out = tmp_path / "run"
     assert main(["train", "--method", "lora", "--base", "someorg/tiny", "--allow-download", "--data", str(data),
                  "--steps", "1", "--batch-size", "2", "--out", str(out), "--json"]) == 0
-    assert calls and calls[0][0] == "someorg/tiny" and "*.safetensors" in calls[0][1]
-    assert not any(p.endswith((".bin", ".pt", ".pkl")) for p in calls[0][1])  # no pickled weights
-    recorded = RunConfig.load(out / "run.json").base_model
-    assert recorded == str((tmp_path / "cache" / "someorg--tiny").resolve())
+    fetched = {r.path.rsplit("/", 1)[-1] for r in hub_server.requests if r.method == "GET" and "/resolve/" in r.path}
+    assert "model.safetensors" in fetched and "config.json" in fetched
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in fetched)  # no pickled weights
+    recorded = Path(RunConfig.load(out / "run.json").base_model)
+    assert recorded == download_base("someorg/tiny").resolve() and (recorded / "model.safetensors").is_file()
+    assert hub_server.fetched("model.safetensors") == (local / "model.safetensors").stat().st_size  # once
 
 
-def test_a_failed_download_says_why(monkeypatch):
-    import huggingface_hub
-
-    def offline(*args, **kwargs):
-        raise OSError("no connection")
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    with pytest.raises(UserError, match=r"could not download someorg/x .*no connection"):
+def test_a_failed_download_says_why(hub_server):
+    hub_server.stop()  # nothing answers: the connection is refused
+    with pytest.raises(UserError, match=r"could not reach the Hugging Face Hub for someorg/x .*: check the connection"):
         download_base("someorg/x")
     with pytest.raises(UserError, match="not a Hugging Face Hub id"):
         download_base("../x")
