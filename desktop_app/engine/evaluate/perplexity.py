@@ -65,8 +65,9 @@ def _whole_file(path: Path, max_bytes: int) -> str:
     return "".join(blocks)
 
 
-def _jsonl_texts(path: Path) -> Iterator[str]:
-    """The {"text": ...} records of a JSONL file, one document each (other records are not text to score)."""
+def _item_texts(path: Path) -> Iterator[str]:
+    """The text documents of a JSONL file ({"text": ...} records; other records are not text to score), a document
+    (PDF, EPUB, DOCX, HTML) or a table's text column, one document each, as the Data tab reads them."""
     from desktop_app.engine.data.ingest import Doc, read_items
 
     parts: list[str] = []
@@ -81,16 +82,16 @@ def _jsonl_texts(path: Path) -> Iterator[str]:
 
 
 def _file_documents(path: Path, max_bytes: int) -> Iterator[str]:
-    from desktop_app.engine.data.ingest import JSONL_EXTENSIONS, FileProblem, discover
+    from desktop_app.engine.data.ingest import TEXT_EXTENSIONS, FileProblem, discover
 
     for found, problem in discover([path]):
         if problem is not None:
             raise UserError(f"{found}: {problem.reason}")
         try:
-            if found.suffix.lower() in JSONL_EXTENSIONS:
-                yield from _jsonl_texts(found)
-            else:
+            if found.suffix.lower() in TEXT_EXTENSIONS:
                 yield _whole_file(found, max_bytes)
+            else:
+                yield from _item_texts(found)
         except FileProblem as exc:
             raise UserError(f"{found}: {exc.reason}") from None
 

@@ -241,5 +241,15 @@ def test_missing_files_and_files_without_text_records_are_clear_errors(llama, tm
                                                                   {"role": "assistant", "content": "yo"}]}) + "\n")
     with pytest.raises(UserError, match="no text"):
         drain(score_text(*llama, [chats]))
+    with pytest.raises(UserError, match="no column to read"):  # a table without a text column: said so, not read as bytes
+        drain(score_text(*llama, [write(tmp_path, "a.csv", "x,y\n1,2\n")]))
     with pytest.raises(UserError, match="unsupported"):
-        drain(score_text(*llama, [write(tmp_path, "a.csv", "x,y\n")]))
+        drain(score_text(*llama, [write(tmp_path, "a.xyz", "x,y\n")]))
+
+
+def test_a_table_is_scored_on_its_text_column_not_its_raw_bytes(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from desktop_app.engine.evaluate.perplexity import text_documents
+
+    table = write(tmp_path, "notes.csv", "text,id\nhello world,1\nsecond note,2\n")
+    assert text_documents([table]) == ["hello world", "second note"]
