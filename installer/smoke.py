@@ -403,10 +403,24 @@ def step_models(ctx: Context) -> dict[str, object]:
     return {"seconds": round(listed.seconds + refused.seconds, 1), "refused": refused.err.strip()}
 
 
+def step_runs(ctx: Context) -> dict[str, object]:
+    """`train`'s run compared with a 2-step run at another learning rate: the comparison names the lr that differs."""
+    other = ctx.work / "run-lr"
+    trained = run_app([ctx.exe, "train", "--dataset", ctx.needs("dataset"), "--preset", "tiny", "--steps", "2",
+                       "--lr", "0.0001", "--out", other], ctx.env, cwd=ctx.work)
+    ran = run_app([ctx.exe, "runs", "compare", ctx.needs("run"), other, "--json"], ctx.env, cwd=ctx.work, timeout=120)
+    data = json.loads(ran.out)
+    keys = [d.get("key") for d in data.get("differences", [])]
+    if "train.lr" not in keys or not any(m.get("name") == "loss" for m in data.get("metrics", [])):
+        raise SmokeFailure(f"runs compare found no lr difference or no loss: {ran.out[:1500]}")
+    return {"seconds": round(trained.seconds + ran.seconds, 1), "labels": [r.get("label") for r in data["runs"]]}
+
+
 # user mistakes: one line on stderr, exit 2, never a traceback (as from source)
 USER_ERRORS = (
     ["sandbox", "no-such-program.py"], ["tasks", "--count", "0"], ["generate", "no-such-run", "--prompt", "x"],
     ["export", "no-such-run", "--format", "gguf", "--out", "x.gguf"], ["train", "--dataset", "no-such"],
+    ["runs", "compare", "no-such-run", "no-such-run-2"],
 )
 
 
@@ -440,11 +454,11 @@ STEPS: tuple[tuple[str, Callable[[Context], dict[str, object]]], ...] = (
     ("version", step_version), ("window", step_window), ("model", step_model), ("prepare", step_prepare),
     ("train", step_train), ("generate", step_generate), ("sandbox", step_sandbox), ("tasks", step_tasks),
     ("selfplay-demo", step_selfplay_demo), ("eval", step_eval), ("serve", step_serve), ("export", step_export),
-    ("models", step_models), ("errors", step_errors), ("window-selfplay", step_window_selfplay),
+    ("models", step_models), ("runs", step_runs), ("errors", step_errors), ("window-selfplay", step_window_selfplay),
 )
 # The CLI verbs the steps run (desktop_app.cli.VERBS must all be here).
 STEP_VERBS = ("model", "prepare", "train", "generate", "sandbox", "tasks", "selfplay-demo", "eval", "serve", "export",
-              "models")
+              "models", "runs")
 
 
 def run_smoke(meta: cfg.AppMeta, *, exe: Path, install_root: Path, scratch: Path, repeats: int,

@@ -2,7 +2,8 @@
 # Installs whatever is missing into ./.venv (sourced by scripts/launch.sh and scripts/test.sh).
 # - torch is installed FIRST and pinned (TORCH_SPEC, default torch==2.13.0): an unpinned resolve can pull a
 #   multi-GB CUDA build. Set TORCH_SPEC (and PIP_EXTRA_INDEX_URL) yourself for a CUDA build.
-# - the project, its test extras and the documents extra (PDF, EPUB, DOCX, HTML, tables) next; torch must not move.
+# - the project, its test extras, the documents extra (PDF, EPUB, DOCX, HTML, tables) and the tracking extra
+#   (TensorBoard, MLflow's client, W&B: +25 s and ~200 MB, so the tracking tests run in CI) next; torch must not move.
 # - re-runs are fast: pip only runs again when pyproject.toml changed (stamp file in .venv).
 set -euo pipefail
 
@@ -52,8 +53,8 @@ ensure_venv() {
   stamp="$VENV/.azr-installed"
   want="$(cat "$ROOT/pyproject.toml" | cksum)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    log "installing the app, its test tools and the documents extra (torch $before stays)"
-    "${pip[@]}" -e "$ROOT[test,documents]"
+    log "installing the app, its test tools, the documents and tracking extras (torch $before stays)"
+    "${pip[@]}" -e "$ROOT[test,documents,tracking]"
     echo "$want" >"$stamp"
   fi
   local after

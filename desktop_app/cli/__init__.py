@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "selfplay-demo": ("desktop_app.cli.selfplay_demo", "the CPU self-play demonstration: corpus, pretrain, self-play"),
     "eval": ("desktop_app.cli.eval", "evaluate models side by side: held-out tasks, questions, perplexity"),
     "models": ("desktop_app.cli.models", "search the Hugging Face Hub, download a model into its cache, list them"),
+    "runs": ("desktop_app.cli.runs", "compare training runs: final and best figures, the settings that differ"),
 }
 
 

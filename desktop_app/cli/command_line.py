@@ -16,13 +16,13 @@ from desktop_app.engine.data.columns import format_columns
 from desktop_app.engine.method_options import METHOD_OPTIONS
 from desktop_app.engine.methods import Method, method_of
 from desktop_app.engine.spec_base import default_of
-from desktop_app.engine.specs import AdapterSpec, DistributedSpec, RunConfig, SpecError, TrainSpec
+from desktop_app.engine.specs import TRACKERS, AdapterSpec, DistributedSpec, RunConfig, SpecError, TrainSpec
 
 # TrainSpec fields `train` sets with flags of their own: field -> flag.
 TRAIN_FLAGS: dict[str, str] = {
     "steps": "--steps", "batch_size": "--batch-size", "micro_batch_size": "--micro-batch-size", "lr": "--lr",
     "save_every": "--save-every", "eval_every": "--eval-every", "threads": "--threads", "device": "--device",
-    "optimizer": "--optimizer", "kernels": "--kernels"}
+    "optimizer": "--optimizer", "kernels": "--kernels", "trackers": "--track"}
 # AdapterSpec fields with flags of their own.
 ADAPTER_FLAGS: dict[str, str] = {"rank": "--lora-rank", "alpha": "--lora-alpha", "dropout": "--lora-dropout",
                                  "target_modules": "--target-modules"}
@@ -34,11 +34,22 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     for name, flag in TRAIN_FLAGS.items():
         meta, default = fields[name].metadata, default_of(fields[name])
         kwargs: dict[str, Any] = {"help": str(meta.get("help", "")), "dest": name}
-        if meta.get("choices"):
+        if name == "trackers":  # a list: comma-separated names, or none
+            kwargs.update(type=_trackers_flag, metavar="|".join(TRACKERS) + ",...|none")
+        elif meta.get("choices"):
             kwargs["choices"] = tuple(meta["choices"])
         else:
             kwargs["type"] = type(default)
         parser.add_argument(flag, **kwargs)
+
+
+def _trackers_flag(text: str) -> list[str]:
+    from desktop_app.engine.train.tracking import parse_trackers
+
+    try:
+        return parse_trackers(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cli_exe() -> str:
@@ -71,7 +82,7 @@ def method_command(config: RunConfig, method: Method, exe: str, out: str = "my-r
     for name, flag in TRAIN_FLAGS.items():
         # lr always: the CLI's default for a method is the method's own (methods.py), not TrainSpec's
         if name in train and (name in ("steps", "batch_size", "lr") or train[name] != defaults.get(name)):
-            parts += [flag, q(flag_value(train[name]))]
+            parts += [flag, q(flag_value(train[name]) or "none")]  # an empty list: --track none
     uncovered = [f"train.{k}={flag_value(v)}" for k, v in train.items()
                  if k not in TRAIN_FLAGS and v != defaults.get(k)]
     options = dict(config.method_options)
@@ -142,7 +153,7 @@ def torchrun_command(config: RunConfig, run_json: str = "run.json", out: str = "
         dist = config.distributed_spec()
     except SpecError:
         dist = DistributedSpec()
-    n = dist.nproc_per_node
+    n = max(dist.nproc_per_node, 2)  # a one-process config still shows the command for two
     # torchrun starts Python itself; a frozen app is an executable, which torchrun runs with --no-python.
     target = f"--no-python {q(sys.executable)}" if getattr(sys, "frozen", False) else "-m desktop_app"
     verb = f"{target} train --config {q(run_json)} --out {q(out)}"

@@ -19,6 +19,9 @@ Ctrl+C (or SIGTERM) stops gracefully (finish the step, save, exit); a second Ctr
 committed checkpoint stays intact). SIGUSR1 saves a checkpoint now, SIGUSR2 pauses / resumes (POSIX). With
 --json, every event is one JSON object per line on stdout; otherwise a progress bar runs on stderr.
 
+--track tensorboard,mlflow,wandb (or none) also tracks the run in those libraries (docs/tracking.md); TensorBoard is on
+by default where it is installed.
+
 Several processes: `torchrun --standalone --nproc_per_node N -m desktop_app train --config run.json --out RUN`
 (any of the forms above). Process 0 prints what one process would; the others print only their errors, on stderr,
 as "[process K] ...". A signal sent to any process reaches all of them at the next step.

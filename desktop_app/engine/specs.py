@@ -47,6 +47,8 @@ OPTIMIZERS = ("auto", "adamw", "adamw8bit", "paged_adamw8bit")
 DISTRIBUTED_STRATEGIES = ("ddp", "fsdp")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 FSDP_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# Where a run's metrics also go, besides metrics.jsonl (engine/train/tracking.py).
+TRACKERS = ("tensorboard", "mlflow", "wandb")
 
 _f = spec_field  # short: the declarations below read as a table
 
@@ -245,9 +247,15 @@ class TrainSpec(SpecMixin):
                               "linear schedule decays over whichever of the two comes first (by the clock: from "
                               "the end of the first step, which holds the one-off compilation).", minimum=0.0,
                               label="Time limit", unit="s", zero="no limit")
+    trackers: list = _f(["tensorboard"], "Where the run's metrics, settings and samples also go: tensorboard (event "
+                        "files in the run folder; skipped where not installed), mlflow (RUN/mlruns, or "
+                        "MLFLOW_TRACKING_URI), wandb (offline in RUN/wandb unless WANDB_MODE says otherwise). The "
+                        "optional tracking extra installs them; a resumed run continues its tracked run.",
+                        label="Also track the run in", widget="checklist", choices=TRACKERS, advanced=True)
 
     def validate(self) -> list[str]:
         p: list[str] = []
+        p += tracker_problems(self.trackers)
         if not isinstance(self.auto_micro_batch, bool):
             p.append(f"auto_micro_batch must be true or false, got {self.auto_micro_batch!r}")
         for name in ("steps", "batch_size", "eval_batches", "log_every", "keep_last", "max_nonfinite"):
@@ -286,6 +294,14 @@ class TrainSpec(SpecMixin):
     @property
     def accumulation_steps(self) -> int:
         return self.batch_size // self.micro_batch
+
+
+def tracker_problems(trackers: Any) -> list[str]:
+    """What is wrong with TrainSpec.trackers: a list of distinct names of TRACKERS."""
+    if not isinstance(trackers, list) or any(t not in TRACKERS for t in trackers) or len(
+            {str(t) for t in trackers}) != len(trackers):
+        return [f"trackers must be distinct names among {', '.join(TRACKERS)}, got {trackers!r}"]
+    return []
 
 
 @dataclass
@@ -401,8 +417,8 @@ class DistributedSpec(SpecMixin):
                        choices=DISTRIBUTED_STRATEGIES, label="Strategy")
     backend: str = _f("auto", "Communication backend: auto = nccl on CUDA, gloo on CPU.",
                       choices=DISTRIBUTED_BACKENDS, label="Communication backend", advanced=True)
-    nproc_per_node: int = _f(2, "Processes per machine in the torchrun command the app shows (usually the number "
-                             "of GPUs); torchrun itself decides how many run.", minimum=1,
+    nproc_per_node: int = _f(1, "Processes per machine (usually the number of GPUs): more than 1 starts the run on "
+                             "that many processes (torchrun) when you press Start.", minimum=1,
                              label="Processes per machine", unit="processes")
     fsdp_precision: str = _f("auto", "FSDP only: parameter dtype for compute (auto = the run's precision; bf16 "
                              "halves communication on GPUs). Gradients are reduced in fp32.", choices=FSDP_PRECISIONS,

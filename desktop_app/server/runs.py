@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,19 @@ def disk_status(run_dir: Path) -> dict[str, Any]:
             "paused": False}
 
 
+def training_events(run: LiveRun, config: Any, nproc: int, *, resume: bool) -> Iterator[Any]:
+    """The run's events: train() in this thread, or on `nproc` processes the launcher starts and follows."""
+    if nproc > 1:
+        from desktop_app.engine.train.launcher import launch_config, resume_launch
+
+        if resume:
+            return resume_launch(run.run_dir, run.controls, nproc=nproc)
+        return launch_config(config, run.run_dir, run.controls)
+    from desktop_app.engine.train.loop import train
+
+    return train(config, run.run_dir, run.controls, resume=resume)
+
+
 class RunManager:
     """Starts runs in threads, answers status, forwards controls; `shutdown` stops and waits."""
 
@@ -120,8 +134,9 @@ class RunManager:
                            code="run_not_found")
         return folder
 
-    def start(self, config: Any, run_dir: Path, *, resume: bool = False) -> LiveRun:
-        """Start training `config` in `run_dir` (blocks until its setup is done; raises its setup errors)."""
+    def start(self, config: Any, run_dir: Path, *, resume: bool = False, nproc: int = 1) -> LiveRun:
+        """Start training `config` in `run_dir` (blocks until its setup is done; raises its setup errors); with
+        `nproc` > 1 on that many processes (engine/train/launcher.py), followed and controlled the same way."""
         with self._lock:
             running = [r for r in self.live.values() if r.live]
             if len(running) >= MAX_LIVE_RUNS:
@@ -137,17 +152,15 @@ class RunManager:
         # problems (bad config, dataset, resume mismatch) raise before the first event: wait for that
         # first event so they come back in the HTTP response instead of as a run that failed silently.
         ready: Future[None] = Future()
-        run.thread = threading.Thread(target=self._work, args=(run, config, resume, ready),
+        run.thread = threading.Thread(target=self._work, args=(run, (config, nproc), resume, ready),
                                       name=f"azr-train-{run.id}", daemon=True)
         run.thread.start()
         ready.result()
         return run
 
-    def _work(self, run: LiveRun, config: Any, resume: bool, ready: Future[None]) -> None:
-        from desktop_app.engine.train.loop import train
-
+    def _work(self, run: LiveRun, job: tuple[Any, int], resume: bool, ready: Future[None]) -> None:
         try:
-            events = train(config, run.run_dir, run.controls, resume=resume)
+            events = training_events(run, *job, resume=resume)
             first = next(events, None)
         except Exception as exc:
             run.state = "failed"
@@ -202,6 +215,7 @@ class RunManager:
     def _restart(self, run_id: str, run_dir: Path) -> dict[str, Any]:
         """resume on a run that is not training: continue it from its newest checkpoint."""
         from desktop_app.engine.specs import RunConfig
+        from desktop_app.engine.train.launcher import launched_processes
 
         state = self.status(run_id)["state"]
         if state == "completed":
@@ -215,7 +229,8 @@ class RunManager:
                                 "(the window or the CLI); stop it there first", code="run_busy")
         if not (run_dir / "run.json").is_file():
             raise ApiError(409, f"run {run_id} has no run.json: it cannot be resumed", code="run_not_resumable")
-        return self.start(RunConfig.load(run_dir / "run.json"), run_dir, resume=True).status()
+        return self.start(RunConfig.load(run_dir / "run.json"), run_dir, resume=True,
+                          nproc=launched_processes(run_dir) or 1).status()
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop every run (each saves a checkpoint at its next step) and wait for them."""

@@ -5,7 +5,8 @@
     GET  /api/models/{name}/download the model as a zip of its Hugging Face folder (or ?format=gguf)
     POST /api/datasets               multipart text files -> a prepared dataset, one verdict per file
     GET  /api/datasets               prepared datasets and their sizes
-    POST /api/runs                   start training from a run config (or dataset + preset/model) -> run id
+    POST /api/runs                   start training from a run config (or dataset + preset/model) -> run id;
+                                     "nproc": N > 1 trains on N processes (torchrun, as the window launches it)
     GET  /api/runs, /api/runs/{id}   state, step, latest metrics, ETA
     POST /api/runs/{id}/stop|pause|resume|save
 
@@ -213,6 +214,10 @@ class RunCreate(BaseModel):
     seed: int = 1337
     objective: str = "causal_lm"
     config: dict[str, Any] | None = None
+    nproc: int = 1  # processes to train on (torchrun on this machine); 1 = in the server's own process
+
+
+MAX_NPROC = 64
 
 
 def _load_spec(ws: Any, name: str) -> Any:
@@ -239,11 +244,17 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
     only turns workspace names into paths)."""
     from desktop_app.engine.train.request import RunRequest, prepare_run
 
+    if not 1 <= body.nproc <= MAX_NPROC:
+        raise ApiError(400, f"nproc must be a whole number from 1 to {MAX_NPROC}: the processes to train on "
+                            "(usually the number of GPUs)", param="nproc")
+    processes = {"nproc_per_node": body.nproc} if body.nproc > 1 else {}
     if body.config is not None:
         if any([body.dataset, body.preset, body.model, body.base_model, body.train]):
             raise ApiError(400, "give either 'config' (a whole run config) or dataset/preset/model/train, not both",
                            param="config")
         config = dict(body.config)
+        if processes:
+            config["distributed"] = {**(config.get("distributed") or {}), **processes}
         config["dataset"] = str(_inside(ws, "datasets", str(config.get("dataset", "")), "config.dataset"))
         if config.get("base_model"):
             config["base_model"] = str(_base_model(ws, str(config["base_model"])))
@@ -254,7 +265,7 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
         raise ApiError(400, "give exactly one of 'preset', 'model' (a spec object or the name of a created model) "
                             "or 'base_model' (a trained model to continue)", param="model")
     request = RunRequest(dataset=str(_inside(ws, "datasets", body.dataset, "dataset")), objective=body.objective,
-                         train=body.train, seed=body.seed)
+                         train=body.train, seed=body.seed, distributed=processes)
     if body.base_model is not None:
         request.base_model = str(_base_model(ws, body.base_model))
     elif body.preset is not None:
@@ -276,7 +287,7 @@ def start_run(body: RunCreate, request: Request) -> dict[str, Any]:
     config, notes = build_run_config(state.workspace, body)
     name = body.name or (Path(config.base_model).name if config.base_model else config.model.get("family", "run"))
     run_dir = state.workspace.new_run_dir(slugify(name))
-    run = state.runs.start(config, run_dir)
+    run = state.runs.start(config, run_dir, nproc=body.nproc)
     return {**run.status(), "notes": notes}
 
 

@@ -48,3 +48,18 @@ def pipeline_job(source: dict[str, Any] | None, out: Path, controls: Controls, r
         if isinstance(event, Progress) and event.stage == "pipeline":
             continue  # stages done / all: the display follows StageStarted instead
         yield event
+
+
+def launch_job(request: RunRequest, run_dir: Path, controls: Controls) -> Iterator[Event]:
+    """A new run on the processes its Distributed block names: the engine plans it (the one run entry), writes
+    run.json, starts torchrun and follows rank 0's metrics (engine/train/launcher.py)."""
+    from desktop_app.engine.train.launcher import launch_run
+
+    yield from launch_run(request, run_dir, controls)
+
+
+def resume_launch_job(run_dir: Path, controls: Controls, nproc: int) -> Iterator[Event]:
+    """A run continued on `nproc` processes (torchrun `train --resume`), followed as launch_job follows it."""
+    from desktop_app.engine.train.launcher import resume_launch
+
+    yield from resume_launch(run_dir, controls, nproc=nproc)

@@ -162,6 +162,8 @@ def test_cancel_then_resume_fetches_only_what_is_missing(window, view, hub_serve
     assert not window.ctx.errors
 
     hub_server.slow(0)
+    # the cancelled pull's thread winds down after its last event (a Resume pressed before that waits its turn)
+    qtbot.waitUntil(lambda: view.downloads.task is None, timeout=WAIT)
     before = len(hub_server.requests)
     row.resume_btn.click()
     events = []

@@ -54,15 +54,20 @@ class RepoDetails:
     problem: str | None  # why this app cannot use it (remote code, not a causal LM, no usable weights)
 
 
-def repo_details(repo_id: str, revision: str | None = None) -> RepoDetails:
-    """Ask the Hub about one repository (model_info with file sizes and hashes). RepoMissing, RepoGated, NetworkOff
-    or ConnectionLost otherwise."""
+def fetch_info(repo_id: str, revision: str | None = None) -> Any:
+    """The Hub's model_info of one repository, with file sizes and hashes. RepoMissing, RepoGated, NetworkOff or
+    ConnectionLost otherwise."""
     check_repo_id(repo_id)
     try:
         with online():
-            info = hub_api().model_info(repo_id, revision=revision, files_metadata=True)
+            return hub_api().model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:
         raise hub_error(exc, repo_id) from None
+
+
+def repo_details(repo_id: str, revision: str | None = None) -> RepoDetails:
+    """Ask the Hub about one repository: what a person decides by (file sets, licence, gating, size)."""
+    info = fetch_info(repo_id, revision)
     names = {s.rfilename for s in info.siblings or []}
     full = fetch_config(repo_id, info.sha) if "config.json" in names else None
     return details_from_info(info, full)

@@ -35,9 +35,9 @@ from typing import Any, ClassVar
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Log, Transient
 from desktop_app.engine.hub.cache import hub_cache_dir
-from desktop_app.engine.hub.details import SAFETENSORS_LABEL, check_repo_id, details_from_info
+from desktop_app.engine.hub.details import SAFETENSORS_LABEL, details_from_info, fetch_info
 from desktop_app.engine.hub.errors import NoMatchingFiles, NotEnoughDisk, existing_parent, hub_error
-from desktop_app.engine.hub.network import hub_api, hub_endpoint, online
+from desktop_app.engine.hub.network import hub_endpoint, online
 
 CHUNK_BYTES = 256 * 1024
 EVENTS_PER_S = 10
@@ -106,12 +106,7 @@ class DownloadCancelled(Event):
 def plan_pull(repo_id: str, patterns: list[str] | None = None, revision: str | None = None) -> PullPlan:
     """The files of `repo_id` that `patterns` select (None: its safetensors set), their sizes and what the cache
     holds of them. RepoMissing, RepoGated, NoMatchingFiles, NotEnoughDisk, NetworkOff or ConnectionLost."""
-    check_repo_id(repo_id)
-    try:
-        with online():
-            info = hub_api().model_info(repo_id, revision=revision, files_metadata=True)
-    except Exception as exc:
-        raise hub_error(exc, repo_id) from None
+    info = fetch_info(repo_id, revision)
     siblings = {s.rfilename: s for s in info.siblings or []}
     names = chosen_files(repo_id, info, patterns)
     if info.gated:

@@ -151,7 +151,7 @@ def _start(run: Run, resume: bool, accept_config_change: bool) -> Generator[Even
             offset = int(loaded.trainer_state.get("metrics_offset", 0))
             view.append(History(str(run.run_dir), run_folder.read_metrics(run.run_dir, upto_bytes=offset)))
         notes[:0] = view
-        run.metrics = setup.open_run_folder(run.run_dir, run.config, loaded)
+        run.metrics = setup.open_run_folder(run.run_dir, run.config, loaded, notes)
     precision, found = _tune_process(run, device, loaded)
     notes += found
     yield from _phase(run, "loading the base model and preparing the data" if base_info is not None else

@@ -213,7 +213,7 @@ def start_run(request: RunRequest, run_dir: Path, controls: Controls, *, interac
     """A new run: the sample corpus prepared first when the request has one (its Progress and Log, then
     DatasetReady), the model fitted to the dataset (a Log per change), then train()'s events."""
     if request.sample is not None:
-        dataset = yield from _prepare_sample(request.sample, controls)
+        dataset = yield from prepare_sample(request.sample, controls)
         if dataset is None:
             return
         request = dataclasses.replace(request, dataset=dataset, sample=None)
@@ -228,7 +228,7 @@ def start_run(request: RunRequest, run_dir: Path, controls: Controls, *, interac
     yield from train(config.check(), run_dir, controls, interactive=interactive)
 
 
-def _prepare_sample(sample: SampleCorpus, controls: Controls) -> Iterator[Event]:
+def prepare_sample(sample: SampleCorpus, controls: Controls) -> Iterator[Event]:
     """Prepare the sample corpus; returns the dataset folder, or None after yielding the Finished that ends the run."""
     from desktop_app.engine.data.prepare import prepare_dataset
 

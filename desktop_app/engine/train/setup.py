@@ -28,6 +28,7 @@ from desktop_app.engine.run_folder import RUN_FILE, MetricsWriter
 from desktop_app.engine.specs import AdapterSpec, DistributedSpec, ModelSpec, RunConfig, TrainSpec
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train.distributed import Wrapped
+from desktop_app.engine.train.tracking import TrackedMetrics
 
 if TYPE_CHECKING:
     from desktop_app.engine.model.folders import BaseModelInfo
@@ -124,9 +125,11 @@ def choose_checkpoint(run_dir: Path, config: RunConfig, resume: bool, accept_con
             loaded = ckpt.load_checkpoint(path, verify=False)  # verified just above
             check_same_base(loaded.run_config, config)
             diff = config_diff(canonical_config(loaded.run_config), canonical_config(config.to_dict()))
-            moved = [d for d in diff if d.startswith("distributed.")]  # how many processes, DDP or FSDP: free
+            # how many processes, DDP or FSDP, where the run is also tracked: free to change
+            moved = [d for d in diff if d.startswith(("distributed.", "train.trackers:"))]
             if moved:
-                pending.append(Log("info", "continuing with other distributed settings: " + "; ".join(moved)))
+                pending.append(Log("info", "continuing with other distributed or tracking settings: "
+                                   + "; ".join(moved)))
             diff = [d for d in diff if d not in moved]
             if diff:
                 model_changed = [d for d in diff if d.startswith(("model.", "base_model", "objective", "adapter."))]
@@ -145,14 +148,18 @@ def choose_checkpoint(run_dir: Path, config: RunConfig, resume: bool, accept_con
     return loaded, pending
 
 
-def open_run_folder(run_dir: Path, config: RunConfig, loaded: ckpt.LoadedCheckpoint | None) -> MetricsWriter:
-    """Write run.json, cut metrics.jsonl back to the checkpoint's offset (or start it afresh) and open it."""
+def open_run_folder(run_dir: Path, config: RunConfig, loaded: ckpt.LoadedCheckpoint | None,
+                    notes: list[Event]) -> MetricsWriter:
+    """Write run.json, cut metrics.jsonl back to the checkpoint's offset (or start it afresh) and open it, with the
+    run's trackers (TensorBoard, MLflow, W&B) behind it; where they are (or why not) is added to `notes`."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.sweep_staging(run_dir)
         config.save(run_dir / RUN_FILE)
         keep = int(loaded.trainer_state.get("metrics_offset", 0)) if loaded is not None else None
-        return MetricsWriter(run_dir, keep_bytes=keep)
+        writer = TrackedMetrics(run_dir, config, keep_bytes=keep, resume_step=loaded.step if loaded else None)
+        notes += writer.notes
+        return writer
     except OSError as exc:
         raise UserError(f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a folder you can "
                         "write to (with free space)") from None

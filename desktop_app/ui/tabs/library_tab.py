@@ -17,6 +17,7 @@ from typing import Any
 from PySide6.QtCore import QEvent, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QCheckBox,
     QComboBox,
     QGridLayout,
@@ -50,6 +51,7 @@ from desktop_app.ui.tabs.library_details import (
     size_text,
 )
 from desktop_app.ui.widgets.base_picker import RECENT_KEY
+from desktop_app.ui.widgets.compare_view import COMPARE_TIP, open_compare
 from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html, workspace_ggufs
 from desktop_app.ui.widgets.hub_access import open_get_model_view
 from desktop_app.ui.widgets.hub_library import HUB_KIND, add_hub_group, hub_details_html
@@ -108,6 +110,7 @@ class LibraryTab(QWidget):
         self.tree.setObjectName("libraryTree")
         self.tree.setHeaderLabels(list(COLUMNS))
         self.tree.setAlternatingRowColors(True)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)  # several runs for Compare
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a run's name and its date suffix both show
         header = self.tree.header()
         header.setStretchLastSection(False)
@@ -164,9 +167,10 @@ class LibraryTab(QWidget):
         self.use_btn = QPushButton("Train on it")
         # held-out tasks, questions, perplexity (evaluate_view.py)
         self.evaluate_btn = button("Evaluate…", "libraryEvaluate")
-        actions = QGridLayout()  # two by three: the column stays narrow, the list beside it keeps Size in sight
+        self.compare_btn = button("Compare…", "libraryCompare", COMPARE_TIP, enabled=False)
+        actions = QGridLayout()  # two columns: the column stays narrow, the list beside it keeps Size in sight
         for i, b in enumerate((self.plots_btn, self.generate_btn, self.resume_btn, self.evaluate_btn, self.watch_btn,
-                               self.use_btn)):
+                               self.use_btn, self.compare_btn)):
             actions.addWidget(b, i // 2, i % 2)
         right = QWidget()
         add_items(QVBoxLayout(right), actions, (self.details, 1), self._build_export_row(), self.merge_check,
@@ -206,6 +210,8 @@ class LibraryTab(QWidget):
         self.generate_btn.clicked.connect(lambda _=False: self._emit_model(self.generate_requested))
         self.use_btn.clicked.connect(lambda _=False: self._emit_selected(self.dataset_requested, "datasets"))
         self.evaluate_btn.clicked.connect(lambda _=False: self.open_evaluate())
+        self.compare_btn.clicked.connect(lambda _=False: self.open_compare())
+        self.tree.itemSelectionChanged.connect(lambda: self.compare_btn.setEnabled(len(self.selected_runs()) >= 2))
         self.export_btn.clicked.connect(lambda _=False: self.export_selected())
         self.cancel_export_btn.clicked.connect(lambda _=False: self.cancel_export())
         self.tree.currentItemChanged.connect(lambda cur, _prev: self._show_details(cur))
@@ -431,7 +437,17 @@ class LibraryTab(QWidget):
         if target:
             signal.emit(target)
 
+    def selected_runs(self) -> list[str]:
+        """The runs selected in the list, for Compare (a folder of runs: its newest run with curves)."""
+        runs = [self.run_inside(i.data(0, PATH_ROLE), "metrics") for i in self.tree.selectedItems()
+                if i.data(0, KIND_ROLE) == "runs"]
+        return list(dict.fromkeys(r for r in runs if r))
+
     # --- actions ---
+    def open_compare(self) -> Any:
+        self.compare_dialog = open_compare(self.ctx, self.selected_runs(), self)
+        return self.compare_dialog
+
     def open_evaluate(self) -> Any:
         from desktop_app.ui.widgets.evaluate_view import EvaluateDialog
 

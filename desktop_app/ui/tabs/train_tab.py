@@ -12,7 +12,6 @@ watched (`watch_run`) all reach the one `RunView`.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QPushButton, QSplitter, QVBoxLayout, QWidget
 
-from desktop_app.cli.command_line import pipeline_commands, run_commands, torchrun_command
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import (
     CheckpointSaved,
@@ -36,13 +34,16 @@ from desktop_app.engine.events import (
 from desktop_app.engine.methods import PIPELINE
 from desktop_app.engine.recipes.selfplay_demo import demo_plan
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError
+from desktop_app.engine.train.launcher import ProcessFailed
 from desktop_app.engine.train.preflight import ERROR
 from desktop_app.engine.train.request import RunRequest, plan_run
 from desktop_app.ui import train_jobs
 from desktop_app.ui.background import Task
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.tabs.multi_process import MultiProcessRuns
 from desktop_app.ui.tabs.run_watch import RunWatch
-from desktop_app.ui.tabs.train_dialogs import CliDialog, choose_run_folder, save_config_dialog
+from desktop_app.ui.tabs.train_commands import TrainCommands
+from desktop_app.ui.tabs.train_dialogs import CliDialog
 from desktop_app.ui.train_state import DEMO, PIPELINE_JOB, RUN, JobStart, TrainState, start_hint
 from desktop_app.ui.widgets.record_preview import RecordPreview
 from desktop_app.ui.widgets.run_view import PLOT_FAMILY, RunView
@@ -51,7 +52,7 @@ from desktop_app.ui.widgets.train_setup import SAMPLE_DATASET, TrainSetup
 STARTING = "starting… (loading the engine)"
 
 
-class TrainTab(QWidget):
+class TrainTab(TrainCommands, QWidget):
     run_changed = Signal(str)  # run folder of the current/shown run
     checkpoint_saved = Signal(str)
     dataset_prepared = Signal(str)
@@ -70,6 +71,7 @@ class TrainTab(QWidget):
         self.record_preview = RecordPreview(self.ctx.runner)
         self.run_view = RunView(self.record_preview)
         self.watcher = RunWatch(ctx, self.run_view, self.state)  # runs followed from outside the window
+        self.multi = MultiProcessRuns(self, self)  # runs on several processes (torchrun) and their failures
         body = QSplitter(Qt.Orientation.Horizontal)
         body.addWidget(self._build_left())
         body.addWidget(self.run_view)
@@ -79,6 +81,7 @@ class TrainTab(QWidget):
         body.setChildrenCollapsible(False)
         root = QVBoxLayout(self)
         root.addWidget(self.setup.top_bar)
+        root.addWidget(self.multi.bar)
         root.addWidget(body, 1)
         self._connect()
         self._on_method_changed()
@@ -315,18 +318,20 @@ class TrainTab(QWidget):
                                   title="Check the settings")
             return False
         controls = Controls()
-        started = self._run_job(lambda: train_jobs.train_job(request, run_dir, controls), controls,
-                                JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
-                                         f"Run folder: {run_dir}", config, activity))
+        job = self.multi.new_job(request, config, run_dir) or (
+            lambda: train_jobs.train_job(request, run_dir, controls), controls)
+        started = self._run_job(*job, JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
+                                               f"Run folder: {run_dir}", config, activity))
         for finding in findings:
             self.run_view.log("warning", f"before the start: {finding.message}")
         return started
 
     def _launch_resume(self, config: RunConfig, run_dir: Path) -> bool:
         controls = Controls()
-        return self._run_job(lambda: train_jobs.resume_job(config, run_dir, controls), controls,
-                             JobStart(RUN, run_dir, f"resuming run {run_dir.name}", STARTING, f"Run folder: {run_dir}",
-                                      config))
+        job = self.multi.resume_job(config, run_dir) or (
+            lambda: train_jobs.resume_job(config, run_dir, controls), controls)
+        return self._run_job(*job, JobStart(RUN, run_dir, f"resuming run {run_dir.name}", STARTING,
+                                            f"Run folder: {run_dir}", config))
 
     def start_selfplay_demo(self, minutes: float = 15.0, train_overrides: dict[str, Any] | None = None) -> bool:
         """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs
@@ -453,6 +458,8 @@ class TrainTab(QWidget):
             self.run_changed.emit(event.path)
         elif isinstance(event, StageStarted):
             self._on_stage_started(event)
+        elif isinstance(event, ProcessFailed):
+            self.multi.show_failed(event, self.run_dir)
         self.run_view.show(event)
         if isinstance(event, CheckpointSaved):
             self.checkpoint_saved.emit(event.path)
@@ -485,6 +492,7 @@ class TrainTab(QWidget):
         self.state.end()
         if self.run_dir is not None:
             self.run_changed.emit(str(self.run_dir))
+        self.multi.ended()
 
     # --- runs shown again, runs watched ---
     def show_run_history(self, run_dir: str) -> None:
@@ -539,58 +547,6 @@ class TrainTab(QWidget):
     def stop_watching(self) -> None:
         """Stop following the watched run (its process goes on; only the window stops reading)."""
         self.watcher.stop()
-
-    # --- the terminal equivalent, dialogs ---
-    def _shown_config(self) -> RunConfig:
-        """The running run's config, else the form's."""
-        if self.running and self.config is not None:
-            return self.config
-        return self.setup.build_config(self.setup.dataset_box.currentData() or "<prepared sample corpus>")
-
-    def _pipeline_shown(self) -> bool:
-        """The CLI dialog is about a pipeline: one runs, or the Pipeline method is chosen."""
-        return self.pipeline_running if self.running else self.setup.current_method() is PIPELINE
-
-    def pipeline_command(self) -> str:
-        """The terminal equivalent of the pipeline: `train --pipeline pipeline.json`, and how to continue ours."""
-        return pipeline_commands(self.pipeline_dir)
-
-    def cli_command(self, config: RunConfig | None = None) -> str:
-        """The terminal equivalent: `train --method ...` for the methods, `train --config` for every run."""
-        if config is None and self._pipeline_shown():
-            return self.pipeline_command()
-        return run_commands(config or self._shown_config(), self.run_dir)
-
-    def show_cli_command(self) -> None:
-        if self._pipeline_shown():
-            editor = self.pipeline
-            dialog = CliDialog("The same pipeline, headless (save the pipeline below as pipeline.json):",
-                               self.pipeline_command(), editor.pipeline_json(), "Save pipeline.json…",
-                               editor.save_dialog, self)
-        else:
-            config = self._shown_config()
-            dialog = CliDialog("The same run, headless (save the config below as run.json):",
-                               self.cli_command(config) + "\n" + torchrun_command(config),
-                               json.dumps(config.to_dict(), indent=2), "Save run.json…",
-                               lambda: self._save_config(config), self)
-        self.cli_dialog = dialog
-        dialog.open()
-
-    def _save_config(self, config: RunConfig) -> None:
-        try:
-            save_config_dialog(self, config)
-        except Exception as exc:
-            self.ctx.report_exception(exc)
-
-    def _resume_dialog(self, _checked: bool = False) -> None:
-        folder = choose_run_folder(self, "resume", self.ctx.workspace.folder("runs"))
-        if folder:
-            self.resume_run(folder)
-
-    def _watch_dialog(self, _checked: bool = False) -> None:
-        folder = choose_run_folder(self, "watch", self.ctx.workspace.folder("runs"))
-        if folder:
-            self.watch_run(folder)
 
     def stop_timers(self) -> None:
         self.run_view.stop_timers()

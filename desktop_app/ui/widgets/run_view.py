@@ -51,11 +51,13 @@ from desktop_app.engine.events import (
     Started,
     StepMetrics,
 )
+from desktop_app.engine.train.tracking import has_event_files, installed
 from desktop_app.ui.widgets.layouts import add_items, button, note_label, progress_bar, scroll_area, splitter
 from desktop_app.ui.widgets.method_plots import MethodPlots
 from desktop_app.ui.widgets.selfplay_help import curves_note, legend_html
 from desktop_app.ui.widgets.task_browser import LOG_NAME as SELFPLAY_LOG
 from desktop_app.ui.widgets.task_browser import TaskBrowser
+from desktop_app.ui.widgets.tensorboard_launcher import TensorBoardLauncher
 
 # The plot panels each method's curves go to (methods.py keys; LoRA and QLoRA plot as SFT).
 PLOT_FAMILY = {"pretraining": "pretraining", "sft": "sft", "lora": "sft", "qlora": "sft", "dpo": "dpo",
@@ -188,11 +190,16 @@ class RunView(QWidget):
         self.smooth_value = QLabel(f"{DEFAULT_SMOOTHING / 100:.2f}")
         self.png_btn = QPushButton("Export PNG…")
         self.csv_btn = QPushButton("Export CSV…")
+        self.tensorboard_btn = button("Open in TensorBoard", "openTensorBoard")
+        self.tensorboard_btn.setToolTip("Serve this run's event files with TensorBoard on this machine and open it in "
+                                        "the browser")
+        self.tensorboard_btn.setVisible(False)
+        self.tensorboard = TensorBoardLauncher(self)
         plot_bar = add_items(QHBoxLayout(), self.log_check, margins=0)
         plot_bar.addSpacing(8)
         add_items(plot_bar, QLabel("Smoothing"), self.smooth_slider, self.smooth_value)
         plot_bar.addStretch(1)
-        add_items(plot_bar, self.png_btn, self.csv_btn)
+        add_items(plot_bar, self.tensorboard_btn, self.png_btn, self.csv_btn)
         self.plot_scroll = scroll_area(self.plots)  # any number of metric panels: scrolls, never grows the window
         self.selfplay_note = note_label(curves_note())  # shown for self-play: what its lines and rewards mean
         self.selfplay_note.setObjectName("selfplayNote")
@@ -245,6 +252,9 @@ class RunView(QWidget):
                                                                   self.plots.export_png))
         self.csv_btn.clicked.connect(lambda _=False: self._export("Export metrics", "metrics.csv", "CSV (*.csv)",
                                                                   self.plots.export_csv))
+        self.tensorboard_btn.clicked.connect(lambda _=False: self.tensorboard.open(self.run_dir))
+        self.tensorboard.error.connect(lambda message: self.log("error", message))  # in this view's log
+        self.tensorboard.opened.connect(lambda url: self.log("info", f"TensorBoard shows this run at {url}"))
 
     def _make_next_bar(self) -> QFrame:
         bar = QFrame()
@@ -451,6 +461,8 @@ class RunView(QWidget):
         # a self-play run whose run.json does not name its method (the demo's, so far) is still self-play
         method = "selfplay" if event.method == "pretraining" and has_rounds else event.method
         self.run_dir = event.path
+        # TensorBoard installed here and the run wrote event files (its trackers): offer to open it there
+        self.tensorboard_btn.setVisible(installed("tensorboard") and has_event_files(event.path))
         self.set_method(method)
         self.clear()
         if self.training and method == "selfplay":
@@ -474,5 +486,6 @@ class RunView(QWidget):
                 self.error.emit(exc)
 
     def stop_timers(self) -> None:
+        self.tensorboard.stop_all()
         self.plots.stop_timers()
         self.task_browser.stop_timers()

@@ -31,6 +31,7 @@ from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method,
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
 from desktop_app.engine.train.preflight import ERROR, Finding, Machine, method_defaults, ram_memory, this_machine
 from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run, preflight_request
+from desktop_app.engine.train.tracking import choice_labels
 from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.data_columns import DataColumnsBox
@@ -141,6 +142,9 @@ class TrainSetup(QWidget):
         self.method_panel = MethodPanel(lambda: self.ctx.workspace)
         self.columns_box = DataColumnsBox()  # the tables' column mapping, under the method's data list
         self.form = SpecForm(TrainSpec, advanced_switch=False)
+        for name, (words, tip) in choice_labels().items():  # which trackers this machine has
+            self.form.editors["trackers"].checks[name].setText(words)
+            self.form.editors["trackers"].checks[name].setToolTip(tip)
         self.finding_notes = {name: self.form.add_note(name, "") for name in NOTED_FIELDS}
         for name, note in self.finding_notes.items():
             note.setObjectName(f"finding_{name}")

@@ -241,7 +241,8 @@ def test_missing_files_and_files_without_text_records_are_clear_errors(llama, tm
                                                                   {"role": "assistant", "content": "yo"}]}) + "\n")
     with pytest.raises(UserError, match="no text"):
         drain(score_text(*llama, [chats]))
-    with pytest.raises(UserError, match="no column to read"):  # a table without a text column: said so, not read as bytes
+    # a table without a text column: said so, never read as raw bytes
+    with pytest.raises(UserError, match="no column to read"):
         drain(score_text(*llama, [write(tmp_path, "a.csv", "x,y\n1,2\n")]))
     with pytest.raises(UserError, match="unsupported"):
         drain(score_text(*llama, [write(tmp_path, "a.xyz", "x,y\n")]))
