@@ -12,7 +12,7 @@ Extraction only (no tokenizer, no checksum, the text cache off), the faster of -
                     ("parquet-rows": batch.to_pylist() row dicts, the plain way to read records)
              app:   encode_items.source_items, what the encode pass reads: the guessed column mapping, then a list
                     of whole documents per Arrow record batch (tables.text_batches); 1 thread each
-                    ("parquet-scan": rich_sources.table_items, one Doc per row, what the scan pass still reads)
+                    ("parquet-scan": rich_sources.table_items(batched=True), what the scan pass counts)
 Goal: app / plain >= 0.8 for pdf and parquet. Figures are printed (and written with --json); nothing is asserted.
 """
 
@@ -91,10 +91,11 @@ def app_parquet(path: str) -> int:
 
 
 def app_parquet_docs(path: str) -> int:
-    """The scan pass (ingest.inspect_file -> rich_sources.table_items): still one Doc per row."""
+    """The scan pass (ingest.inspect_file -> rich_sources.table_items, batched): lists of whole documents."""
     from desktop_app.engine.data.rich_sources import Notes, table_items
 
-    return sum(len(d.text) for d in table_items(Path(path), Notes()))
+    return sum(sum(map(len, item)) if isinstance(item, list) else len(item.text)
+               for item in table_items(Path(path), Notes(), batched=True))
 
 
 def timed(fn, paths: list[Path], workers: int, repeat: int) -> tuple[float, int]:

@@ -30,6 +30,7 @@ def test_parquet_100k_rows_stream_in_bounded_memory_and_equal_what_went_in(tmp_p
     texts = make_parquet(path, 120_000)
     info = inspect_file(path)
     assert (info.verdict, info.format, info.documents) == ("ok", "parquet:text", 120_000)
+    assert info.chars == sum(map(len, texts))  # the scan counts the batches of whole documents exactly
     assert "text ← body" in info.reason  # the guessed mapping is shown
     base = pa.total_allocated_bytes()
     arrow_peak = 0

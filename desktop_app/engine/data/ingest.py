@@ -412,7 +412,8 @@ def inspect_file(path: Path, problem: FileProblem | None = None, *, columns: dic
         if notes is not None:
             info.format = rich_kind(path) or ""  # shown with a refusal too ("pdf": encrypted)
             hash_source(path, hasher)
-            items: Iterable[Doc | Record] = rich_items(path, notes, columns=columns, progress=progress)
+            items: Iterable[Doc | Record | list[str]] = rich_items(path, notes, columns=columns, progress=progress,
+                                                                   batched=True)
         else:
             items = read_items(path, info, columns=columns, hasher=hasher)
         saw_text, kinds = _count(items, info)
@@ -446,12 +447,17 @@ def inspect_file(path: Path, problem: FileProblem | None = None, *, columns: dic
     return info
 
 
-def _count(items: Iterable[Doc | Record], info: SourceInfo) -> tuple[bool, set[str]]:
-    """Count the documents, characters and records of a stream into `info`: (any text seen, record kinds)."""
+def _count(items: Iterable[Doc | Record | list[str]], info: SourceInfo) -> tuple[bool, set[str]]:
+    """Count the documents, characters and records of a stream into `info`: (any text seen, record kinds). A list
+    is a batch of whole documents (a table's text column)."""
     kinds: set[str] = set()
     saw_text = False
     for item in items:
-        if isinstance(item, Doc):
+        if isinstance(item, list):
+            saw_text = saw_text or bool(item)
+            info.documents += len(item)
+            info.chars += sum(map(len, item))
+        elif isinstance(item, Doc):
             saw_text = True
             info.chars += len(item.text)
             if item.last:

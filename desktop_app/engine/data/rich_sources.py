@@ -25,6 +25,7 @@ from desktop_app.engine.data.tables import (
     missing_library,
     source_files,
     table_kind,
+    text_batches,
 )
 from desktop_app.engine.errors import UserError
 
@@ -126,14 +127,19 @@ def _text_column(path: Path, column: str, notes: Notes) -> Iterator[Doc]:
         notes.rows += len(texts)
 
 
-def table_items(path: Path, notes: Notes, columns: dict[str, str] | None = None) -> Iterator[Doc | Record]:
+def table_items(path: Path, notes: Notes, columns: dict[str, str] | None = None, *, batched: bool = False
+                ) -> Iterator[Doc | Record | list[str]]:
     """A table's rows through the column mapping; rows it cannot read are counted in `notes`, not raised. The mapping
-    is decided now (a FileProblem when none fits); the rows are read as the iterator is consumed."""
+    is decided now (a FileProblem when none fits); the rows are read as the iterator is consumed. `batched`: a text
+    column comes as lists of whole documents, one per record batch (tables.text_batches: what the scan counts and
+    the encode pass reads), else as one Doc per row."""
     problem = missing_library(path)
     if problem is not None:
         raise problem
     mapping = notes.mapping = table_mapping(path, columns)
     notes.format = f"{table_kind(path)}:{mapping.kind}"
+    if mapping.kind == "text" and batched:
+        return text_batches(path, mapping.columns[0], notes)
     if mapping.kind == "text":  # no generator in between: this loop runs once per row of a big corpus
         return _text_column(path, mapping.columns[0], notes)
     return _mapped_rows(path, mapping, notes)
@@ -151,11 +157,12 @@ def _mapped_rows(path: Path, mapping: ColumnMapping, notes: Notes) -> Iterator[D
 
 
 def rich_items(path: Path, notes: Notes, *, columns: dict[str, str] | None = None,
-               progress: Callable[[int, int], None] | None = None) -> Iterator[Doc | Record]:
-    """The documents and records of a document or table source."""
+               progress: Callable[[int, int], None] | None = None, batched: bool = False
+               ) -> Iterator[Doc | Record | list[str]]:
+    """The documents and records of a document or table source (`batched`: see table_items)."""
     if document_kind(path):
         return document_items(path, notes, progress)
-    return table_items(path, notes, columns)
+    return table_items(path, notes, columns, batched=batched)
 def mapped_json(obj: Any, mapping: ColumnMapping, line: int) -> tuple[str, Any]:
     """A JSON Lines object read through an explicit mapping; FileProblem naming the line when it cannot be."""
     if not isinstance(obj, dict):
