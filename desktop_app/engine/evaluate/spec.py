@@ -61,6 +61,19 @@ class EvalSpec(SpecMixin):
     max_text_bytes: int = f(400_000, "Most bytes of text scored (the start of the text, cut on a character "
                             "boundary before tokenizing, so models with different tokenizers meet the same text).",
                             minimum=1, label="Text scored", unit="bytes", advanced=True)
+    benchmarks: list = f([], "Standard benchmarks of EleutherAI's lm-evaluation-harness (its task or group names: "
+                         "mmlu, arc_easy, arc_challenge, hellaswag, gsm8k, truthfulqa_mc2, ...; or the tasks of the "
+                         "benchmark folder), scored by the harness's own metrics with standard errors (empty: skip). "
+                         "Needs the [benchmarks] extra and the tasks' data fetched once.", widget="lines",
+                         label="Standard benchmarks")
+    benchmark_limit: int = f(0, "Items per benchmark task (0 = all; a limit gives a quicker, noisier figure that is "
+                             "not comparable with published ones).", minimum=0, label="Items per benchmark",
+                             zero="all", advanced=True)
+    benchmark_fewshot: int = f(-1, "Worked examples put before each question (-1 = each task's own setting; 0 = none).",
+                               minimum=-1, label="Few-shot examples", advanced=True)
+    benchmark_dir: str = f("", "A folder of the harness's task YAML files (your own private tasks; they are found by "
+                           "name like the built-in ones).", widget="file", label="Benchmark task folder",
+                           advanced=True)
     batch: int = f(0, "Prompts decoded together (0 = automatic: about 100 on a CPU, where larger batches pad and "
                    "prefill slower, 256 on a GPU; evened out over the batches).", minimum=0, label="Batch",
                    unit="prompts", zero="automatic", advanced=True)
@@ -99,6 +112,14 @@ class EvalSpec(SpecMixin):
         check_choice(p, "precision", self.precision, EVAL_PRECISIONS)
         if not isinstance(self.world_options, dict):
             p.append("world_options must be a JSON object")
-        if self.world == "none" and not self.qa and not self.text:
-            p.append("nothing to evaluate: choose a task world, a question file or text")
+        if not isinstance(self.benchmarks, list) or any(not isinstance(b, str) or not b.strip()
+                                                         for b in self.benchmarks):
+            p.append(f"benchmarks must be a list of task names (got {self.benchmarks!r})")
+        check_count(p, "benchmark_limit", self.benchmark_limit)
+        if not isinstance(self.benchmark_fewshot, int) or self.benchmark_fewshot < -1:
+            p.append(f"benchmark_fewshot must be -1 (each task's own) or a count (got {self.benchmark_fewshot!r})")
+        if not isinstance(self.benchmark_dir, str):
+            p.append("benchmark_dir must be a folder path")
+        if self.world == "none" and not self.qa and not self.text and not self.benchmarks:
+            p.append("nothing to evaluate: choose a task world, a question file, text or a benchmark")
         return p

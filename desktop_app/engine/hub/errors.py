@@ -10,9 +10,9 @@ import errno
 from pathlib import Path
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.os_faults import size_text
 
 HUB_URL = "https://huggingface.co"
-_DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 SETTING_NAME = "the Network features box of Library > Get a model, or `models network on`"
 
 
@@ -83,16 +83,6 @@ class NoMatchingFiles(UserError):
         else:
             wanted = " ".join(f"'{p}'" for p in patterns)
             super().__init__(f"--file {wanted} matches no file of {repo_id}{listing}")
-
-
-def size_text(n: float) -> str:
-    """Bytes as download sizes are written (decimal units, as the Hub, browsers and the CLI's bar write them):
-    2_800_000 -> '2.8 MB', 21_000_000_000 -> '21 GB', 512 -> '512 bytes'."""
-    for unit, scale in _DECIMAL:
-        value = n / scale
-        if abs(value) >= 0.9995:  # what rounds to 1.0 or more of this unit
-            return f"{value:.1f} {unit}" if abs(value) < 9.95 else f"{value:.0f} {unit}"
-    return f"{int(n)} bytes"
 
 
 def first_line(exc: BaseException) -> str:
