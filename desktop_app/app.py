@@ -53,19 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationDisplayName("AZR Model Trainer")
     apply_theme(app)
 
-    from desktop_app.engine.workspace import Workspace
     from desktop_app.ui.main_window import MainWindow, app_settings
 
     settings = app_settings()
     if args.reset_settings:
         settings.clear()
-    try:
-        workspace = Workspace.open(args.workspace) if args.workspace else None
-    except OSError as exc:
-        print(f"error: cannot use {args.workspace} as the workspace: {exc.strerror or exc}", file=sys.stderr)
-        return 2
     # The smoke test must not stop at the "resume the unfinished run?" question a normal launch may ask.
     smoke = args.smoke_test or bool(args.smoke_selfplay)
+    workspace = _checked_workspace(args.workspace, settings.value("workspace", "", str), ask=not smoke)
+    if workspace is None:
+        return 2
     window = MainWindow(workspace, settings=settings, preload=not (args.no_preload or smoke), offer_resume=not smoke)
     if not smoke:
         _install_sigint(app, window)  # before anything announces the window, so Ctrl+C is always graceful
@@ -92,6 +89,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if code == 0 and not window.isVisible() else 1
 
     return int(app.exec())
+
+
+def _checked_workspace(explicit: str, last: str, *, ask: bool):
+    """The workspace to open; a read-only or forbidden one is said at once, and (unless `ask` is off: smoke tests)
+    a dialog offers another folder. None (the problem printed in one line) when the person quits."""
+    from desktop_app.ui.workspace_check import dialog_ask, startup_workspace
+
+    problems: list[str] = []
+    asker = dialog_ask() if ask else None
+
+    def noted(problem: str, root):
+        problems.append(problem)
+        return asker(problem, root) if asker is not None else None
+
+    workspace = startup_workspace(explicit, last, noted)
+    if workspace is None:
+        print(f"error: {problems[-1] if problems else 'no usable workspace folder was chosen'}", file=sys.stderr)
+    return workspace
 
 
 def _install_sigint(app, window) -> None:

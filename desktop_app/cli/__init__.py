@@ -1,8 +1,9 @@
 """Headless command line: `python -m desktop_app <verb> ...` (or `azr-trainer <verb> ...`).
 
 Each verb lives in its own module with `add_arguments(parser)` and `run(args) -> int`. User mistakes
-(UserError) print one clear line on stderr and exit 2; nothing prints a traceback for them. Anything else
-a verb raises is a bug: one line on stderr naming the log file that holds the traceback, exit 1 (crash.py).
+(UserError) and OS faults a person can fix (a full disk, a read-only or vanished folder: engine/os_faults.py) print
+one clear line on stderr and exit 2; nothing prints a traceback for them. Anything else a verb raises is a bug: one
+line on stderr naming the log file that holds the traceback, exit 1 (crash.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "eval": ("desktop_app.cli.eval", "evaluate models side by side: held-out tasks, questions, perplexity"),
     "models": ("desktop_app.cli.models", "search the Hugging Face Hub, download a model into its cache, list them"),
     "runs": ("desktop_app.cli.runs", "compare training runs: final and best figures, the settings that differ"),
+    "benchmarks": ("desktop_app.cli.benchmarks", "standard benchmarks (lm-evaluation-harness): list, fetch data"),
 }
 
 
@@ -88,8 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         silence_stdout()
         return 141  # 128 + SIGPIPE, what a shell shows for a command the pipe ended
     except Exception as exc:  # a bug: the traceback goes to the log folder, the user gets one line
-        from desktop_app.cli.crash import EXIT_CRASH, crash_line
+        from desktop_app.cli.crash import EXIT_CRASH, EXIT_FAULT, crash_line, fault_line
         from desktop_app.cli.reporting import process_prefix
 
+        fault = fault_line(exc, argv[0] if argv else "")
+        if fault is not None:  # a full disk, a read-only folder...: the person can fix it; not a bug
+            print(f"{process_prefix()}{fault}", file=sys.stderr)
+            return EXIT_FAULT
         print(f"{process_prefix()}{crash_line(exc, argv, getattr(args, 'workspace', None))}", file=sys.stderr)
         return EXIT_CRASH

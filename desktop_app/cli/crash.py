@@ -1,7 +1,8 @@
 """An exception no CLI verb expected: its traceback goes to the workspace's log folder, the user gets one line.
 
 The window does the same with its error dialogs (ui/context.py writes `logs/error-YYYYMMDD.log`); the CLI
-appends to the same file, so "Open log folder" shows both.
+appends to the same file, so "Open log folder" shows both. An OS fault the person can fix (a full disk, a read-only
+or forbidden folder, a file that vanished: engine/os_faults.py) is no bug: `fault_line` says it in one line, exit 2.
 """
 
 from __future__ import annotations
@@ -15,6 +16,16 @@ import traceback
 from pathlib import Path
 
 EXIT_CRASH = 1  # a failure, not a usage mistake (UserError and argparse exit 2)
+EXIT_FAULT = 2  # an OS fault the person can fix: like a UserError
+
+# verb -> the work it does, for "<work> failed: the disk is full (...)"
+VERB_WORK = {
+    "prepare": "preparing the dataset", "model": "reading the model", "train": "training",
+    "generate": "generating", "export": "exporting the model", "sandbox": "running the programs",
+    "tasks": "writing the tasks", "serve": "serving the model", "selfplay-demo": "the self-play demonstration",
+    "eval": "evaluating", "models": "getting the model", "runs": "reading the runs",
+    "benchmarks": "getting the benchmark data",
+}
 
 
 def log_folder(workspace: str | os.PathLike[str] | None = None) -> Path:
@@ -65,6 +76,17 @@ def crash_line(exc: BaseException, argv: list[str], workspace: str | os.PathLike
     except OSError as log_error:
         where = f"and the error log could not be written ({log_error})"
     return f"error: unexpected {what} (a bug in AZR Model Trainer; {where})"
+
+
+def fault_line(exc: BaseException, verb: str) -> str | None:
+    """The one line for an OS fault the person can fix ("error: exporting the model failed: the disk is full
+    (/data/out; 12 MB free): free some space or choose a folder on another disk"), or None when `exc` is not one."""
+    from desktop_app.engine.os_faults import fault_error, fixable
+
+    if not fixable(exc):
+        return None
+    doing = VERB_WORK.get(verb) or (f"the {verb} command" if verb else "the command")
+    return f"error: {fault_error(exc, doing=doing)}"
 
 
 def silence_stdout() -> None:

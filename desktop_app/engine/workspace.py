@@ -26,6 +26,30 @@ def default_workspace_root() -> Path:
     return Path(user_data_dir(APP_NAME, appauthor=False)) / "workspace"
 
 
+def startup_root(explicit: str | Path = "", last: str | Path = "") -> Path:
+    """The workspace the window opens: the one asked for (--workspace), else $AZR_WORKSPACE, else the last one used
+    when it still exists, else the platform's user data folder."""
+    if str(explicit).strip():
+        return Path(explicit).expanduser()
+    if os.environ.get("AZR_WORKSPACE") or not str(last).strip() or not Path(last).expanduser().is_dir():
+        return default_workspace_root()
+    return Path(last).expanduser()
+
+
+def workspace_problem(root: str | Path) -> str | None:
+    """Why `root` cannot be the workspace (one sentence: read-only media, no permission, not a folder), or None when
+    the app can create its folders and files there. Makes the folder when it is missing."""
+    from desktop_app.engine.os_faults import DiskFault, check_writable
+
+    try:
+        check_writable(root, "the workspace")
+    except DiskFault as exc:
+        return str(exc)
+    except OSError as exc:  # a file where the folder should be, and other faults os_faults does not name
+        return f"{root} cannot be the workspace: {exc.strerror or exc}: choose another folder"
+    return None
+
+
 def slugify(name: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-.")
     return slug[:64] or "item"

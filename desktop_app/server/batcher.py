@@ -28,7 +28,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -72,6 +73,7 @@ class Done:
     finish_reason: str
     completion_tokens: int
     text: str
+    token_ids: list[int] = field(default_factory=list)  # every token produced (an end token included)
 
 
 @dataclass
@@ -122,7 +124,8 @@ class _Row:
         if state.reason is None:
             return False
         # An end id or a stop string is OpenAI's "stop"; the budget "length".
-        out.append(Done(self.index, "length" if state.reason == "length" else "stop", len(state.ids), state.text))
+        out.append(Done(self.index, "length" if state.reason == "length" else "stop", len(state.ids), state.text,
+                        list(state.ids)))
         return True
 
     def _piece(self, text: str, out: list[Any]) -> None:
@@ -207,6 +210,7 @@ class Batcher:
         self.stats = {"steps": 0, "tokens": 0, "requests": 0}
         self._beam_pending: deque[GenerationRequest] = deque()
         self._beams: list[tuple[GenerationRequest, BeamSearch]] = []  # decode thread only
+        self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []  # work that needs the model (call_between_steps)
 
     # --- any thread ---------------------------------------------------------------------------------
     @property
@@ -244,6 +248,32 @@ class Batcher:
             self.stats["requests"] += 1
             self._cv.notify()
 
+    def call_between_steps(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run `fn` on the decode thread between two decode steps (that thread owns the model): prompt scoring
+        (echo / logprobs) uses it. The future fails with ApiError 503 when the server stops first."""
+        future: Future[Any] = Future()
+        with self._cv:
+            if self._closed:
+                raise ApiError(503, "the server is shutting down", type="server_error")
+            self._calls.append((fn, future))
+            self._cv.notify()
+        return future
+
+    def _run_calls(self, calls: list[tuple[Callable[[], Any], Future[Any]]]) -> None:
+        for fn, future in calls:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # handed to the waiting request, which reports it
+                    future.set_exception(exc)
+
+    def _fail_calls(self) -> None:
+        with self._cv:
+            calls, self._calls = self._calls, []
+        for _, future in calls:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(ApiError(503, "the server is shutting down", type="server_error"))
+
     def close(self, timeout: float = 10.0) -> None:
         with self._cv:
             self._closed = True
@@ -256,6 +286,7 @@ class Batcher:
                 pending += list(self._beam_pending)
                 self._beam_pending = deque()
             self._fail_all(pending, "the server is shutting down", 503)
+            self._fail_calls()
 
     def load(self) -> dict[str, int]:
         """Rows decoding and requests waiting (for status pages and tests)."""
@@ -269,13 +300,15 @@ class Batcher:
             while True:
                 with self._cv:
                     while (not self._closed and not self._pending and not self.rows and not self._beam_pending
-                           and not self._beams):
+                           and not self._beams and not self._calls):
                         self._release_gil_setting()
                         self._cv.wait()
                     if self._closed:
                         return
                     admitted = self._take()
                     beams = self._take_beams()
+                    calls, self._calls = self._calls, []
+                self._run_calls(calls)
                 self._iterate(admitted)
                 if beams or self._beams:
                     self._beam_steps(beams)
@@ -290,6 +323,7 @@ class Batcher:
             pending += [request for request, _ in self._beams]
             self._fail_all(pending + self._active_requests(), "the server is shutting down", 503)
             self.rows, self.logits, self._beams = [], None, []
+            self._fail_calls()
             self._release_gil_setting()
 
     def _take(self) -> list[GenerationRequest]:
@@ -359,7 +393,7 @@ class Batcher:
                         if h.text:
                             events.append(Piece(index, h.text))
                         reason = "length" if h.finish_reason == "length" else "stop"
-                        events.append(Done(index, reason, len(h.token_ids), h.text))
+                        events.append(Done(index, reason, len(h.token_ids), h.text, list(h.token_ids)))
                 self.stats["tokens"] += search.cur * len(request.prompts) * request.params.num_beams
                 finished.append((request, events))
             except Exception as exc:

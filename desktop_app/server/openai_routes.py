@@ -6,6 +6,10 @@ the first one at once), a chunk with the finish_reason per choice, an optional u
 (`stream_options.include_usage`) and `data: [DONE]`.
 An error after the stream started is sent as `data: {"error": {...}}` (the clients raise it).
 
+`echo` and `logprobs` on /v1/completions (what lm-evaluation-harness's local-completions sends) return OpenAI's
+legacy logprobs object, computed as the harness's own HF backend computes log-likelihoods (completion_logprobs.py);
+such prompts are scored whole (one longer than the context is refused, never cut) and are not streamed.
+
 Usage counts: prompt_tokens as decoded (after truncation to the context, once per prompt, not per
 choice); completion_tokens every token the model produced, including a final end-of-text token.
 """
@@ -23,6 +27,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from desktop_app.server.batcher import Done, Failed, GenerationRequest, Piece
+from desktop_app.server.completion_logprobs import (
+    logprobs_object,
+    one_token,
+    prompt_texts,
+    score_sequences,
+    scoring_needs_no_decoding,
+)
 from desktop_app.server.errors import ApiError
 from desktop_app.server.openai_schemas import ChatRequest, CompletionRequest
 from desktop_app.server.prompts import chat_prompt, completion_prompts
@@ -173,6 +184,8 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     served = served_model(request, body.model)
     batcher = served.batcher
     params = body.to_sampling(body.max_tokens, OPENAI_DEFAULT_COMPLETION_TOKENS)
+    if body.scoring:
+        return await _scored_completion(served, body, params, request)
     prompts = completion_prompts(served.loaded.tokenizer, body.prompt, batcher.context, batcher.vocab_size)
     job = Job(served, prompts, params, chat=False)
     head = _head("text_completion", "cmpl", served.id, body.stream and body.include_usage)
@@ -192,6 +205,57 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     head.pop("usage", None)
     return JSONResponse({**head, "choices": [choice(i, d.text, d.finish_reason) for i, d in sorted(done.items())],
                          "usage": job.usage()})
+
+
+def _scoring_prompts(served: ServedModel, body: CompletionRequest) -> list[list[int]]:
+    """The prompts whole: a scored prompt is never cut (a harness counts its tokens), so one longer than the
+    context is refused."""
+    batcher = served.batcher
+    prompts = completion_prompts(served.loaded.tokenizer, body.prompt, None, batcher.vocab_size)
+    longest = max(len(p) for p in prompts)
+    if batcher.context and longest > batcher.context - 1:
+        raise ApiError(400, f"a prompt of {longest} tokens does not fit this model's context of {batcher.context} "
+                            f"tokens with echo or logprobs (prompts are scored whole, never cut): send at most "
+                            f"{batcher.context - 1} tokens (lm-evaluation-harness: max_length={batcher.context})",
+                       param="prompt", code="context_length_exceeded")
+    return prompts
+
+
+async def _scored_completion(served: ServedModel, body: CompletionRequest, params: SamplingParams,
+                             request: Request) -> Response:
+    """echo / logprobs: the completion (decoded as usual, or, for at most one greedy token, read from the scoring
+    forward itself), then every token of prompt + completion scored on the decode thread (completion_logprobs)."""
+    tokenizer, batcher, model = served.loaded.tokenizer, served.batcher, served.loaded.model
+    prompts, n, top_k = _scoring_prompts(served, body), params.n, body.logprobs or 0
+    if scoring_needs_no_decoding(params):
+        scored = await asyncio.wrap_future(batcher.call_between_steps(
+            lambda: score_sequences(model, prompts, top_k, batcher.pad_id, extend=params.max_tokens == 1)))
+        done = {}
+        for i, row in enumerate(scored):
+            made = row.ids[len(prompts[i]):]
+            text, finish = one_token(tokenizer, made[0], batcher.eos[False], params.stop) if made else ("", "length")
+            done.update({i * n + k: Done(i * n + k, finish, len(made), text, made) for k in range(n)})
+        rows = [scored[index // n] for index in sorted(done)]
+    else:
+        try:
+            done = await Job(served, prompts, params, chat=False).results(request)
+        except _ClientGone:
+            return Response(status_code=499)
+        sequences = [prompts[index // n] + done[index].token_ids for index in sorted(done)]
+        rows = await asyncio.wrap_future(batcher.call_between_steps(
+            lambda: score_sequences(model, sequences, top_k, batcher.pad_id)))
+    texts = prompt_texts(tokenizer, body.prompt, prompts)
+    choices = []
+    for row, (index, d) in zip(rows, sorted(done.items()), strict=True):
+        i = index // n
+        start, offset = (0, 0) if body.echo else (len(prompts[i]), len(texts[i]))
+        logprobs = None if body.logprobs is None else logprobs_object(tokenizer, row, start, offset)
+        choices.append({"index": index, "text": (texts[i] if body.echo else "") + d.text, "logprobs": logprobs,
+                        "finish_reason": d.finish_reason})
+    used = {"prompt_tokens": sum(len(p) for p in prompts), "completion_tokens": sum(d.completion_tokens
+                                                                                    for d in done.values())}
+    return JSONResponse({**_head("text_completion", "cmpl", served.id, False), "choices": choices,
+                         "usage": {**used, "total_tokens": used["prompt_tokens"] + used["completion_tokens"]}})
 
 
 @router.post("/chat/completions", summary="Answer a conversation (OpenAI chat completions)", response_model=None)

@@ -11,12 +11,14 @@ non-streaming only, temperature 0 (the default when num_beams > 1), `n` = how ma
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from desktop_app.engine.generate.beam_search import MAX_BEAMS
+from desktop_app.server.completion_logprobs import MAX_LOGPROBS
 from desktop_app.server.errors import ApiError
 from desktop_app.server.row_sampler import SamplingParams
 
@@ -134,12 +136,27 @@ class CompletionRequest(_Sampling):
     best_of: int | None = None
     suffix: str | None = None
 
+    @property
+    def scoring(self) -> bool:
+        """echo or logprobs asked: the prompt (and completion) are scored token by token (completion_logprobs)."""
+        return bool(self.echo) or self.logprobs is not None
+
+    def to_sampling(self, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+        # max_tokens 0 with echo scores the prompt and generates nothing (OpenAI's legacy way to score a text).
+        if max_tokens == 0 and self.echo:
+            return dataclasses.replace(super().to_sampling(1, default_max_tokens), max_tokens=0)
+        return super().to_sampling(max_tokens, default_max_tokens)
+
     def _refuse_unsupported(self) -> None:
         super()._refuse_unsupported()
         if self.logprobs is not None:
-            raise ApiError(400, "logprobs is not supported by this server", param="logprobs")
-        if self.echo:
-            raise ApiError(400, "echo is not supported by this server", param="echo")
+            _check(0 <= self.logprobs <= MAX_LOGPROBS, "logprobs",
+                   f"logprobs must be between 0 and {MAX_LOGPROBS} (how many likeliest tokens to list), "
+                   f"got {self.logprobs}")
+        _check(not (self.scoring and self.stream), "stream",
+               "echo and logprobs are not available with stream: true; send the request without streaming")
+        _check(not (self.scoring and (self.num_beams or 1) > 1), "num_beams",
+               "echo and logprobs are not available with beam search (num_beams > 1)")
         if self.best_of not in (None, 1):
             raise ApiError(400, "best_of is not supported by this server (use n)", param="best_of")
         if self.suffix:

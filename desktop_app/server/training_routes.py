@@ -215,6 +215,7 @@ class RunCreate(BaseModel):
     objective: str = "causal_lm"
     config: dict[str, Any] | None = None
     nproc: int = 1  # processes to train on (torchrun on this machine); 1 = in the server's own process
+    force: bool = False  # start even when the engine's preflight says the run cannot work here (the CLI's --force)
 
 
 MAX_NPROC = 64
@@ -259,7 +260,7 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
         if config.get("base_model"):
             config["base_model"] = str(_base_model(ws, str(config["base_model"])))
         prepared = prepare_run(RunRequest(config=config))
-        return prepared.config, _notes(prepared)
+        return prepared.config, _notes(prepared, body.force)
     sources = [x for x in (body.preset, body.model, body.base_model) if x is not None]
     if len(sources) != 1:
         raise ApiError(400, "give exactly one of 'preset', 'model' (a spec object or the name of a created model) "
@@ -273,11 +274,16 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
     else:
         request.model = body.model if isinstance(body.model, dict) else _load_spec(ws, str(body.model)).to_dict()
     prepared = prepare_run(request)
-    return prepared.config, _notes(prepared)
+    return prepared.config, _notes(prepared, body.force)
 
 
-def _notes(prepared: Any) -> list[str]:
-    """What the engine adapted, and what it found before start (warnings and errors: the client decides)."""
+def _notes(prepared: Any, force: bool) -> list[str]:
+    """What the engine adapted and what it found before start; a run its preflight says cannot work here (an error
+    finding: too big for this machine's memory, ...) is refused as the window and the CLI refuse it, unless `force`."""
+    errors = [f.message for f in prepared.findings if f.level == "error"]
+    if errors and not force:
+        raise ApiError(422, "this run cannot work on this machine: " + " ".join(errors)
+                       + " (send \"force\": true to start it anyway)", param="train")
     return prepared.notes + [f"{f.level}: {f.message}" for f in prepared.findings]
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import traceback
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -79,12 +78,10 @@ class _Worker(QObject):
                     break
                 self.produced.emit(item)
         except BaseException as exc:
-            from desktop_app.engine.errors import UserError
+            from desktop_app.engine.fault_report import error_parts
 
-            if isinstance(exc, UserError):
-                self.failed.emit(str(exc), "")
-            else:
-                self.failed.emit(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            # a UserError or an OS fault the person can fix (full disk, read-only folder): one sentence, no traceback
+            self.failed.emit(*error_parts(exc))
         finally:
             if iterator is not None and hasattr(iterator, "close"):
                 try:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
+from desktop_app.engine.fault_report import error_parts
 from desktop_app.engine.workspace import Workspace
 from desktop_app.ui.background import BackgroundRunner
 
@@ -63,12 +63,10 @@ class AppContext(QObject):
         box.open()  # non-blocking: the event loop (and a running training) go on
 
     def report_exception(self, exc: BaseException, *, title: str = "Something went wrong") -> None:
-        from desktop_app.engine.errors import UserError
-
-        if isinstance(exc, UserError):
-            self.report_error(str(exc), title=title)
-        else:
-            self.report_error(f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)), title=title)
+        """A UserError or an OS fault the person can fix (a full disk, a read-only folder) as its one sentence, no
+        traceback; anything else as an unexpected error, its traceback logged."""
+        message, details = error_parts(exc)
+        self.report_error(message, details, title=title)
 
     def _forget_box(self, box: QMessageBox) -> None:
         if box in self._open_boxes:

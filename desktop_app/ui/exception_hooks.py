@@ -15,6 +15,7 @@ from types import TracebackType
 
 from PySide6.QtCore import QObject, Signal
 
+from desktop_app.engine.os_faults import fixable
 from desktop_app.ui.context import AppContext
 
 log = logging.getLogger(__name__)
@@ -80,4 +81,5 @@ class ExceptionRouter(QObject):
         self._last = (text, now)
         if text == last_text and now - last_time < REPEAT_S:
             return
-        self.ctx.report_exception(exc, title="Unexpected error")
+        # a full disk or a read-only folder is no surprise to report as one: the person can fix it
+        self.ctx.report_exception(exc, title="Something went wrong" if fixable(exc) else "Unexpected error")

@@ -55,7 +55,7 @@ def test_unknown_model(keyed, model_dir):
     ("max_tokens", -3, "max_tokens"), ("max_tokens", 0, "max_tokens"), ("max_tokens", "5", "max_tokens"),
     ("temperature", "hot", "temperature"), ("temperature", 9.0, "temperature"), ("n", 2.5, "n"), ("n", 99, "n"),
     ("top_p", 1.5, "top_p"), ("stop", 3, "stop"), ("presence_penalty", 5, "presence_penalty"),
-    ("logit_bias", {"5": 1.0}, "logit_bias"), ("logprobs", 2, "logprobs"), ("prompt", {"a": 1}, "prompt"),
+    ("logit_bias", {"5": 1.0}, "logit_bias"), ("logprobs", 21, "logprobs"), ("prompt", {"a": 1}, "prompt"),
     ("prompt", [999999], "prompt"),
 ])
 def test_wrong_values_and_types(keyed, model_dir, field, value, param):

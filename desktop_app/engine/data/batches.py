@@ -118,6 +118,8 @@ class SeededOrder(BatchSource):
 class WindowBatchSource(SeededOrder):
     """Windows (context_length + 1 tokens) of one split, shuffled per epoch, resumable.
 
+    The store is verified against its manifest when the source is made (a run's start), and the file is checked
+    before each batch: a damaged, deleted or moved file stops the run with one line naming it.
     `take(n)` returns `(tokens, position)`: an int64 tensor (n, context_length + 1) and the
     position it started at (a JSON-able list). `skip(position)` marks a batch to be stepped over
     whenever the source reaches that position again (the rollback policy skips a poisoned batch).
@@ -126,6 +128,8 @@ class WindowBatchSource(SeededOrder):
     size_key = "windows"
 
     def __init__(self, store: TokenStore, split: str = "train", *, seed: int = 0):
+        store.verify()  # a truncated or altered token file: refused naming it, before the first step
+        self.watch = store.watch(split)  # deleted, moved or cut short during the run: stops it naming the file
         n = store.num_chunks(split)
         if n == 0:
             raise UserError(f"the {split} split of {store.path} has no complete window of "
@@ -146,6 +150,7 @@ class WindowBatchSource(SeededOrder):
             rank, processes = self.shard
             per = count // processes
             idx = idx[rank * per:(rank + 1) * per]
+        self.watch.check()  # one stat: the file this memory map reads is still the prepared one
         # One memmap read per window; windows are small (context + 1 tokens), so this is cheap.
         tokens = self.store.tokens(self.split)
         stride, width = self.store.stride, self.store.context_length + 1

@@ -35,11 +35,13 @@ from desktop_app.engine.data.encode_items import SPLIT_KEY_CHARS, batch_entry, s
 from desktop_app.engine.data.encode_items import split_of as split_of  # where it was public before
 from desktop_app.engine.data.extract import FileProgress, scan_sources
 from desktop_app.engine.data.ingest import Doc, Record, SourceInfo, scan
+from desktop_app.engine.data.store_space import APPEND_FAULTS, PREPARE_FAULTS, check_output_folder, check_rest_fits
 from desktop_app.engine.data.token_store import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     SPLITS,
     TOKENIZER_NAME,
+    TokenStore,
     TokenWriter,
     load_manifest,
     num_windows,
@@ -185,6 +187,7 @@ def _encode_sources(sources: list[SourceInfo], tok: Any, out: _Encoded, spec: Da
                 yield Log("warning", f"{src.path}: {src.reason}")
                 continue
             done_chars += _write_batch(item, sources, encode, out)
+            check_rest_fits(out, done_chars, chars_total)  # a disk too small for the rest: said now, not when full
             yield Progress("encode", min(total, total * done_chars / chars_total), total, "bytes",
                            f"tokenizing ({out.writer.tokens['train'] + out.writer.tokens['val']:,} tokens)")
     finally:
@@ -319,6 +322,7 @@ def _scan_usable(paths: list[str | Path], controls: Controls, files: list[Source
     return usable
 
 
+@PREPARE_FAULTS  # a full disk or a read-only folder: one line; the partial folder is removed
 def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: DataSpec | None = None,
                     controls: Controls | None = None) -> Iterator[Event]:
     """Files/folders -> tokenizer + tokenized dataset in `out_dir` (which must not exist yet, or be empty).
@@ -332,7 +336,7 @@ def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: Data
     paths = list(paths)
     given = _check_request(paths, out, spec)
     files: list[SourceInfo] = []
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_output_folder(out.parent)  # created if missing; read-only or forbidden: said before the long scan
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{int(time.time())}"
     started = time.monotonic()
     try:
@@ -449,6 +453,7 @@ def _new_manifest(tmp: Path, tokenizer: dict[str, Any], spec: DataSpec, encoded:
         "split": {"val_fraction": spec.val_fraction, "seed": spec.seed,
                   "method": f"seeded blake2b of the first {SPLIT_KEY_CHARS} characters of each document"},
         "splits": encoded.splits(spec),
+        "files": encoded.writer.file_entries(),  # sizes and checksums: training refuses a damaged store
         "records": _record_summary(tmp, encoded.records.counts),
         "sources": [f.to_dict() for f in files],
         "spec": spec.to_dict(),
@@ -508,6 +513,7 @@ class _Existing:
     record_sizes: dict[str, int]
 
 
+@APPEND_FAULTS  # a full disk: one line; the streams are cut back to the last committed state
 def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
                       controls: Controls | None = None) -> Iterator[Event]:
     """Add files to a prepared dataset without redoing the rest (files already in it are skipped).
@@ -562,6 +568,7 @@ def _open_for_append(folder: Path) -> _Existing:
         raise UserError(f"{folder / TOKENIZER_NAME} no longer matches the dataset (its sha256 changed)")
     tok = load_tokenizer(folder / TOKENIZER_NAME)
     dtype = np.dtype(manifest["dtype"])
+    TokenStore(folder).verify(remember=False)  # never extend (and re-checksum) a damaged stream
     for split in SPLITS:
         truncate_stream(folder, split, manifest["splits"][split]["tokens"], dtype)
     rec_sizes = {k: v.get("bytes", 0) for k, v in manifest.get("records", {}).items()}
@@ -580,6 +587,7 @@ def _commit_append(ds: _Existing, encoded: _Encoded, sources: list[SourceInfo]) 
         counts[kind] = counts.get(kind, 0) + n
     manifest["records"] = _record_summary(ds.folder, counts)
     manifest["splits"] = encoded.splits(ds.spec)
+    manifest["files"] = encoded.writer.file_entries()
     manifest["sources"] = [s.to_dict() for s in sources]
     manifest["updated"] = _now()
     write_manifest(ds.folder, manifest)

@@ -25,6 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from desktop_app.engine.data.store_check import (
+    StreamWatch,
+    check_size,
+    file_entry,
+    hash_prefix,
+    new_hash,
+    verify_files,
+)
 from desktop_app.engine.errors import UserError
 
 MANIFEST_NAME = "manifest.json"
@@ -99,16 +107,31 @@ class TokenStore:
             raise ValueError(f"unknown split {split!r}")
         if split not in self._cache:
             file = self.path / f"{split}.bin"
-            if not file.exists() or file.stat().st_size == 0:
-                self._cache[split] = np.zeros(0, dtype=self.dtype)
-            else:
-                stream = np.memmap(file, dtype=self.dtype, mode="r")
-                # Only what the manifest committed counts: an interrupted append may have left a tail.
-                committed = self.manifest.get("splits", {}).get(split, {}).get("tokens")
-                if isinstance(committed, int) and 0 <= committed < len(stream):
-                    stream = stream[:committed]
-                self._cache[split] = stream
+            # Only what the manifest committed counts (an interrupted append may have left a tail); a file cut
+            # shorter than that is refused naming it (store_check), before numpy sees an odd size.
+            committed = self.committed_tokens(split)
+            size = check_size(file, committed * self.dtype.itemsize)
+            count = committed if committed else size // self.dtype.itemsize
+            self._cache[split] = (np.memmap(file, dtype=self.dtype, mode="r", shape=(count,)) if count
+                                  else np.zeros(0, dtype=self.dtype))
         return self._cache[split]
+
+    def committed_tokens(self, split: str) -> int:
+        """Tokens of a split the manifest committed (0 when it does not say)."""
+        committed = self.manifest.get("splits", {}).get(split, {}).get("tokens")
+        return committed if isinstance(committed, int) and committed > 0 else 0
+
+    def verify(self, *, remember: bool = True) -> None:
+        """Sizes and checksums of the token files against the manifest (a training run's start): DamagedData or
+        DiskFault naming the file. Unchanged files verified before are not hashed again (store_check)."""
+        for split in SPLITS:
+            self.tokens(split)  # sizes, also of a store prepared before checksums were recorded
+        verify_files(self.path, self.manifest, remember=remember)
+
+    def watch(self, split: str) -> StreamWatch:
+        """A check, cheap enough for every batch, that `<split>.bin` is still the file this store reads."""
+        self.tokens(split)
+        return StreamWatch(self.path / f"{split}.bin", self.committed_tokens(split) * self.dtype.itemsize)
 
     def doc_lengths(self, split: str) -> np.ndarray:
         file = self.path / f"{split}.docs.npy"
@@ -151,10 +174,13 @@ class TokenWriter:
         self._new_docs: dict[str, array] = {}  # int64 array: 8 bytes per document, not a list of ints
         self._open_doc: dict[str, int] = {}
         self._files: dict[str, Any] = {}
+        self._hash: dict[str, Any] = {}
         for split in SPLITS:
             file = self.path / f"{split}.bin"
             n = file.stat().st_size // self.dtype.itemsize if file.exists() else 0
             self.start_tokens[split] = self.tokens[split] = n
+            # The manifest's checksum covers the whole committed stream: the old part once, then every write.
+            self._hash[split] = hash_prefix(file, n * self.dtype.itemsize) if n else new_hash()
             docs_file = self.path / f"{split}.docs.npy"
             self._old_docs[split] = (np.load(docs_file, allow_pickle=False) if docs_file.exists()
                                      else np.zeros(0, dtype=np.int64))
@@ -166,10 +192,10 @@ class TokenWriter:
     def write(self, split: str, ids: np.ndarray | list[int], *, end_of_document: bool = True) -> int:
         """Append the ids of one document (or one piece of it); EOS follows the last piece."""
         arr = np.asarray(ids, dtype=self.dtype)
-        self._files[split].write(arr.tobytes())
+        self._append(split, arr.tobytes())
         n = len(arr)
         if end_of_document:
-            self._files[split].write(self.eos.tobytes())
+            self._append(split, self.eos.tobytes())
             n += 1
             self._new_docs[split].append(self._open_doc[split] + n)
             self._open_doc[split] = 0
@@ -198,9 +224,18 @@ class TokenWriter:
         self.documents[split] += sum(ends)
         self._open_doc[split] = open_doc
         arr = np.array(flat, dtype=self.dtype)
-        self._files[split].write(arr.tobytes())
+        self._append(split, arr.tobytes())
         self.tokens[split] += len(arr)
         return len(arr)
+
+    def _append(self, split: str, data: bytes) -> None:
+        self._files[split].write(data)
+        self._hash[split].update(data)
+
+    def file_entries(self) -> dict[str, dict[str, Any]]:
+        """The manifest's "files": size and checksum of each token stream as written (store_check verifies them)."""
+        return {f"{split}.bin": file_entry(self.tokens[split] * self.dtype.itemsize, self._hash[split].hexdigest())
+                for split in SPLITS}
 
     def doc_lengths(self, split: str) -> np.ndarray:
         return np.concatenate([self._old_docs[split], np.frombuffer(self._new_docs[split], dtype=np.int64)])

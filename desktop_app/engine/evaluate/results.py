@@ -17,6 +17,7 @@ from typing import Any
 
 from desktop_app.engine import run_folder
 from desktop_app.engine.fileio import atomic_write_text
+from desktop_app.engine.os_faults import fault_error, fixable
 
 RESULTS_FILE = "evaluations.json"
 FORMAT_VERSION = 1
@@ -48,11 +49,17 @@ def read_results(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def append_result(folder: str | Path, record: dict[str, Any]) -> Path:
-    """Add one record (the newest KEEP stay); returns the file."""
+    """Add one record (the newest KEEP stay); returns the file. A full disk or a read-only folder is a DiskFault
+    (one line); the file as it was stays (atomic write)."""
     path = Path(folder) / RESULTS_FILE
     records = [*read_results(folder), {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **record}][-KEEP:]
-    atomic_write_text(path, json.dumps({"format_version": FORMAT_VERSION, "results": records}, indent=1,
-                                       allow_nan=True))
+    try:
+        atomic_write_text(path, json.dumps({"format_version": FORMAT_VERSION, "results": records}, indent=1,
+                                           allow_nan=True))
+    except OSError as exc:
+        if not fixable(exc):
+            raise
+        raise fault_error(exc, doing="saving the evaluation results", path=path) from exc
     return path
 
 

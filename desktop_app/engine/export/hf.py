@@ -22,7 +22,10 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
+from desktop_app.engine.export.space import check_export_space
+from desktop_app.engine.fault_report import said_as_faults
 from desktop_app.engine.fileio import fsync_dir
+from desktop_app.engine.os_faults import check_writable
 from desktop_app.engine.run_folder import METRICS_FILE, MetricsSummary, read_json, read_metrics
 
 FORMATS = ("hf", "zip", "gguf")
@@ -466,6 +469,7 @@ def export_model(source: str | Path, fmt: str, out: str | Path, controls: Contro
     return _export(source, fmt, out, controls, settings)
 
 
+@said_as_faults("exporting the model")  # a full disk or a read-only folder: one line; the temporaries are gone
 def _export(source: str | Path, fmt: str, out: str | Path, controls: Controls | None,
             settings: ExportSettings) -> Iterator[Event]:
     job = _checked_export(source, fmt, Path(out).expanduser(), controls, settings)
@@ -475,6 +479,7 @@ def _export(source: str | Path, fmt: str, out: str | Path, controls: Controls | 
             _refuse_gguf_early(job)
         model, tokenizer = _load(job.src)
         yield Progress("load", 1, 1, "models", str(job.src))
+        check_export_space(job.out.parent, sum(p.numel() for p in model.parameters()), fmt, job.settings.gguf_type)
         if job.adapter:
             yield Log("info", f"merged the adapter of {job.src} into its base model")
         if not job.stopped():
@@ -510,8 +515,7 @@ def _checked_export(source: str | Path, fmt: str, out: Path, controls: Controls 
             raise UserError(f"{path} already exists: choose another output path or allow overwriting (--force)")
     if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
         raise UserError(f"the output {out} must not be the model folder itself or inside it")
-    if not out.parent.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(out.parent, "the export folder")  # a read-only or forbidden folder: said before the model loads
     stop = controls.stop if controls is not None else None
     return _Export(src, fmt, out, settings, stop, adapter, out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}"))
 

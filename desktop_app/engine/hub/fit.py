@@ -21,7 +21,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.hub.details import FileSet, RepoDetails, fetch_config
 from desktop_app.engine.hub.errors import size_text
 from desktop_app.engine.model.sizing import TrainingShape, estimate_memory, estimate_training_memory
-from desktop_app.engine.specs import ModelSpec, SpecError
+from desktop_app.engine.specs import ModelSpec
 from desktop_app.engine.train.preflight import ASSUMED_EXAMPLE_TOKENS, FITS_SHARE, Machine, this_machine
 
 USES = ("chat", "lora", "qlora", "full")
@@ -131,21 +131,9 @@ def model_shape(details: RepoDetails) -> tuple[ModelSpec | None, bool]:
 def spec_from_config(config: dict[str, Any]) -> ModelSpec | None:
     """The ModelSpec of a config.json: exact for llama and gpt2, the same shapes for the many families that name
     them as Llama does (qwen2, mistral, gemma, phi3, ...), None when the shapes are not there."""
-    from desktop_app.engine.model.architecture import spec_from_hf_config
+    from desktop_app.engine.model.sizing import spec_for_estimate
 
-    try:
-        return spec_from_hf_config(config)
-    except (UserError, SpecError, TypeError, ValueError):
-        pass
-    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-    if not all(isinstance(config.get(k), int) and config[k] > 0 for k in keys):
-        return None
-    heads = config["num_attention_heads"]
-    kv = config.get("num_key_value_heads") or heads
-    return ModelSpec("llama", config["vocab_size"], config["hidden_size"], config["num_hidden_layers"], heads,
-                     kv if heads % kv == 0 else heads, config["intermediate_size"],
-                     int(config.get("max_position_embeddings") or 4096),
-                     tie_embeddings=bool(config.get("tie_word_embeddings", False)))
+    return spec_for_estimate(config)
 
 
 def spec_of_size(parameters: int, context: int) -> ModelSpec:

@@ -35,6 +35,7 @@ from desktop_app.engine.run_folder import ADAPTER_WEIGHTS, read_json, recorded_c
 KINDS = ("run", "checkpoint", "gguf", "export", "hf")
 ADAPTER_CONFIG = "adapter_config.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")  # what transformers writes
 # Encoder families that transformers can also load with a causal head (only when built as decoders).
 _ENCODERS = ("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra", "ernie", "data2vec-text",
              "bert-generation", "roc_bert", "rembert", "megatron-bert", "xmod")
@@ -157,8 +158,31 @@ def check_causal_lm(folder: Path, config: dict[str, Any]) -> str:
     return model_type
 
 
+def missing_shards(folder: Path) -> tuple[str, list[str]]:
+    """(index file, the shards it names that the folder lacks) of a sharded model folder; ("", []) when whole."""
+    for index in SHARD_INDEXES:
+        data = read_json(folder / index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if isinstance(weight_map, dict):
+            names = sorted({str(v) for v in weight_map.values()})
+            return index, [n for n in names if not (folder / n).is_file()]
+    return "", []
+
+
+def check_shards(folder: Path) -> None:
+    """UserError naming the first weight shard the folder's index names but the folder lacks (a download that did
+    not finish, a file deleted or moved), before anything is loaded."""
+    index, missing = missing_shards(folder)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UserError(f"the model folder {folder} lacks the weight shard {missing[0]}{more} that its {index} names: "
+                        "copy the shard back or download the model again")
+
+
 def weight_files(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(safetensors files, pickle weight files) of a model folder; training-state pickles are not weights."""
+    """(safetensors files, pickle weight files) of a model folder; training-state pickles are not weights. A folder
+    missing a shard its index names is refused (check_shards)."""
+    check_shards(folder)
     safetensors = sorted(folder.glob("*.safetensors"))
     pickles = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()
                      and not p.name.startswith(("optimizer", "training_args", "scheduler", "rng")))
@@ -211,6 +235,7 @@ def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
         return BaseModelInfo(str(path), folder, kind, name, inner.model_type, adapter_base=inner)
     config = read_config(folder)
     model_type = check_causal_lm(folder, config)
+    check_shards(folder)  # refused before a fine-tune starts, naming the shard
     return BaseModelInfo(str(path), folder, kind, name, model_type)
 
 

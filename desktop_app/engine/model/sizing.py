@@ -248,6 +248,29 @@ def estimate_training_memory(spec: ModelSpec, shape: TrainingShape) -> dict[str,
     return out
 
 
+def spec_for_estimate(config: dict[str, Any]) -> ModelSpec | None:
+    """The ModelSpec a config.json's memory is estimated with: exact for llama and gpt2; for the many families that
+    name their shapes as Llama does (qwen2, mistral, gemma, phi3, ...) a Llama of those shapes (the same weights up
+    to biases and norms); None when the shapes are not there (the estimate is then unknown, never invented)."""
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.model.architecture import spec_from_hf_config
+    from desktop_app.engine.specs import SpecError
+
+    try:
+        return spec_from_hf_config(config)
+    except (UserError, SpecError, TypeError, ValueError):
+        pass
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    if not all(isinstance(config.get(k), int) and config[k] > 0 for k in keys):
+        return None
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    return ModelSpec("llama", config["vocab_size"], config["hidden_size"], config["num_hidden_layers"], heads,
+                     kv if isinstance(kv, int) and kv > 0 and heads % kv == 0 else heads,
+                     config["intermediate_size"], int(config.get("max_position_embeddings") or 4096),
+                     tie_embeddings=bool(config.get("tie_word_embeddings", False)))
+
+
 def human_count(n: float) -> str:
     """1234567 -> '1.23M' (for tables)."""
     for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):

@@ -30,7 +30,7 @@ from typing import Any
 from desktop_app.engine.data.tables import table_kind, table_rows
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, method_key
-from desktop_app.engine.model.sizing import TrainingShape, estimate_training_memory, human_bytes
+from desktop_app.engine.model.sizing import TrainingShape, estimate_training_memory, human_bytes, spec_for_estimate
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError, TrainSpec
 
 ERROR = "error"
@@ -409,10 +409,10 @@ def dataset_context(dataset: str) -> int:
 
 def base_spec(path: str, depth: int = 0) -> ModelSpec | None:
     """The ModelSpec of a base model from its config.json alone (nothing verified or loaded: this runs while the
-    person types): a model folder, a run's newest checkpoint, or the base an adapter sits on. None where it cannot
-    be read this way (a GGUF file, another architecture)."""
+    person types): a model folder, a run's newest checkpoint, or the base an adapter sits on; families shaped as
+    Llama is (qwen2, mistral, ...) as a Llama of those shapes (sizing.spec_for_estimate). None where it cannot be
+    read this way (a GGUF file, a config without the usual shapes)."""
     from desktop_app.engine import run_folder
-    from desktop_app.engine.model.architecture import model_spec_from_folder
     from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
 
     folder = Path(path).expanduser()
@@ -425,6 +425,8 @@ def base_spec(path: str, depth: int = 0) -> ModelSpec | None:
         folder = committed[-1]
     if is_adapter_folder(folder):
         return base_spec(adapter_base_path(folder), depth + 1)
-    if not (folder / "config.json").is_file():
-        return None
-    return model_spec_from_folder(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no config.json, or unreadable: the run's own checks name it
+    return spec_for_estimate(config) if isinstance(config, dict) else None
