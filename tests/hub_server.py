@@ -9,13 +9,17 @@ utils/_http.py):
     GET  /api/models/ORG/NAME/tree/REV[/PATH]     list_repo_tree (snapshot_download, verify_repo_checksums)
     HEAD/GET /ORG/NAME/resolve/REV/FILE           ETag / X-Linked-Etag / X-Linked-Size / X-Repo-Commit, HTTP Range
     GET  /api/whoami-v2                           the token's user
+    The same for dataset repositories (`datasets` of the `datasets` library and lm-evaluation-harness):
+    GET  /api/datasets/ORG/NAME[/revision/REV], /api/datasets/ORG/NAME/tree/REV[/PATH] (recursive or not),
+    POST /api/datasets/ORG/NAME/paths-info/REV, HEAD/GET /datasets/ORG/NAME/resolve/REV/FILE
 Errors carry the X-Error-Code the client turns into its exceptions (RepoNotFound, RevisionNotFound,
 EntryNotFound, GatedRepo). No Xet headers are ever sent, so downloads are plain HTTP.
 
 Knobs: `drop_after(n)` closes the connection after n body bytes of the next download(s), `slow(bytes_per_s)`
 throttles bodies, `ignore_ranges` answers a Range with the whole file, `token_required(repo)` demands TOKEN for a
 repository's files, `tamper(repo, file)` serves other bytes than the hashes the listing announces, `add_repo` serves
-one more repository, and `requests` logs every request (once its body ended).
+one more repository, `add_dataset` one more dataset repository, and `requests` logs every request (once its
+body ended).
 The repositories are built once per test session (`build_repos`): a tiny Llama with a chat template (ChatML) that the
 app's loaders open, its GGUF files in two quantizations, a gated copy, a remote-code repository and size-only
 repositories for search and fit tests.
@@ -71,6 +75,7 @@ class HubRepo:
     license: str = "apache-2.0"
     parameters: int = 0
     gguf: dict[str, Any] | None = None
+    repo_type: str = "model"  # or "dataset"
 
     entries: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)  # hashed once
 
@@ -197,7 +202,8 @@ class HubServer:
     """The server in a thread; `url` is what HF_ENDPOINT is set to."""
 
     def __init__(self, repos: list[HubRepo]) -> None:
-        self.repos = {r.repo_id: r for r in repos}
+        self.repos = {r.repo_id: r for r in repos if r.repo_type == "model"}
+        self.datasets = {r.repo_id: r for r in repos if r.repo_type == "dataset"}
         self.requests: list[Request] = []
         self.tokens: dict[str, str] = {r.repo_id: TOKEN for r in repos if r.gated}
         self.tampered: set[tuple[str, str]] = set()
@@ -244,7 +250,7 @@ class HubServer:
         self.tampered.add((repo_id, filename))
 
     def add(self, repo: HubRepo) -> HubRepo:
-        self.repos[repo.repo_id] = repo
+        (self.datasets if repo.repo_type == "dataset" else self.repos)[repo.repo_id] = repo
         if repo.gated:
             self.tokens[repo.repo_id] = TOKEN
         return repo
@@ -258,6 +264,12 @@ class HubServer:
             meta.setdefault("tags", ["gguf", "text-generation"])
         return self.add(HubRepo(repo_id, data, **meta))
 
+    def add_dataset(self, repo_id: str, files: dict[str, bytes | Path], **meta: Any) -> HubRepo:
+        """Serve one more dataset repository (as add_repo); its README.md may carry the `configs:` card YAML that
+        the datasets library reads."""
+        data = {name: v.read_bytes() if isinstance(v, Path) else v for name, v in files.items()}
+        return self.add(HubRepo(repo_id, data, repo_type="dataset", pipeline_tag="", **meta))
+
     def fetched(self, filename: str = "") -> int:
         """Body bytes sent for downloads (of files whose path ends with `filename`)."""
         return sum(r.sent for r in self.requests if r.method == "GET" and "/resolve/" in r.path
@@ -269,9 +281,10 @@ class HubServer:
             return self.drops.pop(0) if self.drops and self.drops[0] < length else None
 
 
-_RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
-_INFO = re.compile(r"^/api/models/([^/]+/[^/]+?)(?:/revision/([^/]+))?$")
-_TREE = re.compile(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$")
+_RESOLVE = re.compile(r"^/(datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+_INFO = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+?)(?:/revision/([^/]+))?$")
+_TREE = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$")
+_PATHS_INFO = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/paths-info/([^/]+)$")
 
 
 def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
@@ -284,6 +297,7 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
 class _HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the Hub; the client reuses connections
     hub: HubServer
+    kind = "models"  # or "datasets": which repositories the request names
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the request log is `hub.requests`
         return
@@ -298,8 +312,11 @@ class _HubHandler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.route("HEAD")
 
+    def do_POST(self) -> None:
+        self.route("POST")
+
     def route(self, method: str) -> None:
-        self.sent, self.status = 0, 0
+        self.sent, self.status, self.kind = 0, 0, "models"
         parts = urlsplit(self.path)
         path, query = unquote(parts.path), parse_qs(parts.query)
         try:
@@ -308,11 +325,17 @@ class _HubHandler(BaseHTTPRequestHandler):
             elif path == "/api/models":
                 self.send_json(search(list(self.hub.repos.values()), query))
             elif m := _TREE.match(path):
-                self.tree(m.group(1), m.group(2), m.group(3) or "", query)
+                self.kind = m.group(1)
+                self.tree(m.group(2), m.group(3), m.group(4) or "", query)
+            elif m := _PATHS_INFO.match(path):
+                self.kind = m.group(1)
+                self.paths_info(m.group(2), m.group(3))
             elif m := _INFO.match(path):
-                self.model_info(m.group(1), m.group(2), query)
+                self.kind = m.group(1)
+                self.model_info(m.group(2), m.group(3), query)
             elif m := _RESOLVE.match(path):
-                self.resolve(method, m.group(1), m.group(2), m.group(3))
+                self.kind = "datasets" if m.group(1) else "models"
+                self.resolve(method, m.group(2), m.group(3), m.group(4))
             else:
                 self.error(404, "", "Not found")
         except (BrokenPipeError, ConnectionResetError):
@@ -323,7 +346,7 @@ class _HubHandler(BaseHTTPRequestHandler):
     # --- answers ---------------------------------------------------------------------------------------------
 
     def repo(self, repo_id: str, revision: str | None = None) -> HubRepo | None:
-        repo = self.hub.repos.get(repo_id)
+        repo = (self.hub.datasets if self.kind == "datasets" else self.hub.repos).get(repo_id)
         if repo is None:
             self.error(404, "RepoNotFound", "Repository not found")
             return None
@@ -349,9 +372,35 @@ class _HubHandler(BaseHTTPRequestHandler):
             self.send_json(repo.info(blobs=query.get("blobs", [""])[-1].lower() == "true"))
 
     def tree(self, repo_id: str, revision: str, prefix: str, query: dict[str, list[str]]) -> None:
+        """The files under `prefix`: all of them when recursive, else its direct children and folders."""
         repo = self.repo(repo_id, revision)
-        if repo is not None:
-            self.send_json([repo.entry(n) for n in repo.names() if n.startswith(prefix)])
+        if repo is None:
+            return
+        base = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        under = [n for n in repo.names() if n.startswith(base)]
+        if query.get("recursive", [""])[-1].lower() == "true":
+            self.send_json([repo.entry(n) for n in under])
+            return
+        folders = sorted({base + n[len(base):].split("/")[0] for n in under if "/" in n[len(base):]})
+        self.send_json([{"type": "directory", "path": f, "oid": hashlib.sha1(f.encode()).hexdigest()}
+                        for f in folders] + [repo.entry(n) for n in under if "/" not in n[len(base):]])
+
+    def paths_info(self, repo_id: str, revision: str) -> None:
+        """POST paths-info: the entries of the named paths (form field `paths`, repeated)."""
+        length = int(self.headers.get("Content-Length") or 0)
+        form = parse_qs(self.rfile.read(length).decode()) if length else {}
+        repo = self.repo(repo_id, revision)
+        if repo is None:
+            return
+        names = repo.names()
+        out: list[dict[str, Any]] = []
+        for path in form.get("paths", []):
+            path = path.strip("/")
+            if path in names:
+                out.append(repo.entry(path))
+            elif any(n.startswith(path + "/") for n in names):
+                out.append({"type": "directory", "path": path, "oid": hashlib.sha1(path.encode()).hexdigest()})
+        self.send_json(out)
 
     def resolve(self, method: str, repo_id: str, revision: str, filename: str) -> None:
         repo = self.repo(repo_id, revision)
@@ -416,7 +465,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if self.command == "GET":
+        if self.command in ("GET", "POST"):
             self.wfile.write(body)
 
     def error(self, status: int, code: str, message: str, commit: str | None = None) -> None:
@@ -431,7 +480,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if self.command == "GET":
+        if self.command in ("GET", "POST"):
             self.wfile.write(body)
 
 
@@ -537,3 +586,4 @@ def _parameters(folder: Path) -> int:
             for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
                 total += math.prod(f.get_slice(key).get_shape())
     return total
+

@@ -16,7 +16,8 @@ warm-up as long as the run, an empty validation set, another method's learning r
 cannot work here (memory far beyond what is free) is refused with the reason, unless --force.
 
 Ctrl+C (or SIGTERM) stops gracefully (finish the step, save, exit); a second Ctrl+C exits at once (the last
-committed checkpoint stays intact). SIGUSR1 saves a checkpoint now, SIGUSR2 pauses / resumes (POSIX). With
+committed checkpoint stays intact). SIGUSR1 saves a checkpoint now, SIGUSR2 pauses / resumes (POSIX). A save the
+disk refuses (full, read-only) pauses the run: free some space, then SIGUSR1 retries it, Ctrl+C stops without it. With
 --json, every event is one JSON object per line on stdout; otherwise a progress bar runs on stderr.
 
 --track tensorboard,mlflow,wandb (or none) also tracks the run in those libraries (docs/tracking.md); TensorBoard is on
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +44,7 @@ from desktop_app.engine.methods import FINETUNE_METHODS
 from desktop_app.engine.train.request import RunRequest, prepare_run
 
 if TYPE_CHECKING:
-    from desktop_app.engine.events import Event
+    from desktop_app.engine.events import Controls, Event
     from desktop_app.engine.specs import RunConfig
     from desktop_app.engine.train.preflight import Finding
 
@@ -231,10 +233,11 @@ def run(args: argparse.Namespace) -> int:
     findings = [] if resume or _other_process() else check_before_start(config, force=args.force)
     from desktop_app.engine.train.loop import train
 
-    controls = Controls()
-    with StopSignals(controls):
+    controls = Controls(answers_faults=launched_world_size() <= 1)
+    with StopSignals(controls), BlockedSave(controls) as blocked:
         events = _findings_first(findings, train(config, run_dir, controls, resume=resume,
                                                  accept_config_change=args.accept_config_change))
+        events = blocked.events(events)
         code = consume_quietly(events) if _other_process() else consume(events, notes, as_json=args.json)
     if launched_world_size() > 1:
         _leave_now(code)
@@ -307,6 +310,60 @@ def _run_pipeline(args: argparse.Namespace) -> int:
         if not args.out:
             raise UserError("--out DIR is required: the folder that will hold the pipeline's stages")
         source, out, resume = Path(args.pipeline), Path(args.out), False
-    controls = Controls()
-    with StopSignals(controls):
-        return consume(run_pipeline(source, out, controls, resume=resume), [], as_json=args.json)
+    controls = Controls(answers_faults=True)
+    with StopSignals(controls), BlockedSave(controls) as blocked:
+        return consume(blocked.events(run_pipeline(source, out, controls, resume=resume)), [], as_json=args.json)
+
+
+class BlockedSave:
+    """A save the disk refused pauses the run (engine/train/saving.py): the CLI says so and how to go on, and while
+    it waits SIGUSR1 retries the save (instead of asking for one) and Ctrl+C stops without it."""
+
+    def __init__(self, controls: Controls) -> None:
+        self.controls, self.blocked_at = controls, -1
+        self.old: dict[int, Any] = {}
+
+    def __enter__(self) -> BlockedSave:
+        for name, handler in (("SIGUSR1", self._on_usr1), ("SIGINT", self._on_interrupt)):
+            if hasattr(signal, name):  # SIGUSR1 is POSIX only
+                number = getattr(signal, name)
+                self.old[number] = signal.signal(number, handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for number, handler in self.old.items():
+            signal.signal(number, handler)
+
+    def _on_usr1(self, signum: int, frame: Any) -> None:
+        if self.blocked_at >= 0:
+            self.controls.retry.set()
+            print("retrying the save", file=sys.stderr, flush=True)
+        else:
+            self._pass_on(signum, frame)
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        if self.blocked_at >= 0 and not self.controls.stop.is_set():
+            self.controls.stop.set()
+            print(f"\nstopping without the step {self.blocked_at} checkpoint (Ctrl+C again to quit at once)",
+                  file=sys.stderr, flush=True)
+        else:
+            self._pass_on(signum, frame)
+
+    def _pass_on(self, signum: int, frame: Any) -> None:
+        handler = self.old.get(signum)
+        if callable(handler):
+            handler(signum, frame)
+
+    def events(self, events: Iterator[Event]) -> Iterator[Event]:
+        """The run's events, a blocked save said as two lines (the fault; how to go on)."""
+        from desktop_app.engine.events import Log
+
+        for event in events:
+            if event.type != "save_blocked":
+                self.blocked_at = -1
+                yield event
+                continue
+            self.blocked_at = event.step
+            yield Log("warning", event.message)
+            yield Log("warning", f"paused at step {event.step}: free some space, then `kill -USR1 {os.getpid()}` "
+                                 "to retry, or Ctrl+C to stop")

@@ -123,6 +123,20 @@ class CheckpointSaved(Event):
 
 
 @dataclass
+class SaveBlocked(Transient):
+    """The run could not write its checkpoint (a full disk, a read-only folder...) and waits for the person: retry,
+    save elsewhere or stop (Controls). `message` is the one line saying why and what to do; `needed` and `free` are
+    bytes (0 / -1 when unknown). Not recorded: the disk that refused the checkpoint would refuse the record too."""
+
+    type: ClassVar[str] = "save_blocked"
+    step: int
+    message: str
+    folder: str
+    needed: int = 0
+    free: int = -1
+
+
+@dataclass
 class Finished(Event):
     """The last event of any long work. reason: completed | stopped | early_stopped | failed | cancelled."""
 
@@ -189,13 +203,37 @@ class Controls:
     """Thread-safe flags a UI or signal handler sets while an engine generator runs.
 
     stop: finish the current step, save, end. pause: wait (checked between steps). save_now: save a
-    checkpoint at the next step boundary, then clear.
+    checkpoint at the next step boundary, then clear. While a save is blocked (SaveBlocked): retry tries it again,
+    save_elsewhere(folder) moves the run there first, stop ends the run without it. `answers_faults`: someone is
+    there to answer a SaveBlocked (the window, the CLI, the server); without, a blocked save ends the run at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, answers_faults: bool = False) -> None:
         self.stop = threading.Event()
         self.pause = threading.Event()
         self.save_now = threading.Event()
+        self.retry = threading.Event()
+        self.answers_faults = answers_faults
+        self._lock = threading.Lock()
+        self._elsewhere = ""
+
+    def save_elsewhere(self, folder: str) -> None:
+        """A blocked save: move the run into `folder` and save there (wakes the waiting run like retry)."""
+        with self._lock:
+            self._elsewhere = str(folder)
+        self.retry.set()
+
+    def take_decision(self) -> tuple[bool, str]:
+        """(retry asked, the folder to move to or '') -- and clears both, so each answer is acted on once."""
+        with self._lock:
+            asked, folder, self._elsewhere = self.retry.is_set(), self._elsewhere, ""
+            self.retry.clear()
+        return asked, folder
+
+    def wait_for_answer(self, poll_s: float = 0.1) -> None:
+        """Wait until retry (or save elsewhere) or stop is set."""
+        while not self.retry.is_set() and not self.stop.is_set():
+            self.stop.wait(poll_s)
 
     def wait_while_paused(self, poll_s: float = 0.1) -> None:
         while self.pause.is_set() and not self.stop.is_set():
@@ -265,5 +303,5 @@ def event_from_dict(record: dict[str, Any]) -> Event | None:
 
 
 _BY_TYPE: dict[str, type[Event]] = {cls.type: cls for cls in (
-    Log, FileVerdict, Started, Sample, CheckpointSaved, Finished, Progress, RunFolder, StageStarted, DatasetReady,
-    Reset, TextDelta, GenerationStats, ModelEvaluated)}
+    Log, FileVerdict, Started, Sample, CheckpointSaved, SaveBlocked, Finished, Progress, RunFolder, StageStarted,
+    DatasetReady, Reset, TextDelta, GenerationStats, ModelEvaluated)}

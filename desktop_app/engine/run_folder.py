@@ -307,9 +307,13 @@ class MetricsWriter:
     """Appends records to RUN/metrics.jsonl, one flushed line each, so the history survives a crash.
 
     `keep_bytes`: a resume keeps the file up to the offset its checkpoint recorded (the rest is cut, and written
-    again by the resumed steps); None starts the file afresh. A write that fails (disk full) turns the writer off
-    and says so once: training goes on without an on-disk history rather than stopping.
+    again by the resumed steps); None starts the file afresh. A write the disk refuses (full, quota) loses nothing:
+    the file is cut back to its last whole line, the records wait in memory (in order) and are written with the next
+    record once space returns; the next checkpoint writes them first (`flush_pending`), so a run whose disk stays
+    full pauses there, as for the checkpoint itself. The first refusal is said once.
     """
+
+    MAX_PENDING = 100_000  # records kept in memory while the disk refuses them (a few MB)
 
     def __init__(self, run_dir: str | Path, keep_bytes: int | None = None):
         self.path = Path(run_dir) / METRICS_FILE
@@ -319,26 +323,55 @@ class MetricsWriter:
             with open(self.path, "r+b") as fh:
                 fh.truncate(keep_bytes)
         self.fh: Any = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run's whole life
+        self.committed = self.path.stat().st_size  # bytes of whole lines on disk
+        self.pending: list[str] = []
         self.ok = True
 
     def write(self, record: dict[str, Any]) -> str | None:
-        """Append one record; returns a warning the first time writing fails, else None."""
-        if self.fh is None or not self.ok:
+        """Append one record; returns a warning the first time the disk refuses one, else None."""
+        if self.fh is None:
             return None
+        if len(self.pending) < self.MAX_PENDING:
+            self.pending.append(json.dumps(record, allow_nan=True) + "\n")
         try:
-            self.fh.write(json.dumps(record, allow_nan=True) + "\n")
-            self.fh.flush()
+            self.flush_pending()
         except OSError as exc:
+            if not self.ok:
+                return None
             self.ok = False
-            return f"could not write {self.path} ({exc.strerror}); metrics are no longer recorded on disk"
+            return (f"could not write {self.path} ({exc.strerror or exc}): the newest records wait in memory and "
+                    "are written when space returns (the next checkpoint waits for it)")
+        self.ok = True
         return None
 
+    def flush_pending(self) -> None:
+        """Write the records waiting in memory; on a refusal the file is cut back to its last whole line, the
+        records stay waiting and the OSError is raised."""
+        if self.fh is None or not self.pending:
+            return
+        try:
+            self.fh.write("".join(self.pending))
+            self.fh.flush()
+        except OSError:
+            self._cut_back()
+            raise
+        self.committed = os.fstat(self.fh.fileno()).st_size
+        self.pending.clear()
+
+    def _cut_back(self) -> None:
+        """Drop a half-written tail (and what the buffer still holds) so the file ends on a whole line."""
+        with contextlib.suppress(OSError, ValueError):
+            self.fh.close()
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, self.committed)
+        self.fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run's whole life
+
     def offset(self) -> int:
-        """Bytes written so far (a checkpoint records it, to cut the file back there on resume)."""
+        """Bytes of whole lines written so far (a checkpoint records it, to cut the file back there on resume)."""
         if self.fh is not None:
             with contextlib.suppress(OSError):
-                self.fh.flush()
-        return self.path.stat().st_size if self.path.exists() else 0
+                self.flush_pending()
+        return self.committed if self.fh is not None else (self.path.stat().st_size if self.path.exists() else 0)
 
     def truncate(self, offset: int) -> None:
         """Cut the file back to `offset` (a rollback to a checkpoint) and go on writing there."""
@@ -347,6 +380,7 @@ class MetricsWriter:
         self.fh.flush()
         self.fh.truncate(offset)
         self.fh.seek(offset)
+        self.committed, self.pending = offset, []
 
     def close(self) -> None:
         if self.fh is not None:

@@ -8,7 +8,8 @@ CLI's help, so a setting is described in exactly one place:
     minimum / maximum / choices   allowed values (the form's limits; `validate()` checks them too)
     zero      what 0 means for an int/float ("auto", "off", "the model's context"): shown instead of 0
     advanced  True: listed under Advanced in the window (defaults suit most runs)
-    widget    "files" (a list of file paths), "file" (one file path), "checklist" (a list from `choices`),
+    widget    "files" (a list of file paths), "file" (one file path), "folder" (one folder path), "benchmarks" (task
+              names of lm-evaluation-harness, picked from its catalog), "checklist" (a list from `choices`),
               "weights" (a dict of named numbers from `keys`), "numbers" (a dict of named whole numbers from `keys`,
               unset ones left out), "lines" (a list of strings, one per line), "records" (a list of JSON objects,
               loaded from a JSON Lines file), "modules" (layer names, picked from the base model's linear layers),

@@ -66,6 +66,8 @@ class LiveRun:
             self.eval = dict(event.metrics)
         elif kind == "checkpoint":
             self.last_checkpoint = event.path
+        elif kind == "save_blocked":  # waits for POST .../retry (or stop); the message says what to free
+            self.state, self.message = "save_blocked", event.message
         elif kind == "log" and event.message.startswith("paused at step"):
             self.state = "paused"
         elif kind == "log" and event.message == "resumed" and self.state == "paused":
@@ -145,7 +147,8 @@ class RunManager:
             existing = self.live.get(run_dir.name)
             if existing is not None and existing.live:
                 raise ApiError(409, f"run {run_dir.name} is already training", code="run_active")
-            run = LiveRun(id=run_dir.name, run_dir=run_dir, controls=Controls(),
+            # answers_faults: a full disk while saving pauses the run ("save_blocked") until a client says retry
+            run = LiveRun(id=run_dir.name, run_dir=run_dir, controls=Controls(answers_faults=True),
                           total_steps=int(config.train.get("steps", 0) or 0))
             self.live[run.id] = run
         # The whole generator runs in the run's thread (torch thread counts are per thread), but setup
@@ -210,6 +213,12 @@ class RunManager:
                 run.state = "running"
         elif action == "save":
             run.controls.save_now.set()
+        elif action == "retry":
+            if run.state != "save_blocked":
+                raise ApiError(409, f"run {run_id} is not waiting on a blocked save ({run.state}); retry is for a "
+                                    "run whose checkpoint the disk refused", code="nothing_to_retry")
+            run.controls.retry.set()
+            run.state, run.message = "running", ""
         return run.status()
 
     def _restart(self, run_id: str, run_dir: Path) -> dict[str, Any]:

@@ -307,7 +307,8 @@ def run_status(run_id: str, request: Request) -> dict[str, Any]:
     return get_state(request).runs.status(run_id)
 
 
-@router.post("/runs/{run_id}/{action}", summary="stop (saves), pause, resume (also restarts a stopped run) or "
-                                                "save a checkpoint now")
-def control_run(run_id: str, action: Literal["stop", "pause", "resume", "save"], request: Request) -> dict[str, Any]:
+@router.post("/runs/{run_id}/{action}", summary="stop (saves), pause, resume (also restarts a stopped run), "
+                                                "save a checkpoint now, or retry a save the disk refused")
+def control_run(run_id: str, action: Literal["stop", "pause", "resume", "save", "retry"],
+                request: Request) -> dict[str, Any]:
     return get_state(request).runs.control(run_id, action)

@@ -11,10 +11,10 @@ import httpx
 from server_helpers import running_server
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-from train_helpers import make_dataset  # noqa: E402
+from train_helpers import make_dataset
 
-from desktop_app.engine.train import memory_faults as mf  # noqa: E402
-from desktop_app.engine.train import preflight as pf  # noqa: E402
+from desktop_app.engine.train import memory_faults as mf
+from desktop_app.engine.train import preflight as pf
 
 GIB = 1 << 30
 

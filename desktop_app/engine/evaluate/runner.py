@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.benchmarks import BenchmarksStoppedEarly, check_benchmarks, run_benchmarks
 from desktop_app.engine.evaluate.heldout import HeldoutSettings, mean_rate, solve_heldout
 from desktop_app.engine.evaluate.leakage import training_programs
 from desktop_app.engine.evaluate.perplexity import score_text
@@ -23,6 +24,7 @@ from desktop_app.engine.evaluate.qa import QASettings, ask_questions, read_quest
 from desktop_app.engine.evaluate.results import append_result, results_folder
 from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
+from desktop_app.engine.os_faults import DiskFault
 from desktop_app.engine.selfplay.prompting import default_world, make_prompter
 from desktop_app.engine.tasks.base import Task, TaskWorld, get_world
 from desktop_app.engine.tasks.heldout_protocol import heldout_tasks
@@ -72,7 +74,10 @@ class HeldoutSets:
 
 
 def _check_inputs(spec: EvalSpec) -> None:
-    """Fail before loading any model: the question file reads, the text sources exist."""
+    """Fail before loading any model: the question file reads, the text sources exist, the benchmarks are known
+    and their data is here."""
+    if spec.benchmarks:
+        check_benchmarks(spec)
     if spec.qa:
         read_questions(spec.qa)
     for source in spec.text:
@@ -96,7 +101,7 @@ def evaluate_models(models: list[str], spec: EvalSpec, controls: Controls | None
             event = yield from _relay(_evaluate_one(str(path), spec, sets, save), controls)
             evaluated.append({"model": event.model, **event.metrics})
             yield event
-    except _Stopped:
+    except (_Stopped, BenchmarksStoppedEarly):
         yield Finished("stopped", message=f"stopped after {len(evaluated)} of {len(models)} models",
                        result={"models": evaluated})
         return
@@ -221,6 +226,9 @@ def _measure(loaded: Any, spec: EvalSpec, sets: HeldoutSets, threads: str) -> Ge
     if spec.text:
         metrics.update((yield from score_text(model, tokenizer, list(spec.text), max_bytes=int(spec.max_text_bytes),
                                               context=max_len)))
+    if spec.benchmarks:  # the harness's own prompts (no chat template), as published figures are measured
+        metrics.update((yield from run_benchmarks(loaded, spec, generation_batch=batch_size(
+            int(spec.batch), 10 ** 6, loaded.device.type))))
     metrics["prompt_style"] = prompter.style
     return metrics
 
@@ -237,6 +245,8 @@ def _record(path: str, loaded: Any, spec: EvalSpec, metrics: dict[str, Any], sta
             saved = str(append_result(folder, {"model": path, "name": loaded.name, "kind": loaded.kind,
                                                "checkpoint": str(loaded.path), "step": step, "seconds": seconds,
                                                "spec": spec.to_dict(), "metrics": metrics}))
+        except DiskFault as exc:  # a full disk or a read-only folder: the one sentence names the file
+            yield Log("warning", f"the results of {loaded.name} were not saved: {exc}")
         except OSError as exc:
             yield Log("warning", f"the results of {loaded.name} could not be saved in {folder}: {exc}")
     return ModelEvaluated(model=path, name=loaded.name, kind=loaded.kind, step=step, metrics=metrics,

@@ -64,7 +64,7 @@ class EvalSpec(SpecMixin):
     benchmarks: list = f([], "Standard benchmarks of EleutherAI's lm-evaluation-harness (its task or group names: "
                          "mmlu, arc_easy, arc_challenge, hellaswag, gsm8k, truthfulqa_mc2, ...; or the tasks of the "
                          "benchmark folder), scored by the harness's own metrics with standard errors (empty: skip). "
-                         "Needs the [benchmarks] extra and the tasks' data fetched once.", widget="lines",
+                         "Needs the [benchmarks] extra and the tasks' data fetched once.", widget="benchmarks",
                          label="Standard benchmarks")
     benchmark_limit: int = f(0, "Items per benchmark task (0 = all; a limit gives a quicker, noisier figure that is "
                              "not comparable with published ones).", minimum=0, label="Items per benchmark",
@@ -72,7 +72,7 @@ class EvalSpec(SpecMixin):
     benchmark_fewshot: int = f(-1, "Worked examples put before each question (-1 = each task's own setting; 0 = none).",
                                minimum=-1, label="Few-shot examples", advanced=True)
     benchmark_dir: str = f("", "A folder of the harness's task YAML files (your own private tasks; they are found by "
-                           "name like the built-in ones).", widget="file", label="Benchmark task folder",
+                           "name like the built-in ones).", widget="folder", label="Benchmark task folder",
                            advanced=True)
     batch: int = f(0, "Prompts decoded together (0 = automatic: about 100 on a CPU, where larger batches pad and "
                    "prefill slower, 256 on a GPU; evened out over the batches).", minimum=0, label="Batch",

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from desktop_app.engine import os_faults
 from desktop_app.engine.fileio import fsync_dir
 from desktop_app.engine.run_folder import (
     ADAPTER_WEIGHTS,
@@ -111,13 +112,23 @@ def _is_adapter_model(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
+def _unique_tensors(model: torch.nn.Module) -> dict[Any, torch.Tensor]:
+    out: dict[Any, torch.Tensor] = {}
+    for tensor in model.state_dict().values():
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        out.setdefault((local.untyped_storage().data_ptr(), local.storage_offset(), tuple(local.shape)), local)
+    return out
+
+
 def estimate_checkpoint_bytes(payload: CheckpointPayload) -> int:
+    """About how many bytes the checkpoint takes on disk (weights, optimizer state, a generous rest)."""
     if _is_adapter_model(payload.model):
         from desktop_app.engine.finetune.adapters import adapter_state
 
         state = adapter_state(payload.model, payload.model_state)
-    else:
-        state = model_state_for_saving(payload.model, payload.model_state)
+    else:  # the tensors' sizes, without copying them off a GPU (shared storage counted once)
+        state = payload.model_state if payload.model_state is not None else \
+            {str(k): v for k, v in _unique_tensors(payload.model).items()}
     model_bytes = sum(t.numel() * t.element_size() for t in state.values())
     opt_bytes = sum(t.numel() * t.element_size() for t in payload.optimizer_tensors.values())
     return model_bytes + opt_bytes + (4 << 20)  # + tokenizer, JSON, RNG (generous)
@@ -135,6 +146,7 @@ def save_checkpoint(run_dir: str | Path, payload: CheckpointPayload) -> Path:
     staging = parent / f".tmp-{checkpoint_name(payload.step)}-{secrets.token_hex(4)}"
     try:
         parent.mkdir(parents=True, exist_ok=True)
+        os_faults.check_free_space(parent, estimate_checkpoint_bytes(payload), f"the step {payload.step} checkpoint")
         staging.mkdir()
         _stage(staging, payload)
         if final.exists():  # same step saved again (e.g. save-now at a save step): replace atomically
@@ -145,35 +157,48 @@ def save_checkpoint(run_dir: str | Path, payload: CheckpointPayload) -> Path:
         else:
             os.replace(staging, final)
         fsync_dir(parent)
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise CheckpointError(_save_failure_message(parent, payload, exc)) from exc
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        # safetensors reports a full disk as SafetensorError("... (os error 28)"): the OSError it is
+        if isinstance(exc, OSError) or (isinstance(exc, Exception) and os_faults.fixable(exc)):
+            raise save_error(parent, payload, exc) from exc
         raise
     return final
 
 
-def _save_failure_message(parent: Path, payload: CheckpointPayload, exc: OSError) -> str:
+class SaveFault(CheckpointError):
+    """A checkpoint the operating system refused for a reason the person can fix (a full disk, a read-only or
+    forbidden folder). `fault` is os_faults' one line (a DiskFault); `folder` the checkpoints folder; `needed` and
+    `free` in bytes (free -1 when unknown). The staging folder is gone and every earlier checkpoint untouched."""
+
+    def __init__(self, message: str, fault: os_faults.DiskFault, folder: Path, needed: int, free: int) -> None:
+        super().__init__(message)
+        self.fault, self.folder, self.needed, self.free = fault, folder, needed, free
+
+
+def save_error(parent: Path, payload: CheckpointPayload, exc: BaseException) -> CheckpointError:
+    """The error a failed save raises: a SaveFault for a fault the person can fix, else a CheckpointError; both
+    say the path, the space needed and free, and which earlier checkpoint is intact."""
     try:
         need = estimate_checkpoint_bytes(payload)
     except Exception:
         need = 0
-    free = None
-    probe = parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    with contextlib.suppress(OSError):
-        free = shutil.disk_usage(probe).free
-    what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-            errno.EACCES: "the folder is not writable", errno.EPERM: "the folder is not writable",
-            errno.EROFS: "the disk is read-only"}.get(exc.errno or 0, exc.strerror or str(exc))
+    free = os_faults.free_bytes(parent)
+    number = os_faults.os_errno(exc) or 0
+    what = {errno.EACCES: "the folder is not writable", errno.EPERM: "the folder is not writable"}.get(number) or \
+        os_faults.FIXABLE_ERRNOS.get(number) or getattr(exc, "strerror", None) or str(exc).splitlines()[0][:200]
     space = f"; a checkpoint needs about {_mb(need)}" if need else ""
     if free is not None:
         space += f", {_mb(free)} is free there"
     prev = list_committed(parent.parent) if parent.exists() else []
     kept = f"; the previous checkpoint {prev[-1]} is intact" if prev else "; no earlier checkpoint exists"
-    return f"could not save the step {payload.step} checkpoint in {parent}: {what}{space}{kept}"
+    message = f"could not save the step {payload.step} checkpoint in {parent}: {what}{space}{kept}"
+    if not os_faults.fixable(exc):
+        return CheckpointError(message)
+    # a full disk: the folder that is full; else the file the OS names (a vanished dataset's tokenizer, say)
+    where = parent if number in os_faults.SPACE_ERRNOS else (os_faults.fault_path(exc) or parent)
+    fault = os_faults.fault_error(exc, doing=f"saving the step {payload.step} checkpoint", path=where, needed=need)
+    return SaveFault(message, fault, parent, need, free if free is not None else -1)
 
 
 def _mb(n: int | float) -> str:

@@ -36,7 +36,6 @@ from desktop_app.engine.devices import (
 )
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import (
-    CheckpointSaved,
     Controls,
     EvalResult,
     Event,
@@ -54,7 +53,7 @@ from desktop_app.engine.objectives.base import Objective
 from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train import distributed as dist_mod
-from desktop_app.engine.train import figures, setup
+from desktop_app.engine.train import figures, memory_faults, saving, setup
 from desktop_app.engine.train.build import Found, build_parts
 from desktop_app.engine.train.cpu_alloc import restore_allocator, tune_allocator
 from desktop_app.engine.train.distributed import DistContext, PeerLostError
@@ -77,10 +76,6 @@ def next_micro_batch(micro: int, batch: int) -> int | None:
     return m if 1 <= m < micro else None
 
 
-class _SaveFailed(Exception):
-    pass
-
-
 def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = None, *, resume: bool = False,
           accept_config_change: bool = False, objective: Objective | None = None,
           interactive: bool = False) -> Iterator[Event]:
@@ -97,8 +92,13 @@ def train(config: RunConfig, run_dir: str | Path, controls: Controls | None = No
     previous_threads = torch.get_num_threads()
     run = Run(config, Path(run_dir), controls or Controls(), config.train_spec(), objective, interactive)
     try:
+        memory_faults.refuse_before_start(run.config)  # too big for this device whatever is freed: before allocating
         notes = yield from _start(run, resume, accept_config_change)
         yield from _run(run, notes)
+    except Exception as exc:  # out of memory (setup, a step, an evaluation): said with the estimate; checkpoints kept
+        if not memory_faults.is_out_of_memory(exc):
+            raise
+        yield from memory_faults.report_out_of_memory(run, exc)
     finally:
         if run.objective is not None:  # its workers (self-play's sandbox executor), whatever the ending
             run.objective.close()
@@ -202,7 +202,7 @@ def _run(run: Run, notes: list[Event]) -> Iterator[Event]:
             return
         # loop left: completed (all steps, or the time budget), or stopped between steps
         if run.state.step != run.last_saved_step and run.state.step > 0:
-            yield from _save(run)
+            yield from saving.save(run)
         if outcome == "time_budget":
             minutes = run.spec.time_budget_s / 60
             finished = Finished("completed", step=run.state.step, message=f"trained {run.state.step} steps in the "
@@ -215,11 +215,8 @@ def _run(run: Run, notes: list[Event]) -> Iterator[Event]:
                                 result=run.result())
         yield run.emit(finished)
         run.finished_cleanly = True
-    except _SaveFailed as exc:
-        message = f"{exc}. Training stopped; free some space or choose another folder, then resume."
-        yield run.emit(Log("error", message))
-        yield run.emit(Finished("failed", step=run.state.step, message=message, result=run.result()))
-        run.finished_cleanly = True
+    except saving.SaveFailed as exc:
+        yield from saving.end_after_failed_save(run, exc)
     except Exception as exc:
         if dist is None or not (isinstance(exc, PeerLostError) or dist_mod.is_communication_error(exc)):
             raise
@@ -303,6 +300,7 @@ def _steps(run: Run) -> Generator[Event, None, str | None]:
             parts.ctx.model_spec, numbers.seq_len, adapter=parts.ctx.adapter, fallback=parts.flops_per_token)
         if step % spec.log_every == 0 or step == spec.steps:
             yield run.emit(_step_metrics(run, session, step, lr, numbers))
+            yield from run.take_notes()
         early_stop = yield from _evaluate_due(run, session, step)
         yield from _save_due(run, session, step, early_stop)
         if early_stop:
@@ -438,7 +436,7 @@ def _save_due(run: Run, session: _Session, step: int, early_stop: bool) -> Itera
             or early_stop or step == spec.steps:
         run.sync.clear_save_now()
         t_save = time.perf_counter()
-        yield from _save(run)
+        yield from saving.save(run)
         session.exclude(t_save)
 
 
@@ -576,22 +574,3 @@ def _nonfinite(run: Run, step: int, position: list[int], loss_value: float, norm
     parts.source.skip(position)
     yield run.emit(Log("warning", f"{what}: rolled back to {path.name} (step {loaded.step}), learning rate scaled "
                        f"to {run.state.lr_scale:g}x, that batch will be skipped"))
-
-
-# --- checkpoints ------------------------------------------------------------------------------------------------
-
-def _save(run: Run) -> Iterator[Event]:
-    """Save a checkpoint (every process takes part; process 0 writes); a failure ends the run cleanly."""
-    problem = ""
-    path: Path | None = None
-    try:
-        path = run.write_checkpoint()
-    except run_folder.CheckpointError as exc:
-        problem = str(exc)
-    if run.dist is not None and not run.dist.agree(not problem, "saving a checkpoint"):
-        problem = problem or "process 0 could not save the checkpoint (its message says why)"
-    if problem:
-        raise _SaveFailed(problem)
-    if path is not None:
-        best = run.best_step() == run.state.step
-        yield run.emit(CheckpointSaved(step=run.state.step, path=str(path), best=best))

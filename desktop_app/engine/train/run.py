@@ -49,6 +49,7 @@ class Run:
     finished_cleanly: bool = False
     session_start: float = 0.0
     paused_s: float = 0.0
+    notes: list[Event] = field(default_factory=list)  # said between steps (take_notes): a metrics write refused
 
     @property
     def is_main(self) -> bool:
@@ -66,9 +67,13 @@ class Run:
     def emit(self, event: Event) -> Event:
         if self.metrics is not None and event.recorded:
             problem = self.metrics.write(event.to_dict())
-            if problem:
-                return Log("warning", problem)
+            if problem:  # the event still reaches the caller; the warning follows at the next step
+                self.notes.append(Log("warning", problem))
         return event
+
+    def take_notes(self) -> list[Event]:
+        notes, self.notes = self.notes, []
+        return notes
 
     # --- checkpoints: what a run saves and restores -------------------------------------------------------
 

@@ -354,6 +354,7 @@ class TrainTab(TrainCommands, QWidget):
         self.run_view.begin(training=True, progress=start.progress, status=start.status, activity=start.activity,
                             pipeline_stages=start.stages)
         self.run_view.note(start.log_line)
+        self.run_view.blocked_banner.follow(controls)  # a save the disk refuses waits for the banner's answer
         self.task = self.ctx.runner.start("train", factory, controls)
         self.task.produced.connect(self._on_event)
         self.task.failed.connect(self._on_failed)
@@ -440,13 +441,11 @@ class TrainTab(TrainCommands, QWidget):
             self.run_view.log("info", "a checkpoint will be saved at the next step")
 
     def _set_running(self, on: bool) -> None:
-        self.start_btn.setEnabled(not on)
-        self.resume_btn.setEnabled(not on)
-        self.pause_btn.setEnabled(on)
-        self.stop_btn.setEnabled(on)
-        self.save_btn.setEnabled(on)
+        for control in (self.pause_btn, self.stop_btn, self.save_btn):
+            control.setEnabled(on)
+        for control in (self.start_btn, self.resume_btn, self.watch_btn):
+            control.setEnabled(not on)
         self.setup.set_editable(not on)
-        self.watch_btn.setEnabled(not on)
         if not on:
             self.pause_btn.setText("Pause")
 

@@ -33,7 +33,9 @@ from desktop_app.engine.evaluate.results import latest_result
 from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Finished, Log, ModelEvaluated, Progress
 from desktop_app.ui.context import AppContext
+from desktop_app.ui.widgets import benchmark_table as bench
 from desktop_app.ui.widgets.base_picker import library_bases
+from desktop_app.ui.widgets.benchmark_section import BenchmarkSection
 from desktop_app.ui.widgets.live_plot import pg
 from desktop_app.ui.widgets.spec_form import SpecForm
 
@@ -51,15 +53,20 @@ def _evaluate_job(models: list[str], spec: EvalSpec, controls: Controls) -> Any:
 
 
 def columns_of(rows: dict[str, dict[str, Any]]) -> list[str]:
-    """The numeric figures any row has, the familiar ones first (intervals and counts go into their cells)."""
+    """The numeric figures any row has, the familiar ones first, the benchmarks' next (intervals, standard errors
+    and counts go into their cells)."""
     found = {k for metrics in rows.values() for k, v in metrics.items()
              if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("tasks/")
-             and k not in ("questions", "text_tokens", "text_bytes", "text_documents")}
-    return [c for c in COLUMN_ORDER if c in found] + sorted(found - set(COLUMN_ORDER))
+             and k not in ("questions", "text_tokens", "text_bytes", "text_documents") and not bench.in_cell_only(k)}
+    benchmarks = sorted(c for c in found if bench.is_bench(c))
+    return [c for c in COLUMN_ORDER if c in found] + benchmarks + sorted(found - set(COLUMN_ORDER) - set(benchmarks))
 
 
 def column_label(rows: dict[str, dict[str, Any]], column: str) -> str:
-    """A column's header: qa_accuracy says which match counted it (exact or contains)."""
+    """A column's header: a benchmark's task and metric; qa_accuracy says which match counted it (exact or
+    contains)."""
+    if bench.is_bench(column):
+        return bench.bench_label(column)
     if column != "qa_accuracy":
         return column
     matched = sorted({str(m["qa_match"]) for m in rows.values() if m.get("qa_match")})
@@ -67,6 +74,8 @@ def column_label(rows: dict[str, dict[str, Any]], column: str) -> str:
 
 
 def cell_text(metrics: dict[str, Any], column: str) -> str:
+    if bench.is_bench(column):
+        return bench.bench_cell(metrics, column)
     value = metrics.get(column)
     if not isinstance(value, (int, float)):
         return ""
@@ -121,6 +130,8 @@ class EvaluateView(QWidget):
         self.stop_btn.clicked.connect(lambda _=False: self.stop())
         self.model_list.itemChanged.connect(lambda _item: self._models_changed())
         self.form.changed.connect(self._form_changed)
+        self.benchmarks = BenchmarkSection(ctx, self.form.editors["benchmarks"], self.form.editors["benchmark_dir"],
+                                           self)
         self.refresh_models(models or [])
 
     def _lay_out(self) -> None:
@@ -189,6 +200,7 @@ class EvaluateView(QWidget):
         self.show_saved()
 
     def _form_changed(self) -> None:
+        self.benchmarks.form_changed()
         qa = str(self.form.values().get("qa", ""))
         if qa != self.qa_seen:  # a question file given (or taken away) changes what fits a chat model
             self.fill_defaults()
@@ -221,22 +233,53 @@ class EvaluateView(QWidget):
                 self.rows[path] = dict(record.get("metrics", {}))
         self.render()
 
+    def name_of(self, path: str) -> str:
+        return self.names.get(path, Path(path).name)
+
     def render(self) -> None:
+        """One row per model, then one per model compared with its base: "Δ vs <base>" and the differences."""
         columns = columns_of(self.rows)
+        deltas = self.deltas()
         self.table.clear()
         self.table.setColumnCount(1 + len(columns))
         self.table.setHorizontalHeaderLabels(["model", *(column_label(self.rows, c) for c in columns)])
-        self.table.setRowCount(len(self.rows))
+        self.table.setRowCount(len(self.rows) + len(deltas))
         for r, (path, metrics) in enumerate(self.rows.items()):
-            self.table.setItem(r, 0, QTableWidgetItem(self.names.get(path, Path(path).name)))
+            self.table.setItem(r, 0, QTableWidgetItem(self.name_of(path)))
             for c, column in enumerate(columns, 1):
-                self.table.setItem(r, c, QTableWidgetItem(cell_text(metrics, column)))
+                item = QTableWidgetItem(cell_text(metrics, column))
+                if bench.is_bench(column):
+                    item.setToolTip(bench.bench_tip(metrics, column))
+                self.table.setItem(r, c, item)
+        for r, (path, base, changes) in enumerate(deltas, len(self.rows)):
+            self._delta_row(r, f"{self.name_of(path)}: Δ vs {self.name_of(base)}", changes, columns)
         self.table.resizeColumnsToContents()
         self._plot(columns)
 
+    def deltas(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(model, its base, metric -> difference) for each model the engine compares with another one shown."""
+        if len(self.rows) < 2:
+            return []
+        from desktop_app.engine.evaluate.baselines import differences
+
+        found = differences([{"model": path, **metrics} for path, metrics in self.rows.items()])
+        return [(path, base, changes) for path, (base, changes) in found.items()
+                if base != path and path in self.rows and changes]
+
+    def _delta_row(self, row: int, label: str, changes: dict[str, Any], columns: list[str]) -> None:
+        muted = self.palette().placeholderText()
+        for c, text in enumerate([label, *(bench.delta_text(changes.get(col)) for col in columns)]):
+            item = QTableWidgetItem(text)
+            item.setForeground(muted)
+            font = item.font()
+            font.setItalic(True)
+            item.setFont(font)
+            self.table.setItem(row, c, item)
+
     def plotted(self, columns: list[str]) -> list[str]:
-        """The figures the bar plot groups: solve rates per type, else pass@k, else QA, else bits per byte."""
-        for prefix in ("solve_rate/", "pass@", "qa_", "bits_per_byte"):
+        """The figures the bar plot groups: solve rates per type, else pass@k, else QA, else the standard
+        benchmarks, else bits per byte."""
+        for prefix in ("solve_rate/", "pass@", "qa_", bench.PREFIX, "bits_per_byte"):
             chosen = [c for c in columns if c.startswith(prefix)]
             if chosen:
                 return chosen
@@ -261,15 +304,17 @@ class EvaluateView(QWidget):
                                      name=self.names.get(path, Path(path).name))
             self.plot.addItem(bars)
             self._error_bars(metrics, [c for _, c in have], xs, ys, width)
-        ticks = [(g, c.split("/", 1)[-1] if c.startswith("solve_rate/") else c) for g, c in enumerate(groups)]
+        ticks = [(g, bench.bench_label(c) if bench.is_bench(c) else c.split("/", 1)[-1] if c.startswith("solve_rate/")
+                  else c) for g, c in enumerate(groups)]
         self.plot.getAxis("bottom").setTicks([ticks])
 
     def _error_bars(self, metrics: dict[str, Any], columns: list[str], xs: list[float], ys: list[float],
                     width: float) -> None:
-        """The 95% intervals of the bars that have one."""
+        """The 95% intervals of the bars that have one, a benchmark's standard error."""
         lows, highs = [], []
         for c, y in zip(columns, ys, strict=True):
-            interval = metrics.get(f"{c}/ci95")
+            stderr = bench.number(metrics.get(f"{c}/stderr")) if bench.is_bench(c) else None
+            interval = [y - stderr, y + stderr] if stderr is not None else metrics.get(f"{c}/ci95")
             ok = isinstance(interval, list) and len(interval) == 2
             lows.append(y - interval[0] if ok else 0.0)
             highs.append(interval[1] - y if ok else 0.0)

@@ -196,6 +196,16 @@ class PathEdit(_Composite):
             self.changed.emit()
 
 
+class FolderEdit(PathEdit):
+    """widget="folder": one folder path, typed or chosen with Browse…; empty means none."""
+
+    def _browse(self, _checked: bool = False) -> None:
+        folder = QFileDialog.getExistingDirectory(self, f"Choose the {self.title.lower()}", self.line.text())
+        if folder:
+            self.line.setText(folder)
+            self.changed.emit()
+
+
 class CheckList(_Composite):
     """widget="checklist": some of `choices`, one check box each; the value keeps the choices' order."""
 

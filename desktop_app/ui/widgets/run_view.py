@@ -47,6 +47,7 @@ from desktop_app.engine.events import (
     Reset,
     RunFolder,
     Sample,
+    SaveBlocked,
     StageStarted,
     Started,
     StepMetrics,
@@ -54,6 +55,7 @@ from desktop_app.engine.events import (
 from desktop_app.engine.train.tracking import has_event_files, installed
 from desktop_app.ui.widgets.layouts import add_items, button, note_label, progress_bar, scroll_area, splitter
 from desktop_app.ui.widgets.method_plots import MethodPlots
+from desktop_app.ui.widgets.save_blocked_banner import SaveBlockedBanner
 from desktop_app.ui.widgets.selfplay_help import curves_note, legend_html
 from desktop_app.ui.widgets.task_browser import LOG_NAME as SELFPLAY_LOG
 from desktop_app.ui.widgets.task_browser import TaskBrowser
@@ -161,8 +163,9 @@ class RunView(QWidget):
         bottom = self._make_log_tabs()
         self.splitter = splitter(Qt.Orientation.Vertical, [views, bottom], stretch=(4, 1), sizes=(600, 110),
                                  collapsible=False)
-        add_items(QVBoxLayout(self), self.watch_bar, self.progress, self.status_label, self.next_bar,
-                  (self.splitter, 1), margins=0)
+        self.blocked_banner = SaveBlockedBanner()  # a save the disk refused: Retry / Save elsewhere… / Stop
+        add_items(QVBoxLayout(self), self.watch_bar, self.blocked_banner, self.progress, self.status_label,
+                  self.next_bar, (self.splitter, 1), margins=0)
         self._connect_plot_bar()
 
     def _make_watch_bar(self) -> QWidget:
@@ -289,6 +292,7 @@ class RunView(QWidget):
         self.training, self.activity, self.pipeline_stages = training, activity, pipeline_stages
         self.stage_prefix, self.paused, self.last_finished, self.last_step = "", False, None, 0
         self.next_bar.setVisible(False)
+        self.blocked_banner.dismiss()
         if clear:
             self.clear()
         if progress:
@@ -363,7 +367,11 @@ class RunView(QWidget):
     def _render(self, event: Event, how: str) -> None:
         # A replayed history shows curves and samples only: its log lines, checkpoints and end are old news.
         # A watched run's are news, as a live run's are.
-        if isinstance(event, StepMetrics):
+        if how == LIVE and isinstance(event, (CheckpointSaved, Finished, StepMetrics)):
+            self.blocked_banner.dismiss()  # the blocked save was made, or the run ended
+        if isinstance(event, SaveBlocked):
+            self._show_blocked(event)
+        elif isinstance(event, StepMetrics):
             self.last_step = event.step
             self.plots.add_metrics(event.step, event.metrics)
             if how == LIVE:
@@ -404,6 +412,11 @@ class RunView(QWidget):
             self.set_method(event.method)
             self.clear()  # the curves of this stage (its steps start again at 1)
             self.set_progress(f"{self.stage_prefix}starting…", 0)
+
+    def _show_blocked(self, event: SaveBlocked) -> None:
+        self.blocked_banner.show_blocked(event)
+        self.log("warning", event.message)
+        self.set_progress(f"{self.stage_prefix}paused at step {event.step:,}: the checkpoint could not be saved")
 
     def _show_step(self, item: StepMetrics) -> None:
         now = time.perf_counter()

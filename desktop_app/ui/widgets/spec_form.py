@@ -28,10 +28,12 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.spec_base import field_label, help_text
+from desktop_app.ui.widgets.benchmark_picker import BenchmarkPicker
 from desktop_app.ui.widgets.field_editors import (
     CheckList,
     FileListEdit,
     FloatBox,
+    FolderEdit,
     JsonEdit,
     LinesEdit,
     ModulesEdit,
@@ -43,7 +45,8 @@ from desktop_app.ui.widgets.field_editors import (
 
 QWIDGETSIZE_MAX = 16777215  # Qt's "no maximum" for a widget's size
 # editors with value() / set_value() / problems()
-COMPOSITE = ("files", "file", "checklist", "weights", "numbers", "json", "lines", "records", "modules")
+COMPOSITE = ("files", "file", "folder", "checklist", "weights", "numbers", "json", "lines", "records", "modules",
+             "benchmarks")
 
 
 class SpecForm(QWidget):
@@ -114,6 +117,7 @@ class SpecForm(QWidget):
             label = field_label(self.spec_cls, f.name)
             blank = list(default) if isinstance(default, list) and default and not any(default) else []
             editor: Any = {"files": lambda: FileListEdit(label), "file": lambda: PathEdit(label),
+                           "folder": lambda: FolderEdit(label), "benchmarks": BenchmarkPicker,
                            "checklist": lambda: CheckList(f.name, meta.get("choices", ())),
                            "weights": lambda: WeightsEdit(f.name, meta.get("keys", ())),
                            "numbers": lambda: NumbersEdit(f.name, meta.get("keys", ())),
