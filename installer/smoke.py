@@ -403,6 +403,20 @@ def step_models(ctx: Context) -> dict[str, object]:
     return {"seconds": round(listed.seconds + refused.seconds, 1), "refused": refused.err.strip()}
 
 
+def step_benchmarks(ctx: Context) -> dict[str, object]:
+    """The popular benchmarks are listed without the [benchmarks] extra; fetching their data says in one line what
+    is missing (the extra, in a bundle without it) or that the network is off."""
+    listed = run_app([ctx.exe, "benchmarks", "list"], ctx.env, cwd=ctx.work, timeout=120)
+    if "mmlu" not in listed.out or "hellaswag" not in listed.out:
+        raise SmokeFailure(f"benchmarks list did not list the popular benchmarks: {listed.out[:800]!r}")
+    refused = run_app([ctx.exe, "benchmarks", "fetch", "arc_easy"], {**ctx.env, "AZR_NETWORK": "off"},
+                      cwd=ctx.work, timeout=300, expect=2)
+    err = refused.err.strip()
+    if len(err.splitlines()) != 1 or not ("lm-evaluation-harness" in err or "network features are off" in err):
+        raise SmokeFailure(f"benchmarks fetch with AZR_NETWORK=off printed {refused.err[-800:]!r}")
+    return {"seconds": round(listed.seconds + refused.seconds, 1), "refused": err}
+
+
 def step_runs(ctx: Context) -> dict[str, object]:
     """`train`'s run compared with a 2-step run at another learning rate: the comparison names the lr that differs."""
     other = ctx.work / "run-lr"
@@ -454,11 +468,12 @@ STEPS: tuple[tuple[str, Callable[[Context], dict[str, object]]], ...] = (
     ("version", step_version), ("window", step_window), ("model", step_model), ("prepare", step_prepare),
     ("train", step_train), ("generate", step_generate), ("sandbox", step_sandbox), ("tasks", step_tasks),
     ("selfplay-demo", step_selfplay_demo), ("eval", step_eval), ("serve", step_serve), ("export", step_export),
-    ("models", step_models), ("runs", step_runs), ("errors", step_errors), ("window-selfplay", step_window_selfplay),
+    ("models", step_models), ("benchmarks", step_benchmarks), ("runs", step_runs),
+    ("errors", step_errors), ("window-selfplay", step_window_selfplay),
 )
 # The CLI verbs the steps run (desktop_app.cli.VERBS must all be here).
 STEP_VERBS = ("model", "prepare", "train", "generate", "sandbox", "tasks", "selfplay-demo", "eval", "serve", "export",
-              "models", "runs")
+              "models", "benchmarks", "runs")
 
 
 def run_smoke(meta: cfg.AppMeta, *, exe: Path, install_root: Path, scratch: Path, repeats: int,

@@ -21,13 +21,13 @@ import argparse
 import dataclasses
 import json
 import re
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from desktop_app.cli.command_line import cli_exe
+from desktop_app.cli.reporting import SignalScope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -245,13 +245,12 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-class CancelOnSignal:
+class CancelOnSignal(SignalScope):
     """Ctrl+C / SIGTERM cancel a download (the engine stops within a second and keeps the partial files); a second
     Ctrl+C interrupts at once."""
 
     def __init__(self, controls: Any):
         self.controls = controls
-        self.old: dict[int, Any] = {}
 
     def _cancel(self, signum: int, frame: Any) -> None:
         if self.controls.stop.is_set():
@@ -259,14 +258,8 @@ class CancelOnSignal:
         self.controls.stop.set()
         print("\ncancelling the download (Ctrl+C again to quit at once)", file=sys.stderr, flush=True)
 
-    def __enter__(self) -> CancelOnSignal:
-        for number in (signal.SIGINT, signal.SIGTERM):
-            self.old[number] = signal.signal(number, self._cancel)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for number, handler in self.old.items():
-            signal.signal(number, handler)
+    def handlers(self) -> dict[str, Any]:
+        return {"SIGINT": self._cancel, "SIGTERM": self._cancel}
 
 
 # --- list and network ----------------------------------------------------------------------------------------------

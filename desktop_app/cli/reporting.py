@@ -30,7 +30,29 @@ def consume_quietly(events: Any) -> int:
     return 1 if reason == "failed" else 0
 
 
-class StopSignals:
+class SignalScope:
+    """Signal handlers installed for a `with` block, the previous ones put back after it (signals this platform
+    lacks, such as SIGUSR1/2 on Windows, are skipped). `handlers()` names them; `old` keeps what they replaced."""
+
+    old: dict[int, Any]
+
+    def handlers(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __enter__(self) -> SignalScope:
+        self.old = {}
+        for name, handler in self.handlers().items():
+            if hasattr(signal, name):
+                number = getattr(signal, name)
+                self.old[number] = signal.signal(number, handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for number, handler in self.old.items():
+            signal.signal(number, handler)
+
+
+class StopSignals(SignalScope):
     """Ctrl+C / SIGTERM = graceful stop (a second Ctrl+C exits at once); SIGUSR1 = save a checkpoint now;
     SIGUSR2 = pause / resume. torchrun passes Ctrl+C on to every process as SIGINT, and SIGTERM when it ends the
     others because one of them died."""
@@ -38,7 +60,6 @@ class StopSignals:
     def __init__(self, controls: Any):
         self.controls = controls
         self.interrupts = 0
-        self.old: dict[int, Any] = {}
 
     def _on_stop(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGINT:
@@ -54,18 +75,9 @@ class StopSignals:
         pause = self.controls.pause
         pause.clear() if pause.is_set() else pause.set()
 
-    def __enter__(self) -> StopSignals:
-        handlers = {"SIGINT": self._on_stop, "SIGTERM": self._on_stop, "SIGUSR2": self._on_pause,
-                    "SIGUSR1": lambda s, f: self.controls.save_now.set()}
-        for name, handler in handlers.items():
-            if hasattr(signal, name):  # SIGUSR1/2 are POSIX only
-                number = getattr(signal, name)
-                self.old[number] = signal.signal(number, handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for number, handler in self.old.items():
-            signal.signal(number, handler)
+    def handlers(self) -> dict[str, Any]:
+        return {"SIGINT": self._on_stop, "SIGTERM": self._on_stop, "SIGUSR2": self._on_pause,
+                "SIGUSR1": lambda s, f: self.controls.save_now.set()}
 
 
 def consume(events: Any, notes: list[str], *, as_json: bool) -> int:

@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.command_line import TRAIN_FLAGS, add_train_flags
-from desktop_app.cli.reporting import StopSignals, consume, consume_quietly
+from desktop_app.cli.reporting import SignalScope, StopSignals, consume, consume_quietly
 from desktop_app.engine.methods import FINETUNE_METHODS
 from desktop_app.engine.train.request import RunRequest, prepare_run
 
@@ -315,24 +314,16 @@ def _run_pipeline(args: argparse.Namespace) -> int:
         return consume(blocked.events(run_pipeline(source, out, controls, resume=resume)), [], as_json=args.json)
 
 
-class BlockedSave:
+class BlockedSave(SignalScope):
     """A save the disk refused pauses the run (engine/train/saving.py): the CLI says so and how to go on, and while
-    it waits SIGUSR1 retries the save (instead of asking for one) and Ctrl+C stops without it."""
+    it waits SIGUSR1 retries the save (instead of asking for one) and Ctrl+C stops without it. Otherwise both go on
+    to the handlers it replaced (StopSignals')."""
 
     def __init__(self, controls: Controls) -> None:
         self.controls, self.blocked_at = controls, -1
-        self.old: dict[int, Any] = {}
 
-    def __enter__(self) -> BlockedSave:
-        for name, handler in (("SIGUSR1", self._on_usr1), ("SIGINT", self._on_interrupt)):
-            if hasattr(signal, name):  # SIGUSR1 is POSIX only
-                number = getattr(signal, name)
-                self.old[number] = signal.signal(number, handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for number, handler in self.old.items():
-            signal.signal(number, handler)
+    def handlers(self) -> dict[str, Any]:
+        return {"SIGUSR1": self._on_usr1, "SIGINT": self._on_interrupt}
 
     def _on_usr1(self, signum: int, frame: Any) -> None:
         if self.blocked_at >= 0:

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import __version__
-from desktop_app.engine.workspace import Workspace
+from desktop_app.engine.workspace import Workspace, workspace_problem
 from desktop_app.ui import gc_guard
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.exception_hooks import ExceptionRouter
@@ -474,10 +474,14 @@ class MainWindow(QMainWindow):
             self.set_workspace(folder)
 
     def set_workspace(self, folder: str | Path) -> None:
-        try:
-            ws = Workspace.open(folder)
-        except OSError as exc:
-            self.ctx.report_error(f"Cannot use {folder} as a workspace: {exc.strerror or exc}")
+        problem = workspace_problem(folder)  # read-only media, no permission: said before anything switches
+        if problem is None:
+            try:
+                ws = Workspace.open(folder)
+            except OSError as exc:
+                problem = f"Cannot use {folder} as a workspace: {exc.strerror or exc}"
+        if problem is not None:
+            self.ctx.report_error(problem, title="Workspace not usable")
             return
         self.ctx.set_workspace(ws)
         self.settings.setValue("workspace", str(ws.root))

@@ -75,6 +75,7 @@ QLabel[role="metric"] {{ font-size: 18px; font-weight: 600; color: {ACCENT}; }}
 QFrame#dropZone {{ border: 2px dashed #a5b4fc; border-radius: 8px; background: #eef2ff; }}
 QFrame#dropZone[active="true"] {{ border-color: {ACCENT}; background: #e0e7ff; }}
 QFrame#nextSteps {{ background: #ecfdf5; border: 1px solid #a7f3d0; border-radius: 6px; }}
+QFrame#saveBlocked {{ background: #fef3c7; border: 1px solid #f59e0b; border-radius: 6px; }}
 QFrame[bubble="user"] {{ background: #eef2ff; border: 1px solid #c7d2fe; border-radius: 8px; }}
 QFrame[bubble="assistant"] {{ background: {BASE}; border: 1px solid {BORDER}; border-radius: 8px; }}
 QFrame[bubble="system"] {{ background: #f9fafb; border: 1px dashed {BORDER}; border-radius: 8px; }}

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import safetensors
 import safetensors.torch as st
 import torch
+from disk_faults import FullDisk
 from train_helpers import final_weights, make_dataset, metrics_losses, step_losses, tiny_config
 
 from desktop_app.engine import run_folder as rf
@@ -35,28 +35,6 @@ def reference(dataset, tmp_path_factory) -> tuple[Path, list[Any]]:
 
 def _config(dataset: Path):
     return tiny_config(dataset, steps=6, save_every=2)
-
-
-class FullDisk:
-    """safetensors' own writer refuses, as it does when the disk is full (the Rust error, os error 28), from the
-    checkpoint of step `from_step` on, until `free()`."""
-
-    def __init__(self, monkeypatch, from_step: int) -> None:
-        self.full, self.from_step, self.refused = True, from_step, 0
-        real = st.serialize_file
-
-        def serialize(tensors, filename, metadata=None):
-            step = int(Path(filename).parent.name.split("-")[2])  # the staging folder .tmp-step-0000000N-xxxx
-            if self.full and step >= self.from_step:
-                self.refused += 1
-                raise safetensors.SafetensorError(
-                    "Error while serializing: I/O error: No space left on device (os error 28)")
-            return real(tensors, filename, metadata=metadata)
-
-        monkeypatch.setattr(st, "serialize_file", serialize)
-
-    def free(self) -> None:
-        self.full = False
 
 
 def _assert_same_as_reference(run: Path, events: list[Any], reference: tuple[Path, list[Any]]) -> None:

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
-import safetensors
-import safetensors.torch as st
+from disk_faults import FullDisk
 from server_helpers import running_server
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
@@ -31,20 +30,10 @@ def _wait_for(client: httpx.Client, run_id: str, states: set[str], timeout: floa
 
 
 def test_a_full_disk_pauses_an_api_run_until_retry(tmp_path, monkeypatch):
-    disk = {"full": False}
-    real = st.serialize_file
-
-    def serialize(tensors, filename, metadata=None):
-        if disk["full"]:
-            raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os "
-                                              "error 28)")
-        return real(tensors, filename, metadata=metadata)
-
-    monkeypatch.setattr(st, "serialize_file", serialize)
+    disk = FullDisk(monkeypatch, from_step=1)
     dataset = make_dataset(tmp_path / "ds")
     with running_server(tmp_path / "ws") as (url, state), httpx.Client(base_url=url, timeout=60) as client:
         shutil.copytree(dataset, state.workspace.folder("datasets") / "ds")
-        disk["full"] = True
         created = client.post("/api/runs", json={"dataset": "ds", "preset": "tiny",
                                                  "train": {"steps": 4, "batch_size": 2, "threads": 1}})
         assert created.status_code == 201, created.text
@@ -54,7 +43,7 @@ def test_a_full_disk_pauses_an_api_run_until_retry(tmp_path, monkeypatch):
         assert "the disk is full" in blocked["message"] and "bug" not in blocked["message"]
         run_dir = Path(blocked["path"])
         assert rf.list_committed(run_dir) == []
-        disk["full"] = False
+        disk.free()
         retried = client.post(f"/api/runs/{run_id}/retry")
         assert retried.status_code == 200 and retried.json()["state"] == "running"
         done = _wait_for(client, run_id, {"completed", "failed", "stopped"})

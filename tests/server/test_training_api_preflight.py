@@ -15,6 +15,7 @@ from train_helpers import make_dataset
 
 from desktop_app.engine.train import memory_faults as mf
 from desktop_app.engine.train import preflight as pf
+from desktop_app.engine.train import request as rq
 
 GIB = 1 << 30
 
@@ -23,8 +24,8 @@ def test_a_run_preflight_says_cannot_work_is_refused_unless_forced(tmp_path, mon
     # 1 MB free of 64 GiB: the tiny preset's weights and optimizer state exceed what is free (the preflight error),
     # not everything the machine has (the engine's hard gate), so forcing it starts a real run
     machine = pf.Machine(ram_free=1 << 20, ram_total=64 * GIB)
-    monkeypatch.setattr(mf, "this_machine", lambda probe_gpu=None: machine)
-    monkeypatch.setattr(pf, "this_machine", lambda probe_gpu=None: machine)
+    for module in (mf, pf, rq):
+        monkeypatch.setattr(module, "this_machine", lambda probe_gpu=None: machine)
     dataset = make_dataset(tmp_path / "ds")
     body = {"dataset": "ds", "preset": "tiny", "train": {"steps": 2, "batch_size": 2, "threads": 1}}
     with running_server(tmp_path / "ws") as (url, state), httpx.Client(base_url=url, timeout=60) as client:

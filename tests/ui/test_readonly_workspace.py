@@ -171,3 +171,11 @@ def test_an_uncaught_fault_in_a_slot_is_no_unexpected_error(window, qtbot, monke
     router._report(PermissionError(errno.EACCES, "Permission denied", "/srv/x"))
     router._report(ValueError("a bug"))
     assert titles == [(PermissionError, "Something went wrong"), (ValueError, "Unexpected error")]
+
+
+def test_open_workspace_on_read_only_media_keeps_the_current_one_and_says_why(window, media):
+    before = window.ctx.workspace.root
+    window.set_workspace(media)
+    assert window.ctx.workspace.root == before
+    message, details = window.ctx.errors[-1]
+    assert details == "" and "the disk is read-only" in message and str(media) in message and "bug" not in message

@@ -3,37 +3,13 @@ Retry / Save elsewhere… / Stop; each answer reaches the run, which goes on (or
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import safetensors
-import safetensors.torch as st
+from disk_faults import FullDisk
 from ui_helpers import TINY
 
 from desktop_app.engine import run_folder as rf
 from desktop_app.engine.events import Controls, SaveBlocked
 from desktop_app.ui.widgets.save_blocked_banner import SaveBlockedBanner, blocked_text
-
-
-class FullDisk:
-    """safetensors' writer refuses as a full disk does (os error 28) for checkpoints of step >= 4 outside
-    `spare`, until `free()`."""
-
-    def __init__(self, monkeypatch, spare: Path | None = None) -> None:
-        self.full = True
-        real = st.serialize_file
-
-        def serialize(tensors, filename, metadata=None):
-            step = int(Path(filename).parent.name.split("-")[2])  # the staging folder .tmp-step-0000000N-xxxx
-            if self.full and step >= 4 and not (spare is not None and str(spare) in str(filename)):
-                raise safetensors.SafetensorError(
-                    "Error while serializing: I/O error: No space left on device (os error 28)")
-            return real(tensors, filename, metadata=metadata)
-
-        monkeypatch.setattr(st, "serialize_file", serialize)
-
-    def free(self) -> None:
-        self.full = False
 
 
 def _start(window, workspace) -> None:

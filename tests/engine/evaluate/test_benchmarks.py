@@ -14,7 +14,6 @@ pytest.importorskip("lm_eval")
 
 from train_helpers import make_dataset, tiny_config
 
-import desktop_app.cli as cli
 from desktop_app.engine.evaluate import benchmarks
 from desktop_app.engine.evaluate.results import read_results
 from desktop_app.engine.evaluate.runner import evaluate_models
@@ -32,17 +31,6 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     list(train(tiny_config(dataset, steps=2, save_every=2), root / "a"))
     list(train(tiny_config(dataset, steps=4, save_every=4, seed=2), root / "b"))
     return root / "a", root / "b"
-
-
-@pytest.fixture
-def run_cli(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "VERBS", {"eval": cli.VERBS["eval"]})
-
-    def run(*argv):
-        code = cli.main(["eval", *map(str, argv)])
-        return code, *capsys.readouterr()
-
-    return run
 
 
 @pytest.mark.parametrize("fewshot", [0, 2])

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from train_helpers import make_dataset, tiny_config
 
-import desktop_app.cli as cli
 from desktop_app.engine.evaluate.results import RESULTS_FILE, read_results
 from desktop_app.engine.train.loop import train
 
@@ -24,17 +23,6 @@ def runs(tmp_path_factory) -> tuple[Path, Path, Path]:
     list(train(tiny_config(dataset, steps=2, save_every=2), root / "a"))
     list(train(tiny_config(dataset, steps=4, save_every=2, seed=2), root / "b"))
     return dataset, root / "a", root / "b"
-
-
-@pytest.fixture
-def run_cli(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "VERBS", {"eval": cli.VERBS["eval"]})
-
-    def run(*argv):
-        code = cli.main(["eval", *map(str, argv)])
-        return code, *capsys.readouterr()
-
-    return run
 
 
 def test_two_models_one_json_object_each_with_what_was_asked(runs, tmp_path: Path, run_cli) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from train_helpers import corpus, make_dataset, tiny_config
 
-import desktop_app.cli as cli
 from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.evaluate import qa as qa_module
 from desktop_app.engine.evaluate.results import RESULTS_FILE
@@ -46,17 +45,6 @@ def models(tmp_path_factory) -> dict[str, Path]:
         tok.save_pretrained(folder)
         found[name] = folder
     return found
-
-
-@pytest.fixture
-def run_cli(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "VERBS", {"eval": cli.VERBS["eval"]})
-
-    def run(*argv):
-        code = cli.main(["eval", *map(str, argv)])
-        return code, *capsys.readouterr()
-
-    return run
 
 
 def test_a_pretraining_run_gets_perplexity_on_its_validation_split(models, run_cli) -> None:
