@@ -51,8 +51,11 @@ def harness_missing() -> str | None:
 
 
 def harness_version() -> str:
-    """The harness as recorded with each result ("lm_eval 0.4.13")."""
-    return f"lm_eval {metadata.version('lm_eval')}"
+    """The harness as recorded with each result ("lm_eval 0.4.13"; "lm_eval" where its version is not recorded)."""
+    try:
+        return f"lm_eval {metadata.version('lm_eval')}"
+    except metadata.PackageNotFoundError:
+        return "lm_eval"
 
 
 def local_task_entries(index: dict[str, Any]) -> None:
