@@ -73,3 +73,23 @@ def test_harness_figures_become_the_record_keys() -> None:
     assert out == {"bench/gsm8k/exact_match[strict-match]": 0.25, "bench/gsm8k/exact_match[strict-match]/stderr": 0.05,
                    "bench/gsm8k/exact_match": 0.5, "bench/gsm8k/exact_match/stderr": None,
                    "bench/gsm8k/items": 8, "bench/gsm8k/fewshot": 5, **version}
+
+
+def test_without_the_harness_eval_benchmark_and_fetch_are_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The default install (no [benchmarks] extra): asking for a benchmark says how to install the harness, in one
+    line, exit 2, before any model loads; `benchmarks list` still lists the popular ones."""
+    import sys
+
+    from desktop_app import cli
+
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` fails as where it is not installed
+    model = tmp_path / "model"
+    model.mkdir()
+    for argv in (["eval", str(model), "--benchmark", "arc_easy"], ["benchmarks", "fetch", "arc_easy"]):
+        code = cli.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1, (argv, err)
+        assert err.startswith("error: ") and 'pip install "azr-model-trainer[benchmarks]"' in err, err
+    assert cli.main(["benchmarks", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "mmlu" in out and "hellaswag" in out
