@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.benchmark_catalog import DatasetRef, leaf_configs, task_datasets, task_index
+from desktop_app.engine.evaluate.benchmark_catalog import (
+    DatasetRef,
+    leaf_configs,
+    require_harness,
+    task_datasets,
+    task_index,
+)
 from desktop_app.engine.events import Controls, Event, Progress
 from desktop_app.engine.hub.download import DownloadCancelled, relay_progress, small_chunks
 from desktop_app.engine.hub.errors import hub_error
@@ -285,6 +291,7 @@ def fetch_benchmark_data(names: list[str], include_dir: str = "", controls: Cont
     choice the network switch allows: DownloadProgress (bytes, speed, time left; as model downloads), Progress while
     each dataset is prepared, then BenchmarkDataFetched; DownloadCancelled when controls.stop is set. NetworkOff
     before any request when network features are off; BenchmarkDataMissing for local files that do not exist."""
+    require_harness()  # before the task index, which may be cached from an earlier call
     controls = controls or Controls()
     refs = task_datasets(names, include_dir)
     lost = [f for ref in refs for f in ref.missing_files()]
