@@ -66,6 +66,20 @@ def _finish(gen) -> list[Any]:
     return out
 
 
+def _past_first_checkpoint(dataset: Path, run: Path, controls: Controls, switch: dict[str, bool],
+                           key: str = "on") -> tuple[Any, list[Any]]:
+    """A run trained up to its first checkpoint, then `switch[key]` turned on (the fault begins): the generator
+    and the events so far."""
+    gen = train(_config(dataset), run, controls)
+    events = []
+    for event in gen:
+        events.append(event)
+        if event.type == "checkpoint":
+            switch[key] = True
+            break
+    return gen, events
+
+
 def _only_step_2_intact(run: Path) -> None:
     assert [rf.step_of(p) for p in rf.list_committed(run)] == [2]
     rf.verify_checkpoint(rf.list_committed(run)[0])
@@ -170,13 +184,7 @@ def test_too_little_free_space_is_refused_before_writing_and_pauses(dataset, ref
     staged: list[Path] = []
     monkeypatch.setattr(ckpt, "save_pause_hook", staged.append)
     controls = Controls(answers_faults=True)
-    gen = train(_config(dataset), tmp_path / "run", controls)
-    events = []
-    for event in gen:
-        events.append(event)
-        if event.type == "checkpoint":
-            small["on"] = True  # the disk fills after the first checkpoint
-            break
+    gen, events = _past_first_checkpoint(dataset, tmp_path / "run", controls, small)  # then the disk fills
     more, blocked = _until_blocked(gen)
     assert "needs about" in blocked.message and "1.0 MB is free" in blocked.message and blocked.free == 1_000_000
     assert len(staged) == 1  # the second checkpoint never started writing
@@ -208,13 +216,7 @@ def test_a_read_only_checkpoint_folder_pauses_too(dataset, reference, tmp_path, 
 
     monkeypatch.setattr(ckpt.os_faults, "check_free_space", refuse)
     controls = Controls(answers_faults=True)
-    gen = train(_config(dataset), tmp_path / "run", controls)
-    events = []
-    for event in gen:
-        events.append(event)
-        if event.type == "checkpoint":
-            state["ro"] = True
-            break
+    gen, events = _past_first_checkpoint(dataset, tmp_path / "run", controls, state, "ro")
     more, blocked = _until_blocked(gen)
     assert "read-only" in blocked.message and "choose a folder you can write to" in blocked.message
     state["ro"] = False

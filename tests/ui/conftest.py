@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from ui_helpers import prepare, train_run
 
@@ -39,3 +41,12 @@ def chat_model(tmp_path_factory):
     hf_tokenizer(train_tokenizer(["the cat sat on the mat. hello, and then?"] * 30, "byte-bpe", 320)).save_pretrained(
         folder)
     return folder
+
+
+@pytest.fixture
+def base(tmp_path):
+    """A folder standing in for a base model (the form only needs it to exist; nothing loads it here)."""
+    folder = tmp_path / "base-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return str(folder)

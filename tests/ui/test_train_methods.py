@@ -30,15 +30,6 @@ def _jsonl(path, *records):
     return str(path)
 
 
-@pytest.fixture
-def base(tmp_path):
-    """A folder standing in for a base model (the form only needs it to exist; nothing loads it here)."""
-    folder = tmp_path / "base-model"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return str(folder)
-
-
 def _visible(tab) -> dict[str, bool]:
     p = tab.setup.method_panel
     return {name: g.isVisibleTo(tab) for name, g in (("base", p.base_group), ("data", p.data_group),

@@ -4,8 +4,6 @@ config shown again (resume, Library) brings its mapping back."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from desktop_app.cli.command_line import method_command
@@ -14,15 +12,6 @@ from desktop_app.engine.train.request import plan_run
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-
-
-@pytest.fixture
-def base(tmp_path):
-    """A folder standing in for a base model (the form only needs it to exist; nothing loads it here)."""
-    folder = tmp_path / "base-model"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return str(folder)
 
 
 @pytest.fixture

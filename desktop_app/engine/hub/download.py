@@ -38,13 +38,12 @@ from desktop_app.engine.hub.cache import hub_cache_dir
 from desktop_app.engine.hub.details import SAFETENSORS_LABEL, details_from_info, fetch_info
 from desktop_app.engine.hub.errors import NoMatchingFiles, NotEnoughDisk, existing_parent, hub_error
 from desktop_app.engine.hub.network import hub_endpoint, online
+from desktop_app.engine.hub.overrides import SharedOverride
 
 CHUNK_BYTES = 256 * 1024
 EVENTS_PER_S = 10
 STOP_WAIT_S = 1.0  # how long a cancel waits for the transfer to notice (it does at its next chunk)
-_chunk_lock = threading.Lock()
-_chunk_users = 0
-_saved_chunk = 0
+_SMALL_CHUNKS = SharedOverride("huggingface_hub.constants", "DOWNLOAD_CHUNK_SIZE", CHUNK_BYTES)
 
 
 @dataclass
@@ -290,24 +289,9 @@ class HashingWriter:
         return self.sha.hexdigest() if self.valid else None
 
 
-@contextlib.contextmanager
-def small_chunks() -> Iterator[None]:
+def small_chunks() -> contextlib.AbstractContextManager[None]:
     """huggingface_hub's transfer chunk at CHUNK_BYTES while pulls run (see the module docstring)."""
-    global _chunk_users, _saved_chunk
-    from huggingface_hub import constants
-
-    with _chunk_lock:
-        if _chunk_users == 0:
-            _saved_chunk = constants.DOWNLOAD_CHUNK_SIZE
-            constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES
-        _chunk_users += 1
-    try:
-        yield
-    finally:
-        with _chunk_lock:
-            _chunk_users -= 1
-            if _chunk_users == 0:
-                constants.DOWNLOAD_CHUNK_SIZE = _saved_chunk
+    return _SMALL_CHUNKS()
 
 
 class SpeedMeter:

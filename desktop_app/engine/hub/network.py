@@ -19,22 +19,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.fileio import atomic_write_text
 from desktop_app.engine.hub.errors import NetworkOff
+from desktop_app.engine.hub.overrides import SharedOverride
 
 APP_NAME = "AZR Model Trainer"
 SETTING = "network_features"
 ENV_SWITCH = "AZR_NETWORK"
 _OFF_WORDS = ("off", "0", "false", "no")
 
-_lock = threading.Lock()
-_online_calls = 0
-_saved_offline: bool | None = None
+_LIFTED = SharedOverride("huggingface_hub.constants", "HF_HUB_OFFLINE", False)
 
 
 def settings_file() -> Path:
@@ -95,20 +93,6 @@ def hub_api() -> Any:
 @contextlib.contextmanager
 def online() -> Iterator[None]:
     """Run one of engine.hub's calls with huggingface_hub's offline constant lifted (see the module docstring)."""
-    global _online_calls, _saved_offline
-    from huggingface_hub import constants
-
     require_network()
-    with _lock:
-        if _online_calls == 0:
-            _saved_offline = constants.HF_HUB_OFFLINE
-            constants.HF_HUB_OFFLINE = False
-        _online_calls += 1
-    try:
+    with _LIFTED():
         yield
-    finally:
-        with _lock:
-            _online_calls -= 1
-            if _online_calls == 0 and _saved_offline is not None:
-                constants.HF_HUB_OFFLINE = _saved_offline
-                _saved_offline = None

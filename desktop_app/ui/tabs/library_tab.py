@@ -65,6 +65,7 @@ from desktop_app.ui.widgets.opened_ggufs import (
     window_settings,
 )
 from desktop_app.ui.widgets.run_view import run_method_key
+from desktop_app.ui.widgets.tree_groups import group_item
 
 KIND_TITLES = {"runs": "Runs", "models": "Models", "datasets": "Datasets", "tokenizers": "Tokenizers",
                "exports": "Exports"}
@@ -224,11 +225,7 @@ class LibraryTab(QWidget):
         ws = self.ctx.workspace
         for kind, title in KIND_TITLES.items():
             items = ws.items(kind)
-            top = QTreeWidgetItem([f"{title} ({len(items)})"])
-            font = top.font(0)
-            font.setBold(True)
-            top.setFont(0, font)
-            self.tree.addTopLevelItem(top)
+            top = group_item(self.tree, title, len(items))
             for p in items:
                 child = self._item(p, kind)
                 if child is None:

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QFileDialog, QTreeWidget, QTreeWidgetItem, QWidget
 
 from desktop_app.engine.model.model_stores import StoreModel, find_store_models
+from desktop_app.ui.widgets.tree_groups import group_item
 
 CHOOSE_GGUF = "\x00choose-gguf"  # combo data of "GGUF file…"
 STORE_KIND = "store"  # the Library's kind of an Ollama / LM Studio model
@@ -111,11 +112,7 @@ def add_store_group(tree: QTreeWidget, path_role: int, kind_role: int, source_co
     models = store_models()
     if not models:
         return
-    top = QTreeWidgetItem([f"Ollama and LM Studio ({len(models)})"])
-    font = top.font(0)
-    font.setBold(True)
-    top.setFont(0, font)
-    tree.addTopLevelItem(top)
+    top = group_item(tree, "Ollama and LM Studio", len(models))
     for m in models:
         size = f"{m.size / 1e9:.2f} GB" if m.size >= 1e9 else f"{m.size / 1e6:.0f} MB"
         child = QTreeWidgetItem([f"{m.name} · {m.architecture or '?'} {m.quantization}"])

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
 
 from desktop_app.ui.widgets.hub_words import size_words
+from desktop_app.ui.widgets.tree_groups import group_item
 
 if TYPE_CHECKING:
     from desktop_app.engine.hub.cache import CachedModel
@@ -58,11 +59,7 @@ def add_hub_group(tree: QTreeWidget, roles: tuple[int, int], columns: Sequence[i
         return None
     path_role, kind_role = roles
     source_column, modified_column, size_column = columns
-    top = QTreeWidgetItem([f"{GROUP_TITLE} ({len(models)})"])
-    font = top.font(0)
-    font.setBold(True)
-    top.setFont(0, font)
-    tree.addTopLevelItem(top)
+    top = group_item(tree, GROUP_TITLE, len(models))
     for m in models:
         child = QTreeWidgetItem([hub_label(m)])
         child.setText(source_column, "Hugging Face")

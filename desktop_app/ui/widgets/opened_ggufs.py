@@ -18,6 +18,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.model.model_stores import StoreModel, lmstudio_root, ollama_root
 from desktop_app.engine.workspace import remembered_gguf_files
 from desktop_app.ui.widgets.gguf_models import store_models
+from desktop_app.ui.widgets.tree_groups import group_item
 
 OPENED_KEY = "library/opened_gguf_models"  # settings key: GGUF files opened as a chat model or a base, newest first
 MAX_OPENED = 50
@@ -87,11 +88,7 @@ def add_opened_group(tree: QTreeWidget, paths: Sequence[Path], roles: tuple[int,
     path_role, kind_role = roles
     source_column, modified_column, size_column = columns
     origins = store_origins(paths)
-    top = QTreeWidgetItem([f"{GROUP_TITLE} ({len(paths)})"])
-    font = top.font(0)
-    font.setBold(True)
-    top.setFont(0, font)
-    tree.addTopLevelItem(top)
+    top = group_item(tree, GROUP_TITLE, len(paths))
     for path in paths:
         origin = origins.get(str(path))
         child = QTreeWidgetItem([origin.name if origin is not None else path.name])
