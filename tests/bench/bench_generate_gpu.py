@@ -221,7 +221,8 @@ def selfplay_split(args) -> None:
             if getattr(event, "type", "") == "finished" and getattr(event, "reason", "") != "completed":
                 raise SystemExit(f"the demo base failed: {event}")
         base = Path(tmp) / "demo" / "pretrain"
-        print(f"\nself-play: demo base pretrained on the GPU ({args.pretrain} steps, {time.perf_counter() - t0:.0f} s)")
+        took = time.perf_counter() - t0
+        print(f"\nself-play: demo base pretrained on {DEVICE} ({args.pretrain} steps, {took:.0f} s)")
         results = {}
         for label, device in (("cuda", DEVICE), ("cpu", "cpu")):
             steps = args.selfplay if label == "cuda" else max(args.selfplay // 3, min(args.selfplay, 12))
@@ -287,6 +288,8 @@ def main() -> None:
         SHAPES.update(hidden=64, layers=2, heads=4)
     elif not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (or --dry-run)")
+    if 0 < args.selfplay < 6:
+        raise SystemExit("--selfplay needs at least 6 steps: the first 3 (allocation, graph capture) are not timed")
     if args.decode:
         decode_table(args)
     if args.selfplay:
