@@ -21,7 +21,6 @@ How a fetch works, and why:
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,7 +42,6 @@ from desktop_app.engine.hub.network import hub_endpoint, online
 from desktop_app.engine.os_faults import check_free_space
 
 FETCH_BUTTON = 'the Evaluate view\'s "Fetch data" button'
-_lock = threading.Lock()
 
 
 class BenchmarkDataMissing(UserError):
@@ -80,44 +78,69 @@ def fetch_command(names: list[str], include_dir: str = "") -> str:
 
 # --- the offline and online switches of the datasets library ---------------------------------------------------
 
-@contextlib.contextmanager
-def _switched(offline: bool, endpoint: str | None = None) -> Iterator[None]:
-    """datasets' and huggingface_hub's offline constants (read once, at import) set to `offline` while the block
-    runs, and restored after it (the environment's HF_DATASETS_OFFLINE too, for code that reads it later)."""
-    from huggingface_hub import constants as hub_constants
+class _DatasetsSwitch:
+    """datasets' offline constants (read once, at import), decided by the calls that run now: online while any fetch
+    runs (it needs the network), else offline while any evaluation runs, else as they were before the first call.
+    Counted, so calls that overlap on several threads, in any order, never leave a wrong value behind.
+    huggingface_hub's own offline constant is not touched here: it belongs to engine.hub.network (a fetch lifts it
+    with `online()`), so an evaluation never blocks a model download that runs beside it."""
 
-    try:
-        from datasets import config as ds_config
-    except ImportError:
-        ds_config = None
-    with _lock:
-        saved = (hub_constants.HF_HUB_OFFLINE, os.environ.get("HF_DATASETS_OFFLINE"),
-                 getattr(ds_config, "HF_HUB_OFFLINE", None), getattr(ds_config, "HF_ENDPOINT", None))
-        hub_constants.HF_HUB_OFFLINE = offline
-        os.environ["HF_DATASETS_OFFLINE"] = "1" if offline else "0"
-        if ds_config is not None:
-            ds_config.HF_HUB_OFFLINE = ds_config.HF_DATASETS_OFFLINE = offline
-            if endpoint:
-                ds_config.HF_ENDPOINT = endpoint
-    try:
-        yield
-    finally:
-        with _lock:
-            hub_constants.HF_HUB_OFFLINE = saved[0]
-            if saved[1] is None:
-                os.environ.pop("HF_DATASETS_OFFLINE", None)
-            else:
-                os.environ["HF_DATASETS_OFFLINE"] = saved[1]
-            if ds_config is not None:
-                ds_config.HF_HUB_OFFLINE = ds_config.HF_DATASETS_OFFLINE = saved[2]
-                ds_config.HF_ENDPOINT = saved[3]
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.votes = {True: 0, False: 0}  # offline -> how many calls want it
+        self.saved: tuple[Any, Any, Any] | None = None
+        self.endpoint: str | None = None  # the fetches' endpoint (they share the app's one)
+
+    @contextlib.contextmanager
+    def __call__(self, offline: bool, endpoint: str | None = None) -> Iterator[None]:
+        try:
+            from datasets import config
+        except ImportError:  # no datasets library: nothing reads the switch
+            yield
+            return
+        with self.lock:
+            if self.saved is None:
+                self.saved = (config.HF_HUB_OFFLINE, config.HF_DATASETS_OFFLINE, config.HF_ENDPOINT)
+            self.votes[offline] += 1
+            if endpoint and not offline:
+                self.endpoint = endpoint
+            self._apply(config)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.votes[offline] -= 1
+                self._apply(config)
+
+    def _apply(self, config: Any) -> None:
+        assert self.saved is not None
+        if self.votes[False]:
+            config.HF_HUB_OFFLINE = config.HF_DATASETS_OFFLINE = False
+            config.HF_ENDPOINT = self.endpoint or self.saved[2]
+        elif self.votes[True]:
+            config.HF_HUB_OFFLINE = config.HF_DATASETS_OFFLINE = True
+            config.HF_ENDPOINT = self.saved[2]
+        else:
+            config.HF_HUB_OFFLINE, config.HF_DATASETS_OFFLINE, config.HF_ENDPOINT = self.saved
+            self.saved, self.endpoint = None, None
+
+
+_switched = _DatasetsSwitch()
 
 
 @contextlib.contextmanager
 def datasets_offline() -> Iterator[None]:
-    """Run an evaluation with the datasets library and huggingface_hub offline: the harness's `load_dataset` reads
-    the cache (a prepared dataset, or local files) and never reaches the network. Restored afterwards."""
+    """Run an evaluation with the datasets library offline: the harness's `load_dataset` reads the cache (a prepared
+    dataset, or local files) and never reaches the network, unless a fetch runs beside it. Restored afterwards."""
     with _switched(True):
+        yield
+
+
+@contextlib.contextmanager
+def datasets_online(endpoint: str) -> Iterator[None]:
+    """Run a fetch with the datasets library online on `endpoint` (inside engine.hub.network.online, which checks
+    the person's network switch and lifts huggingface_hub's own constant). Restored afterwards."""
+    with _switched(False, endpoint):
         yield
 
 
@@ -301,7 +324,7 @@ def fetch_benchmark_data(names: list[str], include_dir: str = "", controls: Cont
     if not todo:
         yield BenchmarkDataFetched(names)
         return
-    with online(), _switched(False, hub_endpoint()), small_chunks():
+    with online(), datasets_online(hub_endpoint()), small_chunks():
         plan = _planned(todo)
         transfer = FetchTransfer(plan, controls.stop)
         yield from _transfer(transfer)

@@ -25,6 +25,7 @@ from desktop_app.engine.evaluate.benchmark_data import (
     check_benchmark_data,
     data_state,
     datasets_offline,
+    datasets_online,
     fetch_benchmark_data,
 )
 from desktop_app.engine.events import Controls, Progress
@@ -182,14 +183,15 @@ def test_local_task_files_count_as_present_and_a_lost_file_is_named(tmp_path, mo
     assert (folder / "azr_tiny_mc_test.jsonl").is_file()  # nothing else touched
 
 
-def test_datasets_offline_sets_both_switches_and_restores_them():
+def test_datasets_offline_switches_datasets_only_and_restores_it():
     import datasets.config as ds_config
     from huggingface_hub import constants
 
-    before = (constants.HF_HUB_OFFLINE, ds_config.HF_HUB_OFFLINE)
+    before = (constants.HF_HUB_OFFLINE, ds_config.HF_HUB_OFFLINE, ds_config.HF_DATASETS_OFFLINE)
     with datasets_offline():
-        assert constants.HF_HUB_OFFLINE is True and ds_config.HF_HUB_OFFLINE is True
-    assert before == (constants.HF_HUB_OFFLINE, ds_config.HF_HUB_OFFLINE)
+        assert ds_config.HF_HUB_OFFLINE is True and ds_config.HF_DATASETS_OFFLINE is True
+        assert before[0] == constants.HF_HUB_OFFLINE  # huggingface_hub's own switch is the model downloads'
+    assert before == (constants.HF_HUB_OFFLINE, ds_config.HF_HUB_OFFLINE, ds_config.HF_DATASETS_OFFLINE)
     errors = []
 
     def nested() -> None:
@@ -202,7 +204,41 @@ def test_datasets_offline_sets_both_switches_and_restores_them():
     thread = threading.Thread(target=nested)
     thread.start()
     thread.join()
-    assert errors == [] and before == (constants.HF_HUB_OFFLINE, ds_config.HF_HUB_OFFLINE)
+    assert errors == [] and before == (constants.HF_HUB_OFFLINE, ds_config.HF_HUB_OFFLINE,
+                                       ds_config.HF_DATASETS_OFFLINE)
+
+
+def test_an_evaluation_beside_a_download_and_a_fetch_leaves_every_switch_as_it_was(monkeypatch):
+    """An evaluation that overlaps a model download and a benchmark fetch (ending in any order) never blocks the
+    download, lets the fetch reach the network while it runs, and leaves no wrong value behind."""
+    import datasets.config as ds_config
+    from huggingface_hub import constants
+
+    from desktop_app.engine.hub.network import online
+
+    monkeypatch.delenv("AZR_NETWORK", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # an offline-first launch
+    monkeypatch.setattr(ds_config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(ds_config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(ds_config, "HF_ENDPOINT", "https://huggingface.co")
+    evaluation, download, fetch = datasets_offline(), online(), datasets_online("http://127.0.0.1:9")
+    evaluation.__enter__()
+    download.__enter__()
+    assert constants.HF_HUB_OFFLINE is False and ds_config.HF_HUB_OFFLINE is True  # the download runs
+    fetch.__enter__()
+    assert ds_config.HF_HUB_OFFLINE is False and ds_config.HF_ENDPOINT == "http://127.0.0.1:9"
+    evaluation.__exit__(None, None, None)  # the evaluation ends first
+    assert ds_config.HF_HUB_OFFLINE is False  # the fetch still runs
+    download.__exit__(None, None, None)
+    assert constants.HF_HUB_OFFLINE is True
+    fetch.__exit__(None, None, None)
+    assert (ds_config.HF_HUB_OFFLINE, ds_config.HF_DATASETS_OFFLINE) == (True, True)
+    assert ds_config.HF_ENDPOINT == "https://huggingface.co"
+    with datasets_online("http://127.0.0.1:9"), datasets_offline():  # a fetch started first still wins
+        assert ds_config.HF_HUB_OFFLINE is False
+        with datasets_offline():
+            assert ds_config.HF_HUB_OFFLINE is False
+    assert ds_config.HF_HUB_OFFLINE is True and ds_config.HF_ENDPOINT == "https://huggingface.co"
 
 
 def test_the_catalog_knows_the_popular_benchmarks_and_their_hub_datasets():
