@@ -344,6 +344,10 @@ class MetricsWriter:
         self.ok = True
         return None
 
+    def take_warnings(self) -> list[str]:
+        """Warnings of what writes behind metrics.jsonl (trackers) since the last call, for the loop to say live."""
+        return []
+
     def flush_pending(self) -> None:
         """Write the records waiting in memory; on a refusal the file is cut back to its last whole line, the
         records stay waiting and the OSError is raised."""

@@ -211,6 +211,10 @@ def test_a_tracker_that_breaks_is_dropped_with_one_warning(tmp_path, monkeypatch
     warnings = [r["message"] for r in records if r.get("type") == "log" and "stopped tracking" in r["message"]]
     assert len(warnings) == 1 and "TensorBoard" in warnings[0] and "No space left" in warnings[0]
     assert [r["step"] for r in records if r.get("type") == "step"] == [1, 2, 3, 4, 5, 6]  # nothing lost
+    said = [i for i, e in enumerate(events) if e.type == "log" and "stopped tracking" in e.message]
+    steps = [e.step for e in events if e.type == "step"]
+    assert len(said) == 1 and events[said[0]].level == "warning"  # said live, once, while the run goes on
+    assert [e.step for e in events[:said[0]] if e.type == "step"] == steps[:3]
 
 
 def test_a_missing_library_is_a_warning_and_the_run_goes_on(tmp_path, monkeypatch):

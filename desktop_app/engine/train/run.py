@@ -73,6 +73,8 @@ class Run:
 
     def take_notes(self) -> list[Event]:
         notes, self.notes = self.notes, []
+        if self.metrics is not None:  # recorded already: said live, not written again
+            notes += [Log("warning", message) for message in self.metrics.take_warnings()]
         return notes
 
     # --- checkpoints: what a run saves and restores -------------------------------------------------------

@@ -291,7 +291,7 @@ def _save_ids(run_dir: Path, trackers: list[Tracker], previous: dict[str, Any]) 
 
 class TrackedMetrics(MetricsWriter):
     """metrics.jsonl (written first, as before), then every tracker. A tracker that raises is dropped; its warning is
-    recorded in metrics.jsonl and logged once."""
+    recorded in metrics.jsonl, logged once, and said live by the loop (`take_warnings`, between steps)."""
 
     def __init__(self, run_dir: str | Path, config: RunConfig, keep_bytes: int | None = None,
                  resume_step: int | None = None):
@@ -299,6 +299,7 @@ class TrackedMetrics(MetricsWriter):
         self.run_dir = Path(run_dir)
         self.outcome = ""
         self.trackers, self.notes = open_trackers(self.run_dir, config, resume_step)
+        self.said: list[str] = []  # warnings not yet taken by the loop
 
     def write(self, record: dict[str, Any]) -> str | None:
         problem = super().write(record)
@@ -336,6 +337,11 @@ class TrackedMetrics(MetricsWriter):
                            "metrics.jsonl still records everything")
                 log.warning(message)
                 super().write(Log("warning", message).to_dict())
+                self.said.append(message)
+
+    def take_warnings(self) -> list[str]:
+        said, self.said = self.said, []
+        return said
 
 
 # --- TensorBoard for a run folder (the window's "Open in TensorBoard") ----------------------------------------------
