@@ -1,11 +1,13 @@
 """Watching a run launched outside the window (CLI, torchrun): its metrics.jsonl, appended by another thread here,
 feeds the Train tab's plots live; a resume's cut-back file is replayed; "finished" ends the watch; Stop watching
-and starting a training end it too; nothing is written to the run; the Library's Watch live names the run.
+and starting a training end it too; nothing is written to the run; the Library's Watch live names the run; Stop the
+run stops the processes the window launched (RUN/launch.json), and only those.
 Also the Distributed fields and the torchrun command of Show CLI command."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -193,3 +195,58 @@ def test_watching_a_pipeline_follows_the_stage_it_is_at(window, qtbot, tmp_path)
     qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 3, timeout=10000)
     tab.stop_watching()
     _wait_idle(qtbot, window)
+
+
+# a stand-in for torchrun (its cmdline names torch.distributed.run): on SIGTERM it "saves" and writes finished
+_FAKE_TORCHRUN = """
+import json, signal, sys, time
+run = sys.argv[1]
+def stop(*_):
+    with open(run + "/metrics.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"type": "finished", "step": 3, "reason": "stopped"}) + "\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_stop_the_run_stops_the_processes_the_window_launched(window, qtbot, tmp_path):
+    import subprocess
+    import sys
+
+    tab = window.train_tab
+    run = _run_folder(tmp_path)
+    assert tab.watch_run(run)  # no launch.json: a CLI run, whose processes the window does not own
+    assert not tab.run_view.stop_run_btn.isVisibleTo(tab)
+    tab.stop_watching()
+    (run / "launch.json").write_text(json.dumps({"pid": os.getpid(), "nproc": 2}), encoding="utf-8")
+    assert tab.watch_run(run)  # a pid that is not a torchrun (reused by another program) is never signalled
+    assert not tab.run_view.stop_run_btn.isVisibleTo(tab)
+    tab.stop_watching()
+    _wait_idle(qtbot, window)
+
+    proc = subprocess.Popen([sys.executable, "-c", _FAKE_TORCHRUN, str(run), "torch.distributed.run"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        (run / "launch.json").write_text(json.dumps({"pid": proc.pid, "nproc": 2}), encoding="utf-8")
+        assert tab.watch_run(run)
+        assert tab.run_view.stop_run_btn.isVisibleTo(tab) and tab.run_view.stop_run_btn.isEnabled()
+        asked = []
+        window.ctx.confirm = lambda title, text, parent=None: asked.append(text) or False
+        tab.run_view.stop_run_btn.click()  # "No": nothing is sent
+        assert asked and proc.poll() is None and tab.watching
+        window.ctx.confirm = lambda title, text, parent=None: True
+        tab.run_view.stop_run_btn.click()
+        assert proc.wait(10) == 0 and not tab.run_view.stop_run_btn.isEnabled()
+        qtbot.waitUntil(lambda: not tab.watching, timeout=10000)  # its finished record ends the watch
+        _wait_idle(qtbot, window)
+        assert tab.run_view.last_finished.reason == "stopped"
+        assert "asked the processes of outside-run to stop" in tab.run_view.log_view.toPlainText()
+        assert tab.watch_run(run) and not tab.run_view.stop_run_btn.isVisibleTo(tab)  # its torchrun has ended
+        tab.stop_watching()
+        _wait_idle(qtbot, window)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -174,19 +174,33 @@ def resume_processes(run_dir: Path, config: RunConfig) -> int:
     return launched_processes(run_dir) or processes_of(config)
 
 
-def stop_launched(run_dir: Path) -> bool:
-    """Stop a run launched earlier and left running (RUN/launch.json): SIGTERM to its torchrun, which passes it on.
-    False when no such process is alive."""
+def launched_torchrun(run_dir: Path) -> Any | None:
+    """The torchrun (a psutil.Process) of a run launched earlier and still running (RUN/launch.json); None when it
+    has ended, or its pid now belongs to another program."""
     import psutil
 
     data = run_folder.read_json(run_dir / LAUNCH_FILE)
     pid = data.get("pid") if isinstance(data, dict) else None
     if not isinstance(pid, int):
-        return False
+        return None
     try:
         proc = psutil.Process(pid)
-        if "torch.distributed.run" not in " ".join(proc.cmdline()):
-            return False  # the pid now belongs to another program
+        if proc.status() == psutil.STATUS_ZOMBIE or "torch.distributed.run" not in " ".join(proc.cmdline()):
+            return None
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return proc
+
+
+def stop_launched(run_dir: Path) -> bool:
+    """Stop a run launched earlier and left running (RUN/launch.json): SIGTERM to its torchrun, which passes it on
+    (each process finishes its step and saves). False when no such process is alive."""
+    import psutil
+
+    proc = launched_torchrun(run_dir)
+    if proc is None:
+        return False
+    try:
         proc.send_signal(signal.SIGTERM)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False

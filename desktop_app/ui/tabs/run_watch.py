@@ -55,7 +55,9 @@ class RunWatch:
         self.task.produced.connect(self.run_view.show)
         self.task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Cannot watch this run"))
         self.task.finished.connect(self._finished)
-        self.run_view.show_watching(run_dir)
+        from desktop_app.engine.train.launcher import launched_torchrun
+
+        self.run_view.show_watching(run_dir, stoppable=launched_torchrun(run_dir) is not None)
         self.run_view.log("info", f"watching {run_dir} (launched outside the window)")
         return True
 
@@ -69,6 +71,26 @@ class RunWatch:
             self.run_view.log("info", f"stopped watching {watched.name if watched else 'the run'}")
             self.run_view.set_progress(self.run_view.progress.format().replace("watching", "watched", 1))
         self.run_view.hide_watching()
+
+    def stop_run(self) -> bool:
+        """Stop the watched run's processes (the window launched them: RUN/launch.json), after asking; the watch
+        goes on until they have saved and ended. True when they were asked to stop."""
+        from desktop_app.engine.train.launcher import stop_launched
+
+        run_dir = self.state.watched_dir
+        if run_dir is None or not self.active:
+            return False
+        if not self.ctx.confirm("Stop the run?", f"Stop training {run_dir.name}? Its processes finish the step they "
+                                "are on, save a checkpoint and end; Library → Resume continues it later.",
+                                self.run_view):
+            return False
+        self.run_view.stop_run_btn.setEnabled(False)  # once: the processes are saving
+        if not stop_launched(run_dir):
+            self.run_view.log("warning", f"the processes of {run_dir.name} have already ended")
+            return False
+        self.run_view.log("info", f"asked the processes of {run_dir.name} to stop: they save a checkpoint first")
+        self.run_view.set_progress(f"watching {run_dir.name}: stopping (saving a checkpoint)…")
+        return True
 
     def _finished(self) -> None:
         self.run_view.end()

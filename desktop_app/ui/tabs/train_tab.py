@@ -126,6 +126,7 @@ class TrainTab(TrainCommands, QWidget):
         self.cli_btn.clicked.connect(lambda _=False: self.show_cli_command())
         self.watch_btn.clicked.connect(self._watch_dialog)
         self.run_view.stop_watch_btn.clicked.connect(lambda _=False: self.stop_watching())
+        self.run_view.stop_run_btn.clicked.connect(lambda _=False: self.watcher.stop_run())
         self.run_view.step_shown.connect(self._on_step_shown)
         self.run_view.error.connect(lambda exc: self.ctx.report_exception(exc, title="Export failed"))
         self.run_view.next_step.connect(self.next_step_requested)

@@ -169,14 +169,18 @@ class RunView(QWidget):
         self._connect_plot_bar()
 
     def _make_watch_bar(self) -> QWidget:
-        """What a watched run shows on top: which run, and Stop watching (hidden otherwise)."""
+        """What a watched run shows on top: which run, Stop watching, and Stop the run when the window launched its
+        processes (hidden otherwise)."""
         self.watch_label = QLabel("")
         self.watch_label.setObjectName("watchLabel")
         self.watch_label.setWordWrap(True)
-        self.stop_watch_btn = button("Stop watching", "stopWatching")
+        self.stop_watch_btn = button("Stop watching", "stopWatching", "The window stops following the run; its "
+                                     "processes go on training")
+        self.stop_run_btn = button("Stop the run", "stopWatchedRun", "Its processes finish the step they are on, "
+                                   "save a checkpoint and end; Resume continues it later")
         bar = QWidget()
         bar.setObjectName("watchBar")
-        add_items(QHBoxLayout(bar), (self.watch_label, 1), self.stop_watch_btn, margins=0)
+        add_items(QHBoxLayout(bar), (self.watch_label, 1), self.stop_run_btn, self.stop_watch_btn, margins=0)
         bar.setVisible(False)
         return bar
 
@@ -329,7 +333,10 @@ class RunView(QWidget):
         """A separator line in the log where new work starts."""
         self.log_view.appendPlainText(f"— {time.strftime('%H:%M:%S')} {line}")
 
-    def show_watching(self, run_dir: Path) -> None:
+    def show_watching(self, run_dir: Path, *, stoppable: bool = False) -> None:
+        """The watch bar for `run_dir`; `stoppable`: its processes are the window's launch, so Stop the run shows."""
+        self.stop_run_btn.setVisible(stoppable)
+        self.stop_run_btn.setEnabled(stoppable)
         self.watch_label.setText(f"<b>Watching {esc(run_dir.name)}</b> (launched outside the window) — read-only: "
                                  f"the curves follow its metrics.jsonl; nothing is written to the run.")
         self.watch_label.setToolTip(str(run_dir))
