@@ -34,9 +34,13 @@ def test_two_selected_runs_compared_in_plots_figures_and_settings(window, worksp
     assert lib.select(str(fast)) and not lib.compare_btn.isEnabled()  # one run: nothing to compare yet
     _select_also(lib, "slow")
     assert lib.selected_runs() == [str(fast), str(slow)] and lib.compare_btn.isEnabled()
-    lib.compare_btn.click()
+    lib.compare_btn.click()  # the metrics are read in the background: the button waits, the window does not
+    assert lib.compare_btn.text() == "Comparing…" and not lib.compare_btn.isEnabled()
+    qtbot.waitUntil(lambda: lib.compare_dialog is not None, timeout=10000)
     dialog = lib.compare_dialog
-    assert dialog is not None and dialog.isVisible() and window.ctx.errors == []
+    assert dialog.isVisible() and window.ctx.errors == []
+    qtbot.waitUntil(lambda: lib.compare_btn.isEnabled(), timeout=5000)
+    assert lib.compare_btn.text() == "Compare…"
     view = dialog.view
     assert list(view.plots)[:2] == ["loss", "val_loss"]
     for name in ("loss", "val_loss", "lr"):
@@ -68,6 +72,8 @@ def test_a_run_without_metrics_is_reported_and_opens_nothing(window, workspace, 
     lib.select(str(fast))
     _select_also(lib, "empty")
     assert lib.compare_btn.isEnabled()
-    assert lib.open_compare() is None
-    assert any("has no training metrics yet" in e for e in map(str, window.ctx.errors))
+    lib.open_compare()
+    qtbot.waitUntil(lambda: any("has no training metrics yet" in str(e) for e in window.ctx.errors), timeout=10000)
+    qtbot.waitUntil(lambda: lib.compare_btn.isEnabled(), timeout=5000)
+    assert lib.compare_dialog is None  # nothing opened
     assert (empty / "run.json").is_file() and (fast / "metrics.jsonl").is_file()  # nothing touched

@@ -99,6 +99,7 @@ class LibraryTab(QWidget):
         self.task = None
         self.last_export: str = ""
         self.opened_group: QTreeWidgetItem | None = None  # the GGUF models opened in the window, when any
+        self.compare_dialog: Any = None  # the newest Compare window
         split = splitter(Qt.Orientation.Horizontal, [self._build_tree_panel(), self._build_actions_panel()],
                          sizes=(720, 400), collapsible=False)
         QVBoxLayout(self).addWidget(split, 1)
@@ -442,8 +443,14 @@ class LibraryTab(QWidget):
 
     # --- actions ---
     def open_compare(self) -> Any:
-        self.compare_dialog = open_compare(self.ctx, self.selected_runs(), self)
-        return self.compare_dialog
+        """Compare the selected runs (read in the background; the button waits meanwhile). Returns the task."""
+        self.compare_btn.setEnabled(False)
+        self.compare_btn.setText("Comparing…")
+        task = open_compare(self.ctx, self.selected_runs(), self,
+                            lambda dialog: setattr(self, "compare_dialog", dialog))
+        task.finished.connect(lambda: (self.compare_btn.setText("Compare…"),
+                                       self.compare_btn.setEnabled(len(self.selected_runs()) >= 2)))
+        return task
 
     def open_evaluate(self) -> Any:
         from desktop_app.ui.widgets.evaluate_view import EvaluateDialog

@@ -7,6 +7,7 @@ Everything shown comes from engine/run_compare.py (the same comparison `runs com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -24,9 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_app.engine.errors import UserError
 from desktop_app.engine.run_compare import RunComparison, compare_runs, number_text, value_text
 from desktop_app.ui import theme
+from desktop_app.ui.background import Task
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.layouts import add_items, splitter
 from desktop_app.ui.widgets.live_plot import WheelToPage, curve_style, pg, readable
@@ -188,14 +189,19 @@ class CompareDialog(QDialog):
         add_items(QVBoxLayout(self), self.view, margins=0)
 
 
-def open_compare(ctx: AppContext, runs: list[str], parent: QWidget | None = None) -> CompareDialog | None:
-    """Compare `runs` in a new window; a comparison the engine refuses (one run, a run with no metrics yet) is
+def open_compare(ctx: AppContext, runs: list[str], parent: QWidget | None = None,
+                 opened: Callable[[CompareDialog], None] | None = None) -> Task:
+    """Compare `runs` in a new window once their metrics are read (in the background: a long run's metrics.jsonl
+    takes seconds); `opened` gets the dialog. A comparison the engine refuses (one run, a run with no metrics yet) is
     reported in its words and opens nothing."""
-    try:
-        result = compare_runs(runs)
-    except UserError as exc:
-        ctx.report_error(str(exc), title="Compare runs")
-        return None
-    dialog = CompareDialog(result, parent)
-    dialog.show()
-    return dialog
+
+    def show(result: RunComparison) -> None:
+        dialog = CompareDialog(result, parent)
+        dialog.show()
+        if opened is not None:
+            opened(dialog)
+
+    task = ctx.runner.start("compare", lambda: [compare_runs(runs)])
+    task.produced.connect(show)
+    task.failed.connect(lambda message, details: ctx.report_error(message, details, title="Compare runs"))
+    return task
