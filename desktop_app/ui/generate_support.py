@@ -54,7 +54,6 @@ def opens_in_chat(path: str | Path) -> bool:
 
     if (Path(path) / RUN_FILE).is_file():  # a run of ours, or one of its checkpoints
         return run_method_key(path) not in ("pretraining", "selfplay")
-    if is_gguf_file(path):  # a GGUF file (an export, Ollama's, LM Studio's): the template in its metadata
-        return bool(gguf_chat_template(path))
-    template = folder_chat_template(path)
-    return bool(template) and template != CHAT_TEMPLATE.strip()
+    # a GGUF file (an export, Ollama's, LM Studio's): the template in its metadata; a model folder: its tokenizer's
+    template = gguf_chat_template(path) if is_gguf_file(path) else folder_chat_template(path)
+    return bool(template) and template.strip() != CHAT_TEMPLATE.strip()

@@ -142,7 +142,9 @@ def test_opens_in_chat_takes_any_entry_of_the_model_list(exported_gguf):
     from desktop_app.ui.generate_support import opens_in_chat
     from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF
 
-    assert opens_in_chat(exported_gguf)  # a GGUF with a chat template in its metadata: Chat, as before
+    # the export of a pretraining run: its GGUF carries only the template every tokenizer trained here gets, which
+    # is no sign that the model can chat, so it completes text (as the run itself does)
+    assert not opens_in_chat(exported_gguf)
     assert not opens_in_chat(CHOOSE_GGUF) and not opens_in_chat("")  # "GGUF file…", "Choose a model…"
 
 
@@ -168,3 +170,22 @@ def test_the_mode_buttons_fit_their_text_in_a_small_window(window, qtbot, size):
             assert b.sizeHint().width() <= b.geometry().width(), (b.text(), size)
             assert plain.sizeHint().width() + wider <= b.geometry().width(), (b.text(), size)
             plain.deleteLater()
+
+
+def test_a_gguf_with_a_chat_template_of_its_own_opens_in_chat(tmp_path):
+    import json
+
+    from desktop_app.engine.data.tokenization import save_tokenizer, train_tokenizer
+    from desktop_app.engine.export.hf import export_model
+    from desktop_app.engine.model.architecture import build_model
+    from desktop_app.engine.specs import ModelSpec
+    from desktop_app.ui.generate_support import opens_in_chat
+
+    tok = train_tokenizer(["the cat sat on the mat and the dog ran " * 4] * 20, "byte-bpe", 300, 2)
+    build_model(ModelSpec("llama", 300, 32, 1, 2, 2, 64, 64), seed=0).save_pretrained(tmp_path / "src")
+    save_tokenizer(tok, tmp_path / "src")
+    own = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}<|assistant|>"
+    (tmp_path / "src" / "tokenizer_config.json").write_text(json.dumps({"chat_template": own}), encoding="utf-8")
+    out = tmp_path / "chatty.gguf"
+    assert list(export_model(tmp_path / "src", "gguf", out, gguf_type="f32"))[-1].reason == "completed"
+    assert opens_in_chat(out)
