@@ -176,3 +176,22 @@ def test_dataset_vanishing_mid_run_stops_then_resumes_bit_exact(dataset, tmp_pat
     ref = final_weights(tmp_path / "ref")
     weights = final_weights(run_dir)
     assert all(torch.equal(weights[k], ref[k]) for k in ref)
+
+
+def test_a_cut_between_the_check_and_the_read_is_named_never_a_sigbus(dataset):
+    """The per-batch stat passed, then the file was cut in place (same inode) before the windows were read: a memory
+    map would end the process with SIGBUS there; the plain reads see a short read and name the file."""
+    from desktop_app.engine.data.batches import WindowBatchSource
+
+    store = TokenStore(dataset)
+    source = WindowBatchSource(store, "train", seed=0)
+    last = list(range(store.num_chunks("train") - 4, store.num_chunks("train")))
+    assert last[0] * store.stride * 2 > 3 * 4096  # pages a memory map would have lost entirely
+    windows = source.gather(last, 4)
+    assert windows.dtype == torch.int64 and torch.equal(windows, torch.from_numpy(store.chunks("train", last)))
+    source.watch.check = lambda: None  # the race: the stat came before the cut
+    os.truncate(dataset / "train.bin", 64)  # in place: the same file, 32 tokens left
+    with pytest.raises(UserError) as caught:
+        source.gather(last, 4)
+    _one_line(str(caught.value), dataset / "train.bin")
+    assert "cut short" in str(caught.value)

@@ -150,14 +150,13 @@ class WindowBatchSource(SeededOrder):
             rank, processes = self.shard
             per = count // processes
             idx = idx[rank * per:(rank + 1) * per]
-        self.watch.check()  # one stat: the file this memory map reads is still the prepared one
-        # One memmap read per window; windows are small (context + 1 tokens), so this is cheap.
-        tokens = self.store.tokens(self.split)
+        self.watch.check()  # one stat: the file at that path is still the prepared one
         stride, width = self.store.stride, self.store.context_length + 1
-        out = np.empty((len(idx), width), dtype=np.int64)
-        for row, i in enumerate(idx):
-            start = int(i) * stride
-            out[row] = tokens[start:start + width]
+        try:
+            out = self.store.read_windows(self.split, [int(i) * stride for i in idx], width)
+        except OSError:
+            self.watch.check()  # deleted or moved since the stat: the sentence naming the file
+            raise
         return torch.from_numpy(out)
 
     def state_dict(self) -> dict[str, Any]:

@@ -145,8 +145,13 @@ class StreamWatch:
             raise DiskFault(f"the dataset file {self.file} was deleted or moved during the run: put it back, then "
                             "resume the run from its last checkpoint", errno_=errno.ENOENT, path=self.file) from None
         if (st.st_dev, st.st_ino) != self.identity or st.st_size < self.needed:
-            raise DamagedData(f"the dataset file {self.file} was replaced or cut short during the run: put the "
-                              "prepared file back, then resume the run from its last checkpoint", self.file)
+            raise cut_short(self.file)
+
+
+def cut_short(file: Path) -> DamagedData:
+    """The one sentence for a token file replaced or cut short while a run reads it."""
+    return DamagedData(f"the dataset file {file} was replaced or cut short during the run: put the prepared file "
+                       "back, then resume the run from its last checkpoint", file)
 
 
 def file_entry(nbytes: int, digest: str) -> dict[str, Any]:

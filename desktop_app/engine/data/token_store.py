@@ -28,6 +28,7 @@ import numpy as np
 from desktop_app.engine.data.store_check import (
     StreamWatch,
     check_size,
+    cut_short,
     file_entry,
     hash_prefix,
     new_hash,
@@ -147,6 +148,20 @@ class TokenStore:
             raise IndexError(f"chunk {index} out of range for split {split!r} with {n} chunks")
         start = index * self.stride
         return np.asarray(self.tokens(split)[start:start + self.context_length + 1], dtype=np.int64)
+
+    def read_windows(self, split: str, starts: list[int], width: int) -> np.ndarray:
+        """Windows of `width` tokens at the token offsets `starts`, shape (len(starts), width), int64: read with plain
+        reads, not through the memory map, so a file cut short in place meanwhile is a short read (DamagedData
+        naming it), never a SIGBUS that ends the process."""
+        file = self.path / f"{split}.bin"
+        size = self.dtype.itemsize
+        raw = np.empty((len(starts), width), dtype=self.dtype)
+        with open(file, "rb", buffering=0) as fh:
+            for row, start in enumerate(starts):
+                fh.seek(start * size)
+                if fh.readinto(raw[row]) != width * size:
+                    raise cut_short(file)
+        return raw.astype(np.int64)
 
     def chunks(self, split: str, indices: np.ndarray | list[int]) -> np.ndarray:
         """Several windows stacked: shape (len(indices), context_length + 1), int64."""
