@@ -9,7 +9,8 @@
   hash. (A silent disk error that changes neither is caught only when the remembered entry is absent.)
 - stores prepared before checksums existed carry no "files" entry: they are checked by size only, silently.
 - during a run, `StreamWatch` stats the file before each batch: deleted, moved, replaced or cut short stops the run
-  with one line; the memory map keeps reading the old bytes until then, so nothing wrong is trained on.
+  with one line; the windows are then read with plain reads (TokenStore.read_windows), so a cut in between is a
+  short read with the same line, never a SIGBUS.
 """
 
 from __future__ import annotations

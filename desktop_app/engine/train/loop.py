@@ -56,6 +56,7 @@ from desktop_app.engine.train import distributed as dist_mod
 from desktop_app.engine.train import figures, memory_faults, saving, setup
 from desktop_app.engine.train.build import Found, build_parts
 from desktop_app.engine.train.cpu_alloc import restore_allocator, tune_allocator
+from desktop_app.engine.train.data_files import DataFiles
 from desktop_app.engine.train.distributed import DistContext, PeerLostError
 from desktop_app.engine.train.optim import lr_at, set_lr
 from desktop_app.engine.train.run import Run
@@ -142,7 +143,8 @@ def _start(run: Run, resume: bool, accept_config_change: bool) -> Generator[Even
     if resume:
         yield from _phase(run, "reading the checkpoint")
     loaded, found = setup.choose_checkpoint(run.run_dir, run.config, resume, accept_config_change)
-    notes += found
+    data = DataFiles.check(run.run_dir, run.config, resumed=loaded is not None, accept_change=accept_config_change)
+    notes += found + data.notes
     # A view gets the run's folder, and a resumed run's curve so far, read before metrics.jsonl is cut back to
     # what the checkpoint had seen. Only process 0 writes the run folder.
     if run.is_main:
@@ -152,6 +154,7 @@ def _start(run: Run, resume: bool, accept_config_change: bool) -> Generator[Even
             view.append(History(str(run.run_dir), run_folder.read_metrics(run.run_dir, upto_bytes=offset)))
         notes[:0] = view
         run.metrics = setup.open_run_folder(run.run_dir, run.config, loaded, notes)
+        data.record(run.run_dir)
     precision, found = _tune_process(run, device, loaded)
     notes += found
     yield from _phase(run, "loading the base model and preparing the data" if base_info is not None else
