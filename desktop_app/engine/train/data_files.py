@@ -4,8 +4,8 @@ data it started on.
 A fine-tune reads its files whole when it starts, and a resume rebuilds the same examples in the same order from
 them; a file edited between the two would silently shift every example after the edit. So each file's size and
 blake2b are recorded in RUN/data_files.json when the run starts, and a resume compares them: a changed file is
-refused naming it (as a changed base model is), unless the person accepts changes (`--accept-config-change`, the
-window's "continue with the new settings"), which continues with a warning and records the new files.
+refused naming it (as a changed base model is), unless the person accepts changes (`train --resume RUN
+--accept-config-change`, as for a changed config), which continues with a warning and records the new files.
 Prepared datasets (token stores) carry their own checksums: data/store_check.py.
 """
 
