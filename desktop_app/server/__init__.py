@@ -7,6 +7,7 @@ it as a subprocess (`python -m desktop_app serve`) and a headless machine can ru
     app.py              the FastAPI app: routes, middlewares, lifespan (create_app)
     openai_routes.py    /v1/models, /v1/completions, /v1/chat/completions (JSON and server-sent events)
     openai_schemas.py   request bodies of the /v1 routes (strict types, OpenAI's names and ranges)
+    tokenizer_routes.py /tokenize, /detokenize, /tokenizer_info (vLLM's shapes: the harness's remote tokenizer)
     prompts.py          request -> token ids (chat template, truncation, vocabulary check)
     batcher.py          one decode thread serving every request: concurrent rows decode as one batch
     slot_cache.py       the KV cache of that batch: rows join and leave between steps

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
 from desktop_app import __version__
-from desktop_app.server import openai_routes, training_routes
+from desktop_app.server import openai_routes, tokenizer_routes, training_routes
 from desktop_app.server.errors import install_error_handlers
 from desktop_app.server.monitor import Monitor, MonitorMiddleware
 from desktop_app.server.runs import RunManager
@@ -54,6 +54,7 @@ def create_app(settings: ServerSettings, workspace: Any, served: ServedModel | N
     app.state.azr = state
     install_error_handlers(app)
     app.include_router(openai_routes.router)
+    app.include_router(tokenizer_routes.router)
     app.include_router(training_routes.router)
 
     @app.get("/health", tags=["Server"], summary="Liveness, the served model and the decode load")

@@ -100,6 +100,20 @@ def test_local_completions_equal_hflm(harness_server, harness_model, in_tasks):
     assert any(text for _, (text,) in generated)  # the model did answer something: the comparison means something
 
 
+def test_the_servers_own_tokenizer_is_enough_for_the_harness(harness_server, harness_model, in_tasks):
+    """tokenizer_backend=remote: the harness counts and cuts prompts through /tokenize (no model folder at hand),
+    and scores as HFLM does."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    served = LocalCompletionsAPI(model=harness_model.name, base_url=harness_server + "/v1/completions",
+                                 tokenizer_backend="remote", max_length=CONTEXT, batch_size=4, max_retries=1)
+    assert served.tokenizer.encode("the cat") == _hflm(harness_model).tok_encode("the cat")
+    ours = _evaluate(served, ["azr_tiny_mc"])
+    ref = _evaluate(_hflm(harness_model), ["azr_tiny_mc"])
+    assert _metrics(ours, "azr_tiny_mc") == _metrics(ref, "azr_tiny_mc")
+    _assert_same_loglikelihoods(_answers(ours, "azr_tiny_mc"), _answers(ref, "azr_tiny_mc"))
+
+
 def test_local_chat_completions_equal_hflm(harness_server, harness_model, in_tasks):
     from lm_eval.models.openai_completions import LocalChatCompletion
 
