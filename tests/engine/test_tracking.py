@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from train_helpers import make_dataset, tiny_config
+from train_helpers import PoisonedObjective, make_dataset, tiny_config
 
 from desktop_app.engine.events import Log
 from desktop_app.engine.run_folder import read_metrics
@@ -189,6 +189,78 @@ def test_wandb_offline_files_hold_every_scalar_of_one_run(resumed_run):
     assert got.keys() == expected.keys()
     for tag, by_step in expected.items():
         assert got[tag] == pytest.approx(by_step, rel=0, abs=0, nan_ok=True), tag
+
+
+def wandb_history(file: Path) -> tuple[str, dict[str, list[tuple[int, float]]]]:
+    """A W&B offline run file's run id and, per scalar, every (step, value) it logged in order."""
+    run_id, got = "", {}
+    for record in wandb_records(file):
+        if record.HasField("run"):
+            run_id = record.run.run_id
+        if record.HasField("history"):
+            for item in record.history.item:
+                key = item.key or "/".join(item.nested_key)
+                if not key.startswith("_"):
+                    got.setdefault(key, []).append((record.history.step.num, float(json.loads(item.value_json))))
+    return run_id, got
+
+
+@pytest.mark.parametrize("back", ["killed then resumed", "rolled back"])
+def test_going_back_before_steps_already_sent_continues_in_a_new_tracked_run(tmp_path, monkeypatch, back):
+    """Killed after step 5 with the checkpoint of step 3 (then resumed), or a non-finite step 5 rolled back to that
+    checkpoint: MLflow and W&B had step 4 already and cannot drop it, so the run goes on in a new tracked run that
+    holds every step once, with metrics.jsonl's values; the abandoned run says which replaced it."""
+    wanted = [name for name in ("mlflow", "wandb") if tracking.installed(name)]
+    if not wanted:
+        pytest.skip("neither MLflow nor W&B is installed (pip install -e .[tracking])")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    dataset, run = make_dataset(tmp_path / "ds"), tmp_path / "run"
+    config = tiny_config(dataset, steps=6, save_every=3, eval_every=3, trackers=wanted, nonfinite_policy="rollback")
+    before: dict = {}
+    events = train(config, run, objective=PoisonedObjective({5}) if back == "rolled back" else None)
+    seen = []
+    for event in events:
+        seen.append(event)
+        if event.type == "step" and event.step == 2:
+            before = json.loads((run / tracking.TRACKING_FILE).read_text())
+        if back == "killed then resumed" and event.type == "step" and event.step == 5:
+            events.close()  # the checkpoint of step 3 is the newest
+    if back == "killed then resumed":
+        seen = list(train(config, run, resume=True))
+    assert seen[-1].reason == "completed"
+    after = json.loads((run / tracking.TRACKING_FILE).read_text())
+    expected = expected_scalars(run)
+    assert sorted(expected["train/loss"]) == list(range(1, 7)) and "eval/val_loss" in expected
+    if "mlflow" in wanted:
+        _assert_mlflow_continued(before["mlflow"]["run_id"], after["mlflow"], expected)
+    if "wandb" in wanted:
+        old, new = before["wandb"]["run_id"], after["wandb"]["run_id"]
+        files = {run_id: got for run_id, got in map(wandb_history, run.glob("wandb/offline-run-*/run-*.wandb"))}
+        assert new != old and set(files) == {old, new}
+        for tag, by_step in expected.items():
+            history = files[new][tag]
+            assert sorted(s for s, _ in history) == sorted(by_step), tag  # each step once
+            assert dict(history) == pytest.approx(by_step, rel=0, abs=0, nan_ok=True), tag
+    assert not [e for e in seen if isinstance(e, Log) and e.level == "warning" and "track" in e.message]
+
+
+def _assert_mlflow_continued(old: str, ids: dict, expected: dict) -> None:
+    from mlflow import MlflowClient
+
+    new = ids["run_id"]
+    assert new != old
+    client = MlflowClient(tracking_uri=ids["tracking_uri"])
+    for tag, by_step in expected.items():
+        history = [(m.step, m.value) for m in client.get_metric_history(new, tag)]
+        assert sorted(s for s, _ in history) == sorted(by_step), tag  # each step once
+        assert dict(history) == pytest.approx(by_step, rel=0, abs=0, nan_ok=True), tag
+    replaced, continued = client.get_run(old), client.get_run(new)
+    assert replaced.info.status == "KILLED" and replaced.data.tags["azr.superseded_by"] == new
+    assert continued.info.status == "FINISHED" and continued.info.run_name == "run (from step 3)"
+    assert continued.data.tags["azr.resumed_from_run"] == old and continued.data.tags["azr.resumed_at_step"] == "3"
 
 
 # --- a tracker never fails a run ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import final_weights, make_dataset, metrics_losses, step_losses, tiny_config
+from train_helpers import PoisonedObjective, final_weights, make_dataset, metrics_losses, step_losses, tiny_config
 
 from desktop_app.engine import run_folder as rf
 from desktop_app.engine.errors import UserError
@@ -118,23 +118,6 @@ def test_accumulation_4x4_equals_batch_16(dataset, tmp_path):
     la = step_losses(list(train(a, tmp_path / "a")))
     lb = step_losses(list(train(b, tmp_path / "b")))
     assert all(abs(la[s] - lb[s]) < 1e-5 for s in la)
-
-
-class PoisonedObjective(CausalLMObjective):
-    """Returns NaN for the listed loss() calls (counted across micro-batches)."""
-
-    def __init__(self, bad_calls: set[int] | None = None, always: bool = False):
-        super().__init__()
-        self.calls = 0
-        self.bad_calls = bad_calls or set()
-        self.always = always
-
-    def loss(self, model, micro):
-        loss, metrics = super().loss(model, micro)
-        self.calls += 1
-        if self.always or self.calls in self.bad_calls:
-            loss = loss * float("nan")
-        return loss, metrics
 
 
 def test_nonfinite_loss_is_skipped_and_never_applied(dataset, tmp_path):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from desktop_app.engine.objectives.causal_lm import CausalLMObjective
 from desktop_app.engine.specs import ModelSpec, RunConfig, TrainSpec
 
 SENTENCES = [
@@ -99,3 +100,20 @@ def final_weights(run_dir: Path) -> dict[str, Any]:
     from desktop_app.engine.run_folder import list_committed
 
     return load_file(str(list_committed(run_dir)[-1] / "model.safetensors"))
+
+
+class PoisonedObjective(CausalLMObjective):
+    """Returns NaN for the listed loss() calls (counted across micro-batches)."""
+
+    def __init__(self, bad_calls: set[int] | None = None, always: bool = False):
+        super().__init__()
+        self.calls = 0
+        self.bad_calls = bad_calls or set()
+        self.always = always
+
+    def loss(self, model, micro):
+        loss, metrics = super().loss(model, micro)
+        self.calls += 1
+        if self.always or self.calls in self.bad_calls:
+            loss = loss * float("nan")
+        return loss, metrics

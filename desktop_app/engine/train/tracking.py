@@ -11,9 +11,12 @@ Scalars are named train/NAME (logged steps) and eval/NAME (evaluations), at the 
 
 Only process 0 writes the run folder (the loop opens this writer there only). A resumed run continues the same tracked
 run: RUN/tracking.json (written here only) keeps the MLflow and W&B run ids, and TensorBoard drops what the run
-wrote after the checkpoint (purge_step). Tracking never fails a run: a tracker whose library is missing, or that
-breaks, is dropped with one warning. The libraries are imported only when a run uses them (the optional tracking
-extra), so this module is importable without them.
+wrote after the checkpoint (purge_step). MLflow and W&B cannot drop logged values, so when a resume (after a crash)
+or a rollback goes back before steps they were sent, each continues in a new tracked run, "NAME (from step N)",
+which first receives metrics.jsonl's history up to that step: every step appears once, with the values the run
+kept, and the abandoned run stays, tagged with the one that replaced it. Tracking never fails a run: a tracker whose
+library is missing, or that breaks, is dropped with one warning. The libraries are imported only when a run uses
+them (the optional tracking extra), so this module is importable without them.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any, ClassVar
 
 from desktop_app.engine.events import Log
 from desktop_app.engine.fileio import atomic_write_text
-from desktop_app.engine.run_folder import MetricsWriter, read_json, read_metrics
+from desktop_app.engine.run_folder import METRICS_FILE, MetricsWriter, read_json, read_metrics
 from desktop_app.engine.specs import TRACKERS, RunConfig, SpecError
 
 TRACKING_FILE = "tracking.json"
@@ -111,8 +114,9 @@ class Tracker:
     def log_text(self, step: int, prompt: str, text: str) -> None:
         pass
 
-    def rewind(self, step: int) -> None:
-        """The run went back to `step` (a rollback to a checkpoint): what comes next replaces what followed it."""
+    def rewind(self, step: int, kept: list[dict[str, Any]]) -> None:
+        """The run went back to `step` (a resume or rollback to a checkpoint): what comes next replaces what followed
+        it. `kept`: metrics.jsonl's records up to there."""
 
     def close(self, outcome: str) -> None:
         """The run ended: outcome is its Finished reason ('' when it ended without one: stopped, window closed)."""
@@ -146,7 +150,7 @@ class TensorBoardTracker(Tracker):
     def log_text(self, step: int, prompt: str, text: str) -> None:
         self.writer.add_text("samples", f"**{prompt or '(start of text)'}**\n\n{text}", step)
 
-    def rewind(self, step: int) -> None:
+    def rewind(self, step: int, kept: list[dict[str, Any]]) -> None:
         self.writer.close()
         self.writer = self.make(str(self.run_dir), purge_step=step + 1)
 
@@ -166,6 +170,7 @@ class MLflowTracker(Tracker):
         from mlflow import MlflowClient
 
         saved = saved or {}
+        self.run_dir, self.config = run_dir, config
         self.uri = str(saved.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
                        or (run_dir / "mlruns").resolve().as_uri())
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -173,17 +178,17 @@ class MLflowTracker(Tracker):
         if self.run_id:
             self.client.update_run(self.run_id, status="RUNNING")
         else:
-            self.run_id = self._create(run_dir, config)
+            self.run_id = self._create(run_dir.name, {})
 
-    def _create(self, run_dir: Path, config: dict[str, Any]) -> str:
+    def _create(self, run_name: str, tags: dict[str, str]) -> str:
         from mlflow.entities import Param
 
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or PROJECT
         experiment = self.client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-        run_id = self.client.create_run(experiment_id, run_name=run_dir.name,
-                                        tags={"azr.run_dir": str(run_dir.resolve())}).info.run_id
-        params = [Param(k[:250], str(v)[:500]) for k, v in flat_config(config).items()]
+        run_id = self.client.create_run(experiment_id, run_name=run_name,
+                                        tags={"azr.run_dir": str(self.run_dir.resolve()), **tags}).info.run_id
+        params = [Param(k[:250], str(v)[:500]) for k, v in flat_config(self.config).items()]
         for at in range(0, len(params), 100):  # MLflow takes at most 100 parameters a call
             self.client.log_batch(run_id, params=params[at:at + 100])
         return run_id
@@ -193,6 +198,14 @@ class MLflowTracker(Tracker):
 
         now = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
+
+    def rewind(self, step: int, kept: list[dict[str, Any]]) -> None:
+        old = self.run_id
+        self.run_id = self._create(f"{self.run_dir.name} (from step {step})",
+                                   {"azr.resumed_from_run": old, "azr.resumed_at_step": str(step)})
+        replay(self, kept)
+        self.client.set_tag(old, "azr.superseded_by", self.run_id)
+        self.client.set_terminated(old, "KILLED")
 
     def log_text(self, step: int, prompt: str, text: str) -> None:
         self.client.log_text(self.run_id, f"{prompt}\n---\n{text}\n", f"samples/step_{step:07d}.txt")
@@ -210,24 +223,60 @@ class WandbTracker(Tracker):
     name = "wandb"
 
     def __init__(self, run_dir: Path, config: dict[str, Any], saved: dict[str, Any] | None):
+        self.run_dir, self.config = run_dir, config
+        self.run = self._start(str((saved or {}).get("run_id") or ""), run_dir.name, config)
+
+    def _start(self, run_id: str, name: str, config: dict[str, Any]) -> Any:
         import wandb
         from wandb.sdk.lib.runid import generate_id
 
-        run_id = str((saved or {}).get("run_id") or generate_id())
         settings = wandb.Settings(console="off", silent=True, disable_git=True, save_code=False,
                                   x_disable_stats=True)
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, dir=str(run_dir), id=run_id,
-                              name=run_dir.name, config=config, resume="allow" if saved else None,
-                              mode=os.environ.get("WANDB_MODE") or "offline", reinit="create_new", settings=settings)
+        return wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, dir=str(self.run_dir),
+                          id=run_id or generate_id(), name=name, config=config, resume="allow" if run_id else None,
+                          mode=os.environ.get("WANDB_MODE") or "offline", reinit="create_new", settings=settings)
 
     def log_scalars(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
+
+    def rewind(self, step: int, kept: list[dict[str, Any]]) -> None:
+        old = self.run
+        old.summary["azr_superseded_at_step"] = step
+        old.finish(exit_code=1)
+        self.run = self._start("", f"{self.run_dir.name} (from step {step})",
+                               {**self.config, "azr_resumed_from_run": old.id, "azr_resumed_at_step": step})
+        replay(self, kept)
 
     def close(self, outcome: str) -> None:
         self.run.finish(exit_code=1 if outcome == "failed" else 0)
 
     def saved(self) -> dict[str, Any]:
         return {"run_id": self.run.id}
+
+
+def scalars_after(path: Path, offset: int) -> bool:
+    """Whether metrics.jsonl holds a step or evaluation record after byte `offset` (records a tracker was sent)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            tail = fh.read()
+    except OSError:
+        return False
+    for line in tail.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("type") in ("step", "eval"):
+                return True
+    return False
+
+
+def replay(tracker: Tracker, kept: list[dict[str, Any]]) -> None:
+    """Send metrics.jsonl's kept records to a new tracked run, as they were sent the first time."""
+    for record in kept:
+        if record.get("type") in ("step", "eval"):
+            tracker.log_scalars(int(record.get("step", 0)), scalars(record))
+        elif record.get("type") == "sample":
+            tracker.log_text(int(record.get("step", 0)), str(record.get("prompt", "")), str(record.get("text", "")))
 
 
 def open_tracker(name: str, run_dir: Path, config: dict[str, Any], resume_step: int | None,
@@ -295,11 +344,15 @@ class TrackedMetrics(MetricsWriter):
 
     def __init__(self, run_dir: str | Path, config: RunConfig, keep_bytes: int | None = None,
                  resume_step: int | None = None):
+        # steps after the checkpoint were sent to the trackers already (the run crashed or was killed after it)
+        sent_past = keep_bytes is not None and scalars_after(Path(run_dir) / METRICS_FILE, keep_bytes)
         super().__init__(run_dir, keep_bytes=keep_bytes)
         self.run_dir = Path(run_dir)
         self.outcome = ""
-        self.trackers, self.notes = open_trackers(self.run_dir, config, resume_step)
         self.said: list[str] = []  # warnings not yet taken by the loop
+        self.trackers, self.notes = open_trackers(self.run_dir, config, resume_step)
+        if sent_past and resume_step is not None:
+            self._rewind(resume_step, opened=True)
 
     def write(self, record: dict[str, Any]) -> str | None:
         problem = super().write(record)
@@ -315,11 +368,17 @@ class TrackedMetrics(MetricsWriter):
         return problem
 
     def truncate(self, offset: int) -> None:
-        """A rollback to a checkpoint: metrics.jsonl is cut back, and TensorBoard drops what followed its step."""
+        """A rollback to a checkpoint: metrics.jsonl is cut back, and every tracker rewinds to its step."""
         super().truncate(offset)
         kept = read_metrics(self.run_dir, upto_bytes=offset)
-        step = max((int(r.get("step", 0)) for r in kept if r.get("type") == "step"), default=0)
-        self._each(lambda t: t.rewind(step))
+        self._rewind(max((int(r.get("step", 0)) for r in kept if r.get("type") == "step"), default=0))
+
+    def _rewind(self, step: int, *, opened: bool = False) -> None:
+        """Every tracker back to `step` (`opened`: TensorBoard purged it when it opened), the new ids kept."""
+        kept = read_metrics(self.run_dir)
+        self._each(lambda t: None if opened and isinstance(t, TensorBoardTracker) else t.rewind(step, kept))
+        previous = read_json(self.run_dir / TRACKING_FILE)
+        _save_ids(self.run_dir, self.trackers, previous if isinstance(previous, dict) else {})
 
     def close(self) -> None:
         super().close()
