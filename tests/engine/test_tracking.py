@@ -244,7 +244,10 @@ def test_going_back_before_steps_already_sent_continues_in_a_new_tracked_run(tmp
             history = files[new][tag]
             assert sorted(s for s, _ in history) == sorted(by_step), tag  # each step once
             assert dict(history) == pytest.approx(by_step, rel=0, abs=0, nan_ok=True), tag
-    assert not [e for e in seen if isinstance(e, Log) and e.level == "warning" and "track" in e.message]
+    said = [e.message for e in seen if isinstance(e, Log) and "tracking goes on in" in e.message]
+    assert len(said) == len(wanted) and all("had steps after step 3 already" in m for m in said)
+    assert all(after[name]["run_id"] in m for name, m in zip(wanted, said, strict=True))
+    assert not [e for e in seen if isinstance(e, Log) and "stopped tracking" in e.message]
 
 
 def _assert_mlflow_continued(old: str, ids: dict, expected: dict) -> None:

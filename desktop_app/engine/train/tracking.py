@@ -379,6 +379,14 @@ class TrackedMetrics(MetricsWriter):
         self._each(lambda t: None if opened and isinstance(t, TensorBoardTracker) else t.rewind(step, kept))
         previous = read_json(self.run_dir / TRACKING_FILE)
         _save_ids(self.run_dir, self.trackers, previous if isinstance(previous, dict) else {})
+        for tracker in self.trackers:
+            if not isinstance(tracker, TensorBoardTracker):
+                message = (f"{_NAMES[tracker.name]} had steps after step {step} already: tracking goes on in "
+                           f"{where_text(tracker, self.run_dir)}, from the history up to step {step}")
+                if opened:  # said with the other tracking notes as the run starts
+                    self.notes.append(Log("info", message))
+                else:  # a rollback mid-run: said live, next to its own warning
+                    self.said.append(message)
 
     def close(self) -> None:
         super().close()
