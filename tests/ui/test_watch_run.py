@@ -233,6 +233,7 @@ def test_stop_the_run_stops_the_processes_the_window_launched(window, qtbot, tmp
         (run / "launch.json").write_text(json.dumps({"pid": proc.pid, "nproc": 2}), encoding="utf-8")
         assert tab.watch_run(run)
         assert tab.run_view.stop_run_btn.isVisibleTo(tab) and tab.run_view.stop_run_btn.isEnabled()
+        assert "left running by the window" in tab.run_view.watch_label.text()
         asked = []
         window.ctx.confirm = lambda title, text, parent=None: asked.append(text) or False
         tab.run_view.stop_run_btn.click()  # "No": nothing is sent

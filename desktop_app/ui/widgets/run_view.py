@@ -337,7 +337,8 @@ class RunView(QWidget):
         """The watch bar for `run_dir`; `stoppable`: its processes are the window's launch, so Stop the run shows."""
         self.stop_run_btn.setVisible(stoppable)
         self.stop_run_btn.setEnabled(stoppable)
-        self.watch_label.setText(f"<b>Watching {esc(run_dir.name)}</b> (launched outside the window) — read-only: "
+        where = "left running by the window" if stoppable else "launched outside the window"
+        self.watch_label.setText(f"<b>Watching {esc(run_dir.name)}</b> ({where}) — read-only: "
                                  f"the curves follow its metrics.jsonl; nothing is written to the run.")
         self.watch_label.setToolTip(str(run_dir))
         self.watch_bar.setVisible(True)
