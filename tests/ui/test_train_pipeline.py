@@ -194,3 +194,40 @@ def test_pipeline_problems_are_named_before_anything_starts(window, qtbot, tmp_p
     assert editor.stage_list.item(1).text().endswith("← previous")
     editor.remove_stage(0)
     assert [s.name for s in editor.stages] == ["sft"]
+
+
+def test_a_stage_reading_a_table_gets_its_column_mapping(window, tmp_path, base):
+    """A stage's table whose columns nobody guesses: the stage shows its columns, the mapping chosen there goes into
+    that stage's config (and the pipeline JSON), another stage keeps its own, and the stage shown again brings it
+    back."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    qa = tmp_path / "qa.parquet"
+    pq.write_table(pa.table({"id": ["1", "2"], "ask": ["Say hello", "Say bye"], "reply": ["Hello", "Bye"]}), qa)
+    tab = window.train_tab
+    tab.setup.set_method("pipeline")
+    editor = tab.setup.pipeline_editor
+    assert editor.add_stage("sft") == 0
+    editor.panel.base_picker.set_path(base)
+    assert not editor.columns_box.isVisibleTo(tab)  # no table yet
+    editor.panel.data_list.set_files([str(qa)])
+    box = editor.columns_box
+    assert box.isVisibleTo(tab) and box.panel.columns == ["id", "ask", "reply"]
+    assert any("qa.parquet" in p for p in editor.problems())  # unmapped: Start would refuse it, naming it
+    box.panel.set_kind("instruction")
+    box.panel.set_role("instruction", "ask")
+    box.panel.set_role("output", "reply")
+    mapping = {"instruction": "ask", "output": "reply"}
+    assert editor.stages[0].config["columns"] == mapping
+    assert editor.pipeline()["stages"][0]["config"]["columns"] == mapping
+    assert not [p for p in editor.problems() if "qa.parquet" in p]
+    assert editor.add_stage("grpo") == 1  # prompts, not records: no mapping, no columns shown
+    assert not editor.columns_box.isVisibleTo(tab)
+    editor.panel.data_list.set_files([_jsonl(tmp_path / "prompts.jsonl", [{"prompt": "say red"}])])
+    assert "columns" not in editor.stages[1].config
+    editor.select_stage(0)
+    assert editor.panel.data_list.columns == mapping and editor.columns_box.isVisibleTo(tab)
+    assert editor.panel.data_list.item(0).text() == "qa.parquet — Alpaca instructions"
+    editor.set_pipeline(editor.pipeline())  # through the engine's pipeline JSON and back
+    editor.select_stage(0)
+    assert editor.stages[0].config["columns"] == mapping and editor.panel.data_list.columns == mapping

@@ -34,7 +34,8 @@ from PySide6.QtWidgets import (
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, Method, method_of
 from desktop_app.engine.specs import RunConfig, SpecError, TrainSpec
 from desktop_app.engine.train.request import make_run_config
-from desktop_app.ui.widgets.data_files import describe_data_file
+from desktop_app.ui.widgets.data_columns import DataColumnsBox
+from desktop_app.ui.widgets.data_files import DataFileList, describe_data_file
 from desktop_app.ui.widgets.layouts import add_items, group_column, note_label
 from desktop_app.ui.widgets.method_panel import MethodPanel
 from desktop_app.ui.widgets.spec_form import SpecForm
@@ -129,13 +130,15 @@ class PipelineEditor(QWidget):
         # The Train tab's own panel runs the demo and the sandbox probe; a stage's panel only describes a stage.
         self.panel.demo_btn.hide()
         self.panel.sandbox_btn.hide()
+        self.columns_box = DataColumnsBox()  # the stage's tables: which column holds what (RunConfig.columns)
+        self.columns_box.setObjectName("stageColumnsGroup")
         self.form = SpecForm(TrainSpec)  # with its own "Show advanced settings"
         hyper, hl = group_column("Hyperparameters of this stage")
         hl.addWidget(self.form)
         top = QFormLayout()
         top.addRow("Name", self.name_edit)
         top.addRow("Method", self.method_box)
-        add_items(stl, top, self.follow_check, self.pretrain_box, self.panel, hyper)
+        add_items(stl, top, self.follow_check, self.pretrain_box, self.panel, self.columns_box, hyper)
         return group
 
     def _build_pretrain_box(self) -> QWidget:
@@ -407,9 +410,13 @@ class PipelineEditor(QWidget):
             if stage.method == "pretraining":
                 self._select_dataset(config.dataset)
             else:
+                table_data = self._table_data()
+                if table_data is not None:  # before the files, so they are checked with the stage's own mapping
+                    table_data.columns = dict(config.columns)
                 self.panel.apply_config(config)
             self.form.set_spec(config.train_spec())
             self._update_stage_fields()
+            self.columns_box.show_for(self._table_data())
         finally:
             self._loading = False
 
@@ -447,15 +454,21 @@ class PipelineEditor(QWidget):
             self.panel.set_method(stage.method)
         finally:
             self._loading = False
+        self.columns_box.show_for(self._table_data())
         self._follow_default_lr(*old)
         if stage.method == "pretraining" and not stage.config.get("base_model") and not stage.config.get("model") \
                 and not (self._current and self.follow_check.isChecked()):
             stage.config = {**stage.config, "model": self._model()}  # from scratch: the Model tab's spec
         self._store()
 
+    def _table_data(self) -> DataFileList | None:
+        """The data list whose tables the stage's column mapping reads: SFT and DPO records, not GRPO's prompts."""
+        return self.panel.data_list if self.panel.method.data in ("sft", "dpo") else None
+
     def _on_panel_changed(self) -> None:
         if self._loading or not 0 <= self._current < len(self.stages):
             return
+        self.columns_box.show_for(self._table_data())
         stage = self.stages[self._current]
         kind = (stage.config.get("adapter") or {}).get("kind", "none")
         if self.panel.adapter() != kind:
@@ -495,7 +508,9 @@ class PipelineEditor(QWidget):
             fields = self.panel.config_fields()
             if follows:
                 fields["base_model"] = ""
-            config, _unknown = make_run_config(**fields, train=train)
+            table_data = self._table_data()
+            columns = dict(table_data.columns) if table_data is not None and table_data.tables() else {}
+            config, _unknown = make_run_config(**fields, columns=columns, train=train)
         stage.config = compact_config(config)
         self._update_stage_fields()
         self._refresh_texts(i)
