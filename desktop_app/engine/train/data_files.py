@@ -35,9 +35,14 @@ def read_files(config: RunConfig) -> list[Path]:
     return list(dict.fromkeys(f for f in files if f.is_file()))
 
 
-def fingerprint(file: Path) -> dict[str, Any]:
-    size = file.stat().st_size
-    return {"size": size, CHECKSUM: hash_prefix(file, size).hexdigest()}
+def fingerprint(file: Path, known: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Size and blake2b of `file`, with its stat (size, mtime, ctime, inode): a file whose stat is the `known`
+    fingerprint's is not hashed again (any write changes its ctime), so a resume over a large file starts at once."""
+    st = file.stat()
+    stat = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    if known and known.get("stat") == stat and isinstance(known.get(CHECKSUM), str):
+        return dict(known)
+    return {"size": st.st_size, CHECKSUM: hash_prefix(file, st.st_size).hexdigest(), "stat": stat}
 
 
 def _recorded(run_dir: Path) -> dict[str, Any]:
@@ -66,8 +71,8 @@ class DataFiles:
     def check(cls, run_dir: Path, config: RunConfig, *, resumed: bool, accept_change: bool) -> DataFiles:
         """Fingerprint the run's data files; a resume compares them with those recorded at its start: UserError
         naming the changed files, or (`accept_change`) a warning. Nothing is written here."""
-        files = {str(f): fingerprint(f) for f in read_files(config)}
         recorded = _recorded(run_dir) if resumed else {}
+        files = {str(f): fingerprint(f, recorded.get(str(f))) for f in read_files(config)}
         changed = [_change(name, recorded[name], now) for name, now in files.items()
                    if isinstance(recorded.get(name), dict) and recorded[name].get(CHECKSUM) != now[CHECKSUM]]
         if changed and not accept_change:

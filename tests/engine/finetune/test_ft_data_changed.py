@@ -85,3 +85,14 @@ def test_accepting_the_change_continues_with_a_warning_and_records_the_new_file(
     assert files[str(data)]["size"] == data.stat().st_size
     assert len(metrics_losses(run_dir)) == 4
     assert list(train(config, run_dir, resume=True))[-1].reason == "completed"  # the new file is the run's now
+
+
+def test_an_unchanged_file_is_not_hashed_again_on_resume(run, monkeypatch):
+    from desktop_app.engine.train import data_files
+
+    run_dir, config, _data = run
+    hashed = []
+    real = data_files.hash_prefix
+    monkeypatch.setattr(data_files, "hash_prefix", lambda path, n: hashed.append(path) or real(path, n))
+    assert list(train(config, run_dir, resume=True))[-1].reason == "completed"
+    assert hashed == []  # its stat is the one recorded at the start: the recorded checksum stands
