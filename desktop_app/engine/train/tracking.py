@@ -121,6 +121,14 @@ class Tracker:
     def close(self, outcome: str) -> None:
         """The run ended: outcome is its Finished reason ('' when it ended without one: stopped, window closed)."""
 
+    def replay(self, kept: list[dict[str, Any]]) -> None:
+        """Send metrics.jsonl's kept records to a new tracked run, as they were sent the first time."""
+        for record in kept:
+            if record.get("type") in ("step", "eval"):
+                self.log_scalars(int(record.get("step", 0)), scalars(record))
+            elif record.get("type") == "sample":
+                self.log_text(int(record.get("step", 0)), str(record.get("prompt", "")), str(record.get("text", "")))
+
     def saved(self) -> dict[str, Any]:
         """What tracking.json keeps for a resume to continue this tracked run."""
         return {}
@@ -203,9 +211,22 @@ class MLflowTracker(Tracker):
         old = self.run_id
         self.run_id = self._create(f"{self.run_dir.name} (from step {step})",
                                    {"azr.resumed_from_run": old, "azr.resumed_at_step": str(step)})
-        replay(self, kept)
+        self.replay(kept)
         self.client.set_tag(old, "azr.superseded_by", self.run_id)
         self.client.set_terminated(old, "KILLED")
+
+    def replay(self, kept: list[dict[str, Any]]) -> None:
+        """The kept history in batches of MLflow's 1,000 metrics a call (a long run's resume stays quick)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, int(r.get("step", 0))) for r in kept if r.get("type") in ("step", "eval")
+                   for k, v in scalars(r).items()]
+        for at in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[at:at + 1000])
+        for r in kept:
+            if r.get("type") == "sample":
+                self.log_text(int(r.get("step", 0)), str(r.get("prompt", "")), str(r.get("text", "")))
 
     def log_text(self, step: int, prompt: str, text: str) -> None:
         self.client.log_text(self.run_id, f"{prompt}\n---\n{text}\n", f"samples/step_{step:07d}.txt")
@@ -245,7 +266,7 @@ class WandbTracker(Tracker):
         old.finish(exit_code=1)
         self.run = self._start("", f"{self.run_dir.name} (from step {step})",
                                {**self.config, "azr_resumed_from_run": old.id, "azr_resumed_at_step": step})
-        replay(self, kept)
+        self.replay(kept)
 
     def close(self, outcome: str) -> None:
         self.run.finish(exit_code=1 if outcome == "failed" else 0)
@@ -268,15 +289,6 @@ def scalars_after(path: Path, offset: int) -> bool:
             if isinstance(record, dict) and record.get("type") in ("step", "eval"):
                 return True
     return False
-
-
-def replay(tracker: Tracker, kept: list[dict[str, Any]]) -> None:
-    """Send metrics.jsonl's kept records to a new tracked run, as they were sent the first time."""
-    for record in kept:
-        if record.get("type") in ("step", "eval"):
-            tracker.log_scalars(int(record.get("step", 0)), scalars(record))
-        elif record.get("type") == "sample":
-            tracker.log_text(int(record.get("step", 0)), str(record.get("prompt", "")), str(record.get("text", "")))
 
 
 def open_tracker(name: str, run_dir: Path, config: dict[str, Any], resume_step: int | None,
