@@ -22,11 +22,12 @@ def train_job(request: RunRequest, run_dir: Path, controls: Controls) -> Iterato
     yield from start_run(request, run_dir, controls, interactive=True)
 
 
-def resume_job(config: RunConfig, run_dir: Path, controls: Controls) -> Iterator[Event]:
-    """A run continued from its newest committed checkpoint, with the config in its run.json."""
+def resume_job(config: RunConfig, run_dir: Path, controls: Controls, accept_change: bool = False) -> Iterator[Event]:
+    """A run continued from its newest committed checkpoint, with the config in its run.json (`accept_change`: the
+    person chose to continue on data files changed since the run started)."""
     from desktop_app.engine.train.loop import train
 
-    yield from train(config, run_dir, controls, resume=True, interactive=True)
+    yield from train(config, run_dir, controls, resume=True, accept_config_change=accept_change, interactive=True)
 
 
 def demo_job(out: Path, controls: Controls, minutes: float,

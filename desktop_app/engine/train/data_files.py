@@ -5,7 +5,8 @@ A fine-tune reads its files whole when it starts, and a resume rebuilds the same
 them; a file edited between the two would silently shift every example after the edit. So each file's size and
 blake2b are recorded in RUN/data_files.json when the run starts, and a resume compares them: a changed file is
 refused naming it (as a changed base model is), unless the person accepts changes (`train --resume RUN
---accept-config-change`, as for a changed config), which continues with a warning and records the new files.
+--accept-config-change`, as for a changed config; the window asks first, `touched_files`), which continues with a
+warning and records the new files.
 Prepared datasets (token stores) carry their own checksums: data/store_check.py.
 """
 
@@ -38,11 +39,10 @@ def read_files(config: RunConfig) -> list[Path]:
 def fingerprint(file: Path, known: dict[str, Any] | None = None) -> dict[str, Any]:
     """Size and blake2b of `file`, with its stat (size, mtime, ctime, inode): a file whose stat is the `known`
     fingerprint's is not hashed again (any write changes its ctime), so a resume over a large file starts at once."""
-    st = file.stat()
-    stat = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    stat = fingerprint_stat(file)
     if known and known.get("stat") == stat and isinstance(known.get(CHECKSUM), str):
         return dict(known)
-    return {"size": st.st_size, CHECKSUM: hash_prefix(file, st.st_size).hexdigest(), "stat": stat}
+    return {"size": stat[0], CHECKSUM: hash_prefix(file, stat[0]).hexdigest(), "stat": stat}
 
 
 def _recorded(run_dir: Path) -> dict[str, Any]:
@@ -58,6 +58,23 @@ def _change(file: str, was: dict[str, Any], now: dict[str, Any]) -> str:
     if was.get("size") != now["size"]:
         return f"{file} is {size_text(now['size'])} now, {size_text(int(was.get('size') or 0))} when the run started"
     return f"{file} has other contents than when the run started (same size, another checksum)"
+
+
+def touched_files(run_dir: Path, config: RunConfig) -> list[str]:
+    """The run's data files written to since its start recorded them (their size or times differ): read from their
+    stat only, so a front end can ask before a resume whether to continue on new data; the checksum decides then."""
+    recorded = _recorded(run_dir)
+    touched = []
+    for file in read_files(config):
+        known = recorded.get(str(file))
+        if isinstance(known, dict) and "stat" in known and fingerprint_stat(file) != known["stat"]:
+            touched.append(str(file))
+    return touched
+
+
+def fingerprint_stat(file: Path) -> list[int]:
+    st = file.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 @dataclass

@@ -329,10 +329,28 @@ class TrainTab(TrainCommands, QWidget):
 
     def _launch_resume(self, config: RunConfig, run_dir: Path) -> bool:
         controls = Controls()
-        job = self.multi.resume_job(config, run_dir) or (
-            lambda: train_jobs.resume_job(config, run_dir, controls), controls)
+        job = self.multi.resume_job(config, run_dir)
+        if job is None:  # in this window: data files changed since the start are the person's choice
+            accept = self._accept_changed_data(config, run_dir)
+            if accept is None:
+                return False
+            job = (lambda: train_jobs.resume_job(config, run_dir, controls, accept), controls)
         return self._run_job(*job, JobStart(RUN, run_dir, f"resuming run {run_dir.name}", STARTING,
                                             f"Run folder: {run_dir}", config))
+
+    def _accept_changed_data(self, config: RunConfig, run_dir: Path) -> bool | None:
+        """False when no data file changed since the run started; True when some did and the person continues on
+        the new data; None when they keep the run as it is (nothing starts)."""
+        from desktop_app.engine.train.data_files import touched_files
+
+        touched = touched_files(run_dir, config)
+        if not touched:
+            return False
+        names = ", ".join(Path(t).name for t in touched)
+        return True if self.ctx.confirm(
+            "The data changed", f"{names} changed since this run started.\n\nContinue the run on the new data? Its "
+            "examples then differ from those it has trained on so far. (No: nothing starts; put the files back as "
+            "they were to resume exactly.)", self) else None
 
     def start_selfplay_demo(self, minutes: float = 15.0, train_overrides: dict[str, Any] | None = None) -> bool:
         """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs
