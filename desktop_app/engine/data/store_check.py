@@ -83,7 +83,8 @@ def check_size(file: Path, needed: int) -> int:
     return size
 
 
-def _stat_key(file: Path) -> list[int]:
+def stat_key(file: Path) -> list[int]:
+    """What changes when a file is written to or replaced: its size, modification and change times, and inode."""
     st = file.stat()
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
@@ -117,7 +118,7 @@ def verify_files(folder: Path, manifest: dict[str, Any], *, remember: bool = Tru
             continue
         file = folder / name
         check_size(file, int(entry.get("size", 0)))
-        key = _stat_key(file)
+        key = stat_key(file)
         known = remembered.get(name)
         if isinstance(known, dict) and known.get("stat") == key and known.get(CHECKSUM) == entry[CHECKSUM]:
             continue

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from desktop_app.engine.data.store_check import CHECKSUM, hash_prefix
+from desktop_app.engine.data.store_check import CHECKSUM, hash_prefix, stat_key
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event, Log
 from desktop_app.engine.fileio import atomic_write_text
@@ -39,7 +39,7 @@ def read_files(config: RunConfig) -> list[Path]:
 def fingerprint(file: Path, known: dict[str, Any] | None = None) -> dict[str, Any]:
     """Size and blake2b of `file`, with its stat (size, mtime, ctime, inode): a file whose stat is the `known`
     fingerprint's is not hashed again (any write changes its ctime), so a resume over a large file starts at once."""
-    stat = fingerprint_stat(file)
+    stat = stat_key(file)
     if known and known.get("stat") == stat and isinstance(known.get(CHECKSUM), str):
         return dict(known)
     return {"size": stat[0], CHECKSUM: hash_prefix(file, stat[0]).hexdigest(), "stat": stat}
@@ -67,14 +67,9 @@ def touched_files(run_dir: Path, config: RunConfig) -> list[str]:
     touched = []
     for file in read_files(config):
         known = recorded.get(str(file))
-        if isinstance(known, dict) and "stat" in known and fingerprint_stat(file) != known["stat"]:
+        if isinstance(known, dict) and "stat" in known and stat_key(file) != known["stat"]:
             touched.append(str(file))
     return touched
-
-
-def fingerprint_stat(file: Path) -> list[int]:
-    st = file.stat()
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 @dataclass

@@ -364,7 +364,7 @@ class TrackedMetrics(MetricsWriter):
         self.said: list[str] = []  # warnings not yet taken by the loop
         self.trackers, self.notes = open_trackers(self.run_dir, config, resume_step)
         if sent_past and resume_step is not None:
-            self._rewind(resume_step, opened=True)
+            self._rewind(resume_step, read_metrics(self.run_dir), opened=True)
 
     def write(self, record: dict[str, Any]) -> str | None:
         problem = super().write(record)
@@ -383,11 +383,11 @@ class TrackedMetrics(MetricsWriter):
         """A rollback to a checkpoint: metrics.jsonl is cut back, and every tracker rewinds to its step."""
         super().truncate(offset)
         kept = read_metrics(self.run_dir, upto_bytes=offset)
-        self._rewind(max((int(r.get("step", 0)) for r in kept if r.get("type") == "step"), default=0))
+        self._rewind(max((int(r.get("step", 0)) for r in kept if r.get("type") == "step"), default=0), kept)
 
-    def _rewind(self, step: int, *, opened: bool = False) -> None:
-        """Every tracker back to `step` (`opened`: TensorBoard purged it when it opened), the new ids kept."""
-        kept = read_metrics(self.run_dir)
+    def _rewind(self, step: int, kept: list[dict[str, Any]], *, opened: bool = False) -> None:
+        """Every tracker back to `step`, given metrics.jsonl's `kept` records (`opened`: TensorBoard purged it when
+        it opened), the new ids kept."""
         self._each(lambda t: None if opened and isinstance(t, TensorBoardTracker) else t.rewind(step, kept))
         previous = read_json(self.run_dir / TRACKING_FILE)
         _save_ids(self.run_dir, self.trackers, previous if isinstance(previous, dict) else {})
