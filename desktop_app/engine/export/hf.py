@@ -56,8 +56,8 @@ def _load(path: Path) -> tuple[Any, Any]:
 def gguf_problem(source: str | Path) -> str | None:
     """Why `source` cannot be exported as GGUF (a sentence for the UI to show next to a disabled option),
     or None when it can. Cheap: reads configs and tokenizer.json only, loads no weights."""
-    from desktop_app.engine.export.gguf import read_tokenizer_json, tokenizer_metadata
     from desktop_app.engine.export.gguf_families import family_of
+    from desktop_app.engine.export.gguf_tokenizer import read_tokenizer_json, tokenizer_metadata
 
     try:
         folder = resolve_source(source)
@@ -404,8 +404,9 @@ class _Export:
 def _write_gguf_and_modelfile(job: _Export, model: Any, tokenizer: Any) -> Iterator[Event]:
     """The GGUF at job.tmp (k-quants: our f32/f16 file, then llama.cpp's quantizer) and its Modelfile at a temporary
     sibling (job.result["modelfile_tmp"])."""
-    from desktop_app.engine.export.gguf import GGUFFile, GGUFTokenizer, read_tokenizer_json, write_gguf
+    from desktop_app.engine.export.gguf import GGUFFile, write_gguf
     from desktop_app.engine.export.gguf_quantize import LLAMA_CPP_TYPES, quantize
+    from desktop_app.engine.export.gguf_tokenizer import GGUFTokenizer, read_tokenizer_json
 
     src, tmp, gguf_type = job.src, job.tmp, job.settings.gguf_type
     state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
