@@ -16,7 +16,7 @@ import numpy as np
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event, Progress
-from desktop_app.engine.export.gguf_families import Family, family_of
+from desktop_app.engine.export.gguf_families import Family, family_of, is_skipped
 from desktop_app.engine.export.gguf_tokenizer import GGUFTokenizer, add_tokenizer
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # written here
@@ -64,18 +64,18 @@ def write_gguf(state: dict[str, np.ndarray], config: dict[str, Any], tokenizer: 
     mapped = _gguf_names(state, family)
     writer = gguf.GGUFWriter(str(target.path), family.arch)
     try:
-        _add_metadata(writer, family, gguf_type, name)
+        _add_metadata(writer, family, gguf_type, safe_general_name(name, tokenizer))
         add_tokenizer(writer, tokenizer, vocab_size)
+        total = len(mapped) + len(family.extra)
         for done, (hf_name, gguf_name) in enumerate(mapped.items()):
             if should_stop():
                 return
-            array = family.transform(hf_name, np.asarray(state[hf_name], dtype=np.float32))
-            data, raw_dtype = _convert(array, gguf_type)
-            if raw_dtype is None:
-                writer.add_tensor(gguf_name, data)
-            else:
-                writer.add_tensor(gguf_name, data, raw_dtype=raw_dtype)
-            yield Progress("convert", done + 1, len(mapped), "tensors", gguf_name)
+            _add_tensor(writer, gguf_name, family.transform(hf_name, np.asarray(state[hf_name], dtype=np.float32)),
+                        gguf_type)
+            yield Progress("convert", done + 1, total, "tensors", gguf_name)
+        for done, (gguf_name, array) in enumerate(family.extra.items(), start=len(mapped)):
+            _add_tensor(writer, gguf_name, array, gguf_type)
+            yield Progress("convert", done + 1, total, "tensors", gguf_name)
         if should_stop():
             return
         yield Progress("write", 0, 1, "files", f"{name}.gguf")
@@ -87,16 +87,43 @@ def write_gguf(state: dict[str, np.ndarray], config: dict[str, Any], tokenizer: 
         writer.close()
 
 
+def _add_tensor(writer: Any, name: str, array: np.ndarray, gguf_type: str) -> None:
+    data, raw_dtype = _convert(array, gguf_type)
+    if raw_dtype is None:
+        writer.add_tensor(name, data)
+    else:
+        writer.add_tensor(name, data, raw_dtype=raw_dtype)
+
+
 def _gguf_names(state: dict[str, np.ndarray], family: Family) -> dict[str, str]:
     """HF name -> GGUF name of every tensor written (a tied lm_head and causal-mask buffers are not); UserError
     for a tensor the family does not know."""
     names = [n for n in state if not (n == "lm_head.weight" and family.tied)]
     mapped = {n: family.rename(n) for n in names}
-    unknown = [n for n, m in mapped.items() if m is None and not n.endswith(("rotary_emb.inv_freq", ".attn.bias",
-                                                                               ".attn.masked_bias"))]
+    unknown = [n for n, m in mapped.items() if m is None and not is_skipped(n)]
     if unknown:
-        raise UserError(f"GGUF export does not know the tensors {', '.join(unknown[:5])}")
+        raise UserError(f"GGUF export does not know the tensors {', '.join(unknown[:5])} (llama.cpp's "
+                        f"{family.arch} reads no such tensor)")
     return {n: m for n, m in mapped.items() if m is not None}
+
+
+_PHI3_NAMES = ("phi-3", "phi3")
+_PHI3_TOKENS = ("</s>", "<unk>", "<s>", "<|endoftext|>")
+
+
+def safe_general_name(name: str, tokenizer: GGUFTokenizer) -> str:
+    """general.name as written: llama.cpp looks Phi-3's special tokens up by text in any model whose name contains
+    "phi3" or "phi-3" and aborts loading when one is missing, so such a name on a vocabulary without them is
+    written as "phi_3"."""
+    if not any(n in name.lower() for n in _PHI3_NAMES) or tokenizer.json is None:
+        return name
+    vocab = set((tokenizer.json.get("model") or {}).get("vocab") or {})
+    vocab |= {a.get("content") for a in tokenizer.json.get("added_tokens") or []}
+    if all(t in vocab for t in _PHI3_TOKENS):
+        return name
+    for spelling in ("phi-3", "phi3", "Phi-3", "Phi3", "PHI-3", "PHI3"):
+        name = name.replace(spelling, "phi_3")
+    return name
 
 
 def _add_metadata(writer: Any, family: Family, gguf_type: str, name: str) -> None:

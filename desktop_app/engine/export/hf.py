@@ -523,13 +523,13 @@ def _checked_export(source: str | Path, fmt: str, out: Path, controls: Controls 
 
 def _refuse_gguf_early(job: _Export) -> None:
     """Refuse what cannot become GGUF before the weights are loaded."""
-    from desktop_app.engine.export.gguf_families import EXPORTABLE
     from desktop_app.engine.export.gguf_quantize import INSTALL_HINT, LLAMA_CPP_TYPES, llama_cpp_available
+    from desktop_app.engine.model.families import family_of, no_gguf_reason
 
     model_type = _source_model_type(job.src)
-    if model_type not in EXPORTABLE:
-        raise UserError(f"GGUF export supports {', '.join(EXPORTABLE)} models; {job.src} is a {model_type!r} "
-                        "model: export it with --format hf or zip instead")
+    family = family_of(model_type)
+    if family is None or not family.gguf:
+        raise UserError(f"{job.src}: {no_gguf_reason(model_type)}")
     if job.settings.gguf_type in LLAMA_CPP_TYPES and not llama_cpp_available():
         raise UserError(f"GGUF type {job.settings.gguf_type} is made by llama.cpp's quantizer, which is not "
                         f"installed: {INSTALL_HINT}")

@@ -21,23 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model import families
 
 if TYPE_CHECKING:
     from desktop_app.engine.protocols import CausalLM
 
-FAMILY_TARGETS = {  # what default_target_modules finds, for help texts and the UI
-    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    "mistral": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    "gemma": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
-    "gpt2": ["c_attn", "c_proj", "c_fc"],
-}
-
 
 def family_targets(path: str | Path) -> list[str]:
     """The linear layers LoRA can target in the model at `path` (a run, checkpoint, export, adapter or HF folder), by
-    its family (config.json's model_type), without loading or hashing anything; [] when unknown."""
+    its family (config.json's model_type, from the family table), without loading or hashing anything; [] when
+    unknown."""
     from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
     from desktop_app.engine.run_folder import is_run_folder, list_committed, read_json
 
@@ -53,8 +46,8 @@ def family_targets(path: str | Path) -> list[str]:
         except UserError:
             return []
     config = read_json(folder / "config.json")
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    return list(FAMILY_TARGETS.get(str(model_type), []))
+    family = families.family_of(config.get("model_type") if isinstance(config, dict) else None)
+    return list(family.lora_targets) if family is not None else []
 
 
 def is_peft_model(model: CausalLM) -> bool:

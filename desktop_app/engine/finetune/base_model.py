@@ -23,6 +23,7 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event
+from desktop_app.engine.model.families import folder_attention
 from desktop_app.engine.model.folders import BaseModelInfo, looks_like_hub_id, weight_files
 from desktop_app.engine.model.loading import load_full, load_tokenizer, quiet_transformers
 
@@ -113,7 +114,8 @@ def load_base(info: BaseModelInfo, device: Any, *, quantize: Any = None) -> Load
             with quiet_transformers():
                 model = AutoModelForCausalLM.from_pretrained(
                     str(folder), quantization_config=qconfig, device_map=device_map, dtype=torch.float32,
-                    trust_remote_code=False, local_files_only=True, attn_implementation="sdpa")
+                    trust_remote_code=False, local_files_only=True,
+                    attn_implementation=folder_attention(folder))
         except (OSError, ValueError, RuntimeError, ImportError) as exc:
             text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise UserError(f"the base {info.folder} cannot be loaded in 4 bits for QLoRA ({text})") from None

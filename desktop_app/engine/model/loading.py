@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.families import attention_of, folder_attention
 from desktop_app.engine.model.folders import (
     BaseModelInfo,
     check_no_remote_code,
@@ -91,7 +92,8 @@ def _load_from_pickles(folder: Path, files: list[Path], dtype: Any) -> Any:
     state: dict[str, Any] = {}
     for f in files:  # several files = shards of one state dict
         state.update(load_pickle_state_dict(f))
-    model = AutoModelForCausalLM.from_config(config, trust_remote_code=False, attn_implementation="sdpa",
+    model = AutoModelForCausalLM.from_config(config, trust_remote_code=False,
+                                             attn_implementation=attention_of(config.model_type),
                                              dtype=dtype or torch.float32)
     result = model.load_state_dict(state, strict=False)
     tied = set()
@@ -170,7 +172,7 @@ def load_gguf_weights(file: Path, dtype: Any = None) -> Any:
                                         if k not in ("model_type", "architectures", "sliding_window")})
             loaded = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype=dtype,
                                                           config=config, local_files_only=True,
-                                                          attn_implementation="sdpa")
+                                                          attn_implementation=attention_of(config.model_type))
     except (OSError, ValueError, KeyError, RuntimeError, TypeError, NotImplementedError) as exc:
         raise UserError(f"{file}: the model cannot be loaded ({_first_line(exc)})") from None
     config = loaded.config
@@ -178,7 +180,7 @@ def load_gguf_weights(file: Path, dtype: Any = None) -> Any:
         if hasattr(config, attr):
             delattr(config, attr)
     config.name_or_path = str(file)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention_of(config.model_type))
     result = model.load_state_dict(loaded.state_dict(), strict=False)
     del loaded
     if getattr(config, "tie_word_embeddings", False):
@@ -234,7 +236,7 @@ def load_weights(folder: Path, safetensors: list[Path], pickles: list[Path], dty
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 str(folder), trust_remote_code=False, local_files_only=True, use_safetensors=True,
-                attn_implementation="sdpa", dtype=dtype or torch.float32)
+                attn_implementation=folder_attention(folder), dtype=dtype or torch.float32)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise UserError(f"{folder}: the model cannot be loaded ({_first_line(exc)})") from None
     elif pickles:

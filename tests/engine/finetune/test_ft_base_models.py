@@ -19,7 +19,7 @@ from ft_helpers import (
 from train_helpers import make_dataset, tiny_config
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.finetune.adapters import FAMILY_TARGETS
+from desktop_app.engine.model import families
 from desktop_app.engine.model.folders import resolve_base, weights_sha256
 from desktop_app.engine.train.loop import train
 
@@ -45,7 +45,7 @@ def test_each_family_fine_tunes_full_and_with_lora_without_touching_the_base(fam
 
     folder = newest(tmp_path / "lora")
     adapter_config = json.loads((folder / "adapter_config.json").read_text())
-    assert sorted(adapter_config["target_modules"]) == sorted(FAMILY_TARGETS[family])  # all linear projections
+    assert sorted(adapter_config["target_modules"]) == sorted(families.FAMILIES[family].lora_targets)  # all linear projections
     assert (folder / "adapter_model.safetensors").is_file() and not (folder / "model.safetensors").exists()
     # real peft loads it onto the base
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder).eval()

@@ -75,16 +75,17 @@ def test_parse_option_types_values_by_the_option() -> None:
 def test_family_targets_reads_the_family_without_loading_the_model(tmp_path) -> None:
     import json
 
-    from desktop_app.engine.finetune.adapters import FAMILY_TARGETS, family_targets
+    from desktop_app.engine.finetune.adapters import family_targets
+    from desktop_app.engine.model.families import FAMILIES
 
     llama, gpt2, odd = tmp_path / "llama", tmp_path / "gpt2", tmp_path / "odd"
     for folder, model_type in ((llama, "llama"), (gpt2, "gpt2"), (odd, "bert")):
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
-    assert family_targets(llama) == FAMILY_TARGETS["llama"]
+    assert family_targets(llama) == list(FAMILIES["llama"].lora_targets)
     assert family_targets(gpt2) == ["c_attn", "c_proj", "c_fc"]
     assert family_targets(odd) == [] and family_targets(tmp_path / "missing") == []
     adapter = tmp_path / "adapter"  # an adapter folder: its base's family
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(gpt2)}))
-    assert family_targets(adapter) == FAMILY_TARGETS["gpt2"]
+    assert family_targets(adapter) == list(FAMILIES["gpt2"].lora_targets)
