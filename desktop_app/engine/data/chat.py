@@ -16,7 +16,9 @@ Chat template
     for templates that change the content (trim and the like), by searching for it after the rendered prefix.
     `ChatRenderer.mask` marks the tokens of chosen assistant messages plus the end-of-turn token right after
     each (any whitespace tokens between included). A special token spelled inside a message (e.g. a literal
-    "<|im_end|>") is refused: it would end the turn early.
+    "<|im_end|>") is refused: it would end the turn early. Templates without a system role (Gemma's raise on
+    one) get the system text at the start of the first user message, as those models' cards advise
+    (`render_text`): the one rendering that generation, fine-tuning and the Modelfile share.
 
 Stop tokens
     One rule, `stop_token_ids`: a reply ends at the tokenizer's (and the model's) end-of-sequence ids and, in
@@ -177,6 +179,33 @@ def chat_template_of(tokenizer: ChatTokenizer) -> str:
 # ------------------------------------------------------------------------------------------- rendering
 
 
+def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]] | None:
+    """The conversation with a leading system message moved into the first user message (its text, a blank line,
+    the user's), for templates without a system role; None when there is no such pair to fold."""
+    if len(messages) < 2 or messages[0]["role"] != "system" or messages[1]["role"] != "user":
+        return None
+    first = {"role": "user", "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}
+    return [first, *messages[2:]]
+
+
+def render_text(tokenizer: Any, messages: list[dict[str, str]], template: str | None = None, *,
+                add_generation_prompt: bool = False) -> str:
+    """`messages` rendered by the chat template (the tokenizer's own unless `template`) as text; a template that
+    refuses a leading system message gets it folded into the first user message (fold_system). Raises what the
+    template raises when it refuses anything else."""
+    plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+    try:
+        out = tokenizer.apply_chat_template(plain, chat_template=template, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt)
+    except Exception:  # jinja errors, raise_exception() in templates
+        folded = fold_system(plain)
+        if folded is None:
+            raise
+        out = tokenizer.apply_chat_template(folded, chat_template=template, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt)
+    return out if isinstance(out, str) else str(out)
+
+
 @dataclass
 class Rendered:
     """A conversation rendered through the chat template: its text, token ids and offsets, and where each
@@ -208,14 +237,11 @@ class ChatRenderer:
 
     def text(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
         """The conversation rendered by the template, as text; ChatError when the template refuses it."""
-        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
         try:
-            out = self.tok.apply_chat_template(plain, chat_template=self.template, tokenize=False,
-                                               add_generation_prompt=add_generation_prompt)
+            return render_text(self.tok, messages, self.template, add_generation_prompt=add_generation_prompt)
         except Exception as exc:  # jinja errors, raise_exception() in templates
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise ChatError(f"the chat template refuses this conversation: {first}") from None
-        return out if isinstance(out, str) else str(out)
 
     def _marked_spans(self, messages: list[dict[str, str]], plain: str) -> dict[int, tuple[int, int]] | None:
         if any(ch in m["content"] for m in messages for ch in (_OPEN, _MID, _CLOSE)):

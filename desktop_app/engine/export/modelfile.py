@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from desktop_app.engine.data.chat import end_of_turn_id, own_template
+from desktop_app.engine.data.chat import end_of_turn_id, fold_system, own_template, render_text
 
 if TYPE_CHECKING:
     from desktop_app.engine.protocols import ChatTokenizer
@@ -40,6 +40,12 @@ class Wrappers:
     prefix: dict[str, str]  # role -> text before its content
     suffix: dict[str, str]  # role -> text after its content
     generation: str  # the assistant turn's opening, after the last message
+    # a template without a system role: a leading system message opens the first user turn (data/chat.py's
+    # fold_system), so the user message right after it gets no prefix of its own
+    fold_system: bool = False
+    # what the template adds after a whole conversation rendered without a generation prompt (Phi-3's EOS): a
+    # training-time closing, which Ollama, always generating, never renders
+    end: str = ""
 
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """What the Go template below produces for `messages` (used to check the translation)."""
@@ -47,11 +53,14 @@ class Wrappers:
         out = [self.start_with_system if first_system else self.start_without_system]
         for i, m in enumerate(messages):
             last = i == len(messages) - 1
-            out.append(self.prefix[m["role"]] + m["content"])
+            folded = self.fold_system and i == 1 and first_system and m["role"] == "user"
+            out.append(("" if folded else self.prefix[m["role"]]) + m["content"])
             if not (last and m["role"] == "assistant"):
                 out.append(self.suffix[m["role"]])
             if last and m["role"] != "assistant" and add_generation_prompt:
                 out.append(self.generation)
+        if not add_generation_prompt:
+            out.append(self.end)
         return "".join(out)
 
     def go_template(self) -> str:
@@ -66,7 +75,11 @@ class Wrappers:
             keyword = "if" if k == 0 else "else if"
             after = (f"{{{{ if not $last }}}}{q(self.suffix[role])}{{{{ end }}}}" if role == "assistant"
                      else q(self.suffix[role]))
-            branches.append(f'{{{{- {keyword} eq .Role "{role}" }}}}{q(self.prefix[role])}{{{{ .Content }}}}{after}')
+            prefix = q(self.prefix[role])
+            if role == "user" and self.fold_system and prefix:
+                prefix = (f'{{{{ if not (and (eq $i 1) (eq (index $.Messages 0).Role "system")) }}}}{prefix}'
+                          "{{ end }}")
+            branches.append(f'{{{{- {keyword} eq .Role "{role}" }}}}{prefix}{{{{ .Content }}}}{after}')
         return (
             f'{{{{- if and .Messages (eq (index .Messages 0).Role "system") }}}}{q(self.start_with_system)}'
             f"{{{{- else }}}}{q(self.start_without_system)}{{{{- end }}}}\n"
@@ -80,7 +93,7 @@ class Wrappers:
 
 def _render(tokenizer: Any, messages: list[dict[str, str]], gen: bool) -> str:
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+        return render_text(tokenizer, messages, add_generation_prompt=gen)
     except Exception as exc:  # a template may raise for conversations it does not accept
         raise TemplateNotTranslatable(f"it refuses a plain conversation ({str(exc)[:120]})") from None
 
@@ -102,7 +115,8 @@ def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
     a1, a2 = _ASSTS
     msg = lambda role, text: {"role": role, "content": text}  # noqa: E731
     full = [msg("system", _SYS), msg("user", u1), msg("assistant", a1), msg("user", u2)]
-    plain = _render(tokenizer, full, False)
+    end = _closing_text(tokenizer)
+    plain = _plain(tokenizer, full, end)
     with_gen = _render(tokenizer, full, True)
     markers = [_SYS, u1, a1, u2]
     positions = [plain.find(m) for m in markers]
@@ -113,7 +127,7 @@ def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
     generation = with_gen[len(plain):]
     suffix_user = _between(plain, u2, None)
     # [system, user, assistant] without a generation prompt: what follows the assistant's text is its suffix
-    three = _render(tokenizer, full[:3], False)
+    three = _plain(tokenizer, full[:3], end)
     suffix_assistant = _between(three, a1, None)
     prefix_user = _between(plain, a1, u2)
     if not prefix_user.startswith(suffix_assistant):
@@ -124,18 +138,19 @@ def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
         raise TemplateNotTranslatable("a user message is not closed the same way each time")
     prefix_assistant = between_user_assistant[len(suffix_user):]
     between_system_user = _between(plain, _SYS, u1)
-    suffix_system = _strip_end(between_system_user, prefix_user, "the system message")
     before_system = plain[: plain.index(_SYS)]
-    prefix_system = prefix_user.replace("user", "system")  # the usual shape; checked below
+    folds = _refuses_system(tokenizer, full[:2])
+    suffix_system = between_system_user if folds else _strip_end(between_system_user, prefix_user, "the system message")
+    prefix_system = prefix_user if folds else prefix_user.replace("user", "system")  # the usual shape; checked below
     if prefix_system and before_system.endswith(prefix_system):
         start_with_system = before_system[: len(before_system) - len(prefix_system)]
     else:
         start_with_system, prefix_system = "", before_system
-    no_system = _render(tokenizer, full[1:], False)
+    no_system = _plain(tokenizer, full[1:], end)
     start_without_system = _strip_end(no_system[: no_system.index(u1)], prefix_user, "the first user message")
     w = Wrappers(start_without_system, start_with_system,
                  {"system": prefix_system, "user": prefix_user, "assistant": prefix_assistant},
-                 {"system": suffix_system, "user": suffix_user, "assistant": suffix_assistant}, generation)
+                 {"system": suffix_system, "user": suffix_user, "assistant": suffix_assistant}, generation, folds, end)
     probes = [
         [msg("user", u1)],
         [msg("system", _SYS), msg("user", u1)],
@@ -149,6 +164,33 @@ def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
                 raise TemplateNotTranslatable(f"a conversation of {len(probe)} messages renders differently from "
                                               "wrapped messages in a row")
     return w
+
+
+def _closing_text(tokenizer: Any) -> str:
+    """The EOS text a template puts after a conversation only when no generation prompt follows (Phi-3), else ""."""
+    eos = getattr(tokenizer, "eos_token", None)
+    conversation = [{"role": "user", "content": _USERS[0]}]
+    if not isinstance(eos, str) or not eos:
+        return ""
+    closed = _render(tokenizer, conversation, False)
+    if closed.endswith(eos) and not _render(tokenizer, conversation, True).endswith(eos):
+        return eos
+    return ""
+
+
+def _plain(tokenizer: Any, messages: list[dict[str, str]], end: str) -> str:
+    """The rendering without a generation prompt, less the template's closing text."""
+    text = _render(tokenizer, messages, False)
+    return text[: len(text) - len(end)] if end and text.endswith(end) else text
+
+
+def _refuses_system(tokenizer: Any, system_and_user: list[dict[str, str]]) -> bool:
+    """The template itself refuses a system message (render_text then folds it into the first user turn)."""
+    try:
+        tokenizer.apply_chat_template(system_and_user, tokenize=False)
+    except Exception:  # Gemma's templates raise_exception() on a system role
+        return fold_system(system_and_user) is not None
+    return False
 
 
 def template_name(w: Wrappers) -> str:

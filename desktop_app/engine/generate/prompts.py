@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from desktop_app.engine.data.chat import check_messages
+from desktop_app.engine.data.chat import check_messages, render_text
 from desktop_app.engine.errors import UserError
 
 
@@ -42,7 +42,7 @@ def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> li
         raise NoChatTemplateError("this model's tokenizer has no chat template, so chat mode cannot be used; "
                                   "turn chat mode off to continue the prompt as plain text")
     try:
-        text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        text = render_text(tokenizer, conversation, add_generation_prompt=True)
     except Exception as exc:  # the template itself refused (e.g. roles must alternate)
         raise UserError(f"the model's chat template refused this conversation: {exc}") from None
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]

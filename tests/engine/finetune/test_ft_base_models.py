@@ -45,7 +45,8 @@ def test_each_family_fine_tunes_full_and_with_lora_without_touching_the_base(fam
 
     folder = newest(tmp_path / "lora")
     adapter_config = json.loads((folder / "adapter_config.json").read_text())
-    assert sorted(adapter_config["target_modules"]) == sorted(families.FAMILIES[family].lora_targets)  # all linear projections
+    # all linear projections
+    assert sorted(adapter_config["target_modules"]) == sorted(families.FAMILIES[family].lora_targets)
     assert (folder / "adapter_model.safetensors").is_file() and not (folder / "model.safetensors").exists()
     # real peft loads it onto the base
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder).eval()
