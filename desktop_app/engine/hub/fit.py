@@ -20,6 +20,7 @@ from typing import Any
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.hub.details import FileSet, RepoDetails, fetch_config
 from desktop_app.engine.hub.errors import size_text
+from desktop_app.engine.model.families import attention_of
 from desktop_app.engine.model.sizing import TrainingShape, estimate_memory, estimate_training_memory
 from desktop_app.engine.specs import ModelSpec
 from desktop_app.engine.train.preflight import ASSUMED_EXAMPLE_TOKENS, FITS_SHARE, Machine, this_machine
@@ -51,7 +52,7 @@ def fit_verdicts(details: RepoDetails, file_set: FileSet, machine: Machine | Non
     out = [verdict("chat", chat_memory(spec, gguf, file_set.size), machine)]
     note = "GGUF files are for chat; fine-tuning one loads it as full-precision weights: " if gguf else ""
     for use in USES[1:]:
-        needed = training_memory(spec, use, on_gpu=bool(machine.gpu_total))
+        needed = training_memory(spec, use, on_gpu=bool(machine.gpu_total), attention=attention_of(details.model_type))
         refused = qlora_refusal(machine) if use == "qlora" else None
         if refused:
             out.append(FitVerdict(use, False, needed, 0, "GPU memory" if machine.gpu_total else "RAM", refused))
@@ -110,10 +111,12 @@ def chat_memory(spec: ModelSpec, gguf: bool, file_size: int) -> int:
     return need + (file_size if gguf else 0)
 
 
-def training_memory(spec: ModelSpec, use: str, *, on_gpu: bool) -> int:
-    """One fine-tuning example at a time, as preflight estimates a run whose example length is not known yet."""
+def training_memory(spec: ModelSpec, use: str, *, on_gpu: bool, attention: str = "sdpa") -> int:
+    """One fine-tuning example at a time, as preflight estimates a run whose example length is not known yet (with
+    the family's attention: eager keeps its scores)."""
     shape = TrainingShape(batch_size=1, seq_len=min(spec.context_length, ASSUMED_EXAMPLE_TOKENS),
-                          precision="bf16" if on_gpu else "fp32", adapter=_ADAPTER[use], lora_rank=LORA_RANK)
+                          precision="bf16" if on_gpu else "fp32", adapter=_ADAPTER[use], lora_rank=LORA_RANK,
+                          attention=attention)
     return estimate_training_memory(spec, shape)["total"]
 
 

@@ -199,6 +199,7 @@ class TrainingShape:
     gradient_checkpointing: bool = False
     adapter: str = "none"
     lora_rank: int = 8
+    attention: str = "sdpa"  # the family's attention implementation (model/families.py): "eager" keeps T x T scores
 
 
 def adapted_weights(spec: ModelSpec) -> int:
@@ -237,6 +238,8 @@ def estimate_training_memory(spec: ModelSpec, shape: TrainingShape) -> dict[str,
         t = spec.context_length if shape.seq_len is None else int(shape.seq_len)
         out["activations"] = checkpointed_activations(spec, tokens=int(shape.batch_size) * t,
                                                       precision=shape.precision)
+    if shape.attention == "eager":
+        out["activations"] += attention_score_bytes(spec, shape)
     if shape.adapter in ("lora", "qlora"):
         lora = lora_parameters(spec, shape.lora_rank)
         weights = one["weights"]
@@ -246,6 +249,15 @@ def estimate_training_memory(spec: ModelSpec, shape: TrainingShape) -> dict[str,
         out.update(weights=weights + 4 * lora, gradients=4 * lora, optimizer=8 * lora)
     out["total"] = out["weights"] + out["gradients"] + out["optimizer"] + out["activations"]
     return out
+
+
+def attention_score_bytes(spec: ModelSpec, shape: TrainingShape) -> int:
+    """What eager attention keeps for the backward pass that fused SDPA kernels do not: per layer and head, the T x T
+    scores and their softmax (Gemma 2's soft-capping computes them this way); one layer's worth under gradient
+    checkpointing, which recomputes the others."""
+    t = spec.context_length if shape.seq_len is None else int(shape.seq_len)
+    layers = 1 if shape.gradient_checkpointing else spec.n_layers
+    return 2 * int(shape.batch_size) * layers * spec.n_heads * t * t * BYTES_PER_ELEMENT[shape.precision]
 
 
 def spec_for_estimate(config: dict[str, Any]) -> ModelSpec | None:

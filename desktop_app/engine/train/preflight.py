@@ -30,6 +30,7 @@ from typing import Any
 from desktop_app.engine.data.tables import table_kind, table_rows
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, method_key
+from desktop_app.engine.model.families import attention_of
 from desktop_app.engine.model.sizing import TrainingShape, estimate_training_memory, human_bytes, spec_for_estimate
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError, TrainSpec
 
@@ -292,7 +293,8 @@ def memory_budget(device: str, machine: Machine) -> tuple[str, int, bool] | None
 
 def memory_plan(config: RunConfig, train: TrainSpec, on_gpu: bool) -> MemoryPlan | None:
     """The model and training shape of a run, or None where the model cannot be read without loading it."""
-    spec = config.model_spec() if config.model else base_spec(config.base_model)
+    base = None if config.model else base_config(config.base_model)
+    spec = config.model_spec() if config.model else (spec_for_estimate(base) if base is not None else None)
     if spec is None:
         return None
     seq, guessed = spec.context_length, False
@@ -308,7 +310,8 @@ def memory_plan(config: RunConfig, train: TrainSpec, on_gpu: bool) -> MemoryPlan
     precision = train.precision if train.precision in ("fp32", "bf16", "fp16") else ("bf16" if on_gpu else "fp32")
     adapter = config.adapter_spec() if config.adapter else None
     shape = TrainingShape(micro * rows, seq, precision, bool(train.gradient_checkpointing),
-                          adapter.kind if adapter else "none", adapter.rank if adapter else 8)
+                          adapter.kind if adapter else "none", adapter.rank if adapter else 8,
+                          attention_of(base.get("model_type")) if base is not None else "sdpa")
     return MemoryPlan(spec, shape, train.batch_size, rows, guessed, config.is_finetune)
 
 
@@ -407,11 +410,10 @@ def dataset_context(dataset: str) -> int:
         return 0
 
 
-def base_spec(path: str, depth: int = 0) -> ModelSpec | None:
-    """The ModelSpec of a base model from its config.json alone (nothing verified or loaded: this runs while the
-    person types): a model folder, a run's newest checkpoint, or the base an adapter sits on; families shaped as
-    Llama is (qwen2, mistral, ...) as a Llama of those shapes (sizing.spec_for_estimate). None where it cannot be
-    read this way (a GGUF file, a config without the usual shapes)."""
+def base_config(path: str, depth: int = 0) -> dict[str, Any] | None:
+    """The config.json (a dict) of a base model from the folder alone (nothing verified or loaded: this runs while the
+    person types): a model folder, a run's newest checkpoint, or the base an adapter sits on. None where it cannot
+    be read this way (a GGUF file, no config.json)."""
     from desktop_app.engine import run_folder
     from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
 
@@ -424,9 +426,9 @@ def base_spec(path: str, depth: int = 0) -> ModelSpec | None:
             return None
         folder = committed[-1]
     if is_adapter_folder(folder):
-        return base_spec(adapter_base_path(folder), depth + 1)
+        return base_config(adapter_base_path(folder), depth + 1)
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # no config.json, or unreadable: the run's own checks name it
-    return spec_for_estimate(config) if isinstance(config, dict) else None
+    return config if isinstance(config, dict) else None

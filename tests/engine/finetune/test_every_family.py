@@ -141,3 +141,25 @@ def test_an_unknown_family_does_everything_but_gguf_and_says_why_in_one_line(tmp
     reason = gguf_problem(tmp_path / "m")
     assert reason is not None and "\n" not in reason and "'stablelm'" in reason and "--format hf" in reason
     assert list(export_model(tmp_path / "m", "hf", tmp_path / "out"))[-1].reason == "completed"
+
+
+def test_the_memory_estimate_counts_what_eager_attention_keeps_for_gemma2(tmp_path):
+    """Gemma 2 trains with eager attention (soft-capped scores), which keeps every layer's T x T scores: the estimate
+    preflight and Get a model share counts them; an SDPA family of the same shapes does not."""
+    import dataclasses
+
+    from desktop_app.engine.model.sizing import attention_score_bytes, estimate_training_memory
+    from desktop_app.engine.train.preflight import memory_plan
+
+    gemma2 = make_family_base(tmp_path / "g2", "gemma2")
+    gemma3 = make_family_base(tmp_path / "g3", "gemma3_text")
+    train = ft_config(gemma2, [], steps=1, batch_size=2, adapter={"kind": "lora", "rank": 2}).train_spec()
+    plans = {name: memory_plan(ft_config(base, [], adapter={"kind": "lora", "rank": 2}), train, False)
+             for name, base in (("gemma2", gemma2), ("gemma3", gemma3))}
+    assert plans["gemma2"].shape.attention == "eager" and plans["gemma3"].shape.attention == "sdpa"
+    eager = plans["gemma2"]
+    sdpa_shape = dataclasses.replace(eager.shape, attention="sdpa")
+    extra = estimate_training_memory(eager.spec, eager.shape)["total"] - \
+        estimate_training_memory(eager.spec, sdpa_shape)["total"]
+    t = eager.shape.seq_len
+    assert extra == attention_score_bytes(eager.spec, eager.shape) == 2 * 2 * 2 * 4 * t * t * 4  # b, layers, heads
