@@ -14,6 +14,7 @@ Stop parameters: the chat template's end-of-turn token and the end-of-sequence t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ class Wrappers:
     # a template without a system role: a leading system message opens the first user turn (data/chat.py's
     # fold_system), so the user message right after it gets no prefix of its own
     fold_system: bool = False
+    # Mistral's templates: the system text (then suffix["system"]) opens the last message when it is a user's
+    system_last: bool = False
     # what the template adds after a whole conversation rendered without a generation prompt (Phi-3's EOS): a
     # training-time closing, which Ollama, always generating, never renders
     end: str = ""
@@ -54,7 +57,11 @@ class Wrappers:
         for i, m in enumerate(messages):
             last = i == len(messages) - 1
             folded = self.fold_system and i == 1 and first_system and m["role"] == "user"
-            out.append(("" if folded else self.prefix[m["role"]]) + m["content"])
+            if self.system_last and m["role"] == "system":
+                continue
+            system = messages[0]["content"] + self.suffix["system"] \
+                if self.system_last and last and first_system and m["role"] == "user" else ""
+            out.append(("" if folded else self.prefix[m["role"]]) + system + m["content"])
             if not (last and m["role"] == "assistant"):
                 out.append(self.suffix[m["role"]])
             if last and m["role"] != "assistant" and add_generation_prompt:
@@ -62,6 +69,16 @@ class Wrappers:
         if not add_generation_prompt:
             out.append(self.end)
         return "".join(out)
+
+    def _system_last_branch(self, keyword: str, role: str) -> str:
+        """Mistral's shape in Go: a system message prints nothing; the last message, a user's, carries its text."""
+        if role == "system":
+            return f'{{{{- {keyword} eq .Role "system" }}}}'
+        q = lambda text: "{{ " + json.dumps(text, ensure_ascii=False) + " }}" if text else ""  # noqa: E731
+        system = (f'{{{{ if and $last (eq (index $.Messages 0).Role "system") }}}}'
+                  f'{{{{ (index $.Messages 0).Content }}}}{q(self.suffix["system"])}{{{{ end }}}}')
+        return (f'{{{{- {keyword} eq .Role "user" }}}}{q(self.prefix["user"])}{system}{{{{ .Content }}}}'
+                f'{q(self.suffix["user"])}')
 
     def go_template(self) -> str:
         """The Go template. Every literal is a quoted string action ({{ "..." }}), never raw text, so the
@@ -76,6 +93,9 @@ class Wrappers:
             after = (f"{{{{ if not $last }}}}{q(self.suffix[role])}{{{{ end }}}}" if role == "assistant"
                      else q(self.suffix[role]))
             prefix = q(self.prefix[role])
+            if self.system_last and role != "assistant":
+                branches.append(self._system_last_branch(keyword, role))
+                continue
             if role == "user" and self.fold_system and prefix:
                 prefix = (f'{{{{ if not (and (eq $i 1) (eq (index $.Messages 0).Role "system")) }}}}{prefix}'
                           "{{ end }}")
@@ -111,8 +131,8 @@ def _strip_end(text: str, tail: str, what: str) -> str:
 
 def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
     """The wrappers of the tokenizer's chat template, checked on several conversations; TemplateNotTranslatable."""
-    u1, u2, u3 = _USERS
-    a1, a2 = _ASSTS
+    u1, u2, _ = _USERS
+    a1, _ = _ASSTS
     msg = lambda role, text: {"role": role, "content": text}  # noqa: E731
     full = [msg("system", _SYS), msg("user", u1), msg("assistant", a1), msg("user", u2)]
     end = _closing_text(tokenizer)
@@ -120,6 +140,8 @@ def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
     with_gen = _render(tokenizer, full, True)
     markers = [_SYS, u1, a1, u2]
     positions = [plain.find(m) for m in markers]
+    if not isinstance(tokenizer, _SystemRefused) and 0 <= positions[2] < positions[0] < positions[3]:
+        return _system_last_wrappers(tokenizer)
     if any(p < 0 for p in positions) or positions != sorted(positions) or any(plain.count(m) != 1 for m in markers):
         raise TemplateNotTranslatable("it does not render each message's text once, in order")
     if not with_gen.startswith(plain):
@@ -150,7 +172,17 @@ def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
     start_without_system = _strip_end(no_system[: no_system.index(u1)], prefix_user, "the first user message")
     w = Wrappers(start_without_system, start_with_system,
                  {"system": prefix_system, "user": prefix_user, "assistant": prefix_assistant},
-                 {"system": suffix_system, "user": suffix_user, "assistant": suffix_assistant}, generation, folds, end)
+                 {"system": suffix_system, "user": suffix_user, "assistant": suffix_assistant}, generation,
+                 fold_system=folds, end=end)
+    _check_probes(tokenizer, w)
+    return w
+
+
+def _check_probes(tokenizer: Any, w: Wrappers) -> None:
+    """The wrappers reproduce the template on conversations they were not read from; TemplateNotTranslatable."""
+    u1, u2, u3 = _USERS
+    a1, a2 = _ASSTS
+    msg = lambda role, text: {"role": role, "content": text}  # noqa: E731
     probes = [
         [msg("user", u1)],
         [msg("system", _SYS), msg("user", u1)],
@@ -163,6 +195,30 @@ def wrappers_of(tokenizer: ChatTokenizer) -> Wrappers:
             if _render(tokenizer, probe, gen) != w.render(probe, gen):
                 raise TemplateNotTranslatable(f"a conversation of {len(probe)} messages renders differently from "
                                               "wrapped messages in a row")
+
+
+class _SystemRefused:
+    """The tokenizer, but its template refuses a leading system message (so render_text folds it into the first user
+    turn): how the wrappers of a template that puts the system text into the last user turn are read off."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tokenizer, name)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+        if messages and messages[0]["role"] == "system":
+            raise TemplateNotTranslatable("a system message")
+        return self.tokenizer.apply_chat_template(messages, **kwargs)
+
+
+def _system_last_wrappers(tokenizer: Any) -> Wrappers:
+    """Mistral's shape (the system text opens the last user message), checked on the real template."""
+    folded = wrappers_of(_SystemRefused(tokenizer))
+    w = dataclasses.replace(folded, fold_system=False, system_last=True,
+                            start_with_system=folded.start_without_system)
+    _check_probes(tokenizer, w)
     return w
 
 

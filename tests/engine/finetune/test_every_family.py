@@ -9,6 +9,7 @@ Modelfile with the family's template and stop tokens. llama.cpp itself is the ch
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -163,3 +164,71 @@ def test_the_memory_estimate_counts_what_eager_attention_keeps_for_gemma2(tmp_pa
         estimate_training_memory(eager.spec, sdpa_shape)["total"]
     t = eager.shape.seq_len
     assert extra == attention_score_bytes(eager.spec, eager.shape) == 2 * 2 * 2 * 4 * t * t * 4  # b, layers, heads
+
+
+GO_PROGRAM = """package main
+
+import (
+	"encoding/json"
+	"os"
+	"text/template"
+)
+
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func main() {
+	text, _ := os.ReadFile(os.Args[1])
+	var messages []Message
+	if err := json.NewDecoder(os.Stdin).Decode(&messages); err != nil {
+		panic(err)
+	}
+	t := template.Must(template.New("t").Parse(string(text)))
+	if err := t.Execute(os.Stdout, map[string]any{"Messages": messages}); err != nil {
+		panic(err)
+	}
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def go_binary(tmp_path_factory):
+    """Go's own text/template (what Ollama renders TEMPLATE with), built once; skipped where Go is not installed."""
+    import shutil
+    import subprocess
+
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("Go is not installed (apt-get install golang-go): the Modelfile templates are checked by Go here")
+    folder = tmp_path_factory.mktemp("gotemplate")
+    (folder / "main.go").write_text(GO_PROGRAM)
+    subprocess.run([go, "build", "-o", str(folder / "render"), str(folder / "main.go")], check=True, cwd=folder,
+                   env={**os.environ, "GOCACHE": str(folder / "cache"), "GO111MODULE": "off"})
+    return folder / "render"
+
+
+@pytest.mark.parametrize("family", [f for f in ALL_FAMILIES if CHAT[f][0] is not None])
+def test_each_familys_modelfile_template_renders_in_go_as_its_jinja_template(family, go_binary, tmp_path):
+    """Ollama renders the Modelfile's TEMPLATE with Go's text/template: for conversations with and without a system
+    message, Go's rendering equals the family's own Jinja template (a system message where that template puts it)."""
+    import subprocess
+
+    from family_helpers import family_tokenizer
+
+    from desktop_app.engine.data.chat import render_text
+    from desktop_app.engine.export.modelfile import modelfile_text
+
+    tok = family_tokenizer(family)
+    result = modelfile_text("m.gguf", tok, 4096)
+    assert result.translated, result.note
+    template = tmp_path / "template.txt"
+    template.write_text(result.text.split('TEMPLATE """', 1)[1].split('"""', 1)[0])
+    for messages in ([{"role": "user", "content": "Hi there"}],
+                     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+                      {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"}],
+                     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]):
+        go = subprocess.run([str(go_binary), str(template)], input=json.dumps(messages), capture_output=True,
+                            text=True, check=True).stdout
+        assert go == render_text(tok, messages, add_generation_prompt=True), (family, messages)
