@@ -458,7 +458,7 @@ def export_model(source: str | Path, fmt: str, out: str | Path, controls: Contro
     fmt "hf": a folder AutoModelForCausalLM/AutoTokenizer load offline (config.json, model.safetensors
     or shards + index, tokenizer.json, tokenizer_config.json, special_tokens_map.json,
     generation_config.json, README.md model card). "zip": that folder zipped (out is the .zip file).
-    "gguf": one .gguf file for llama.cpp (llama, mistral, qwen2, gpt2; gguf_type f32, f16, bf16 or q8_0 written
+    "gguf": one .gguf file for llama.cpp (every family of model/families.py; gguf_type f32, f16, bf16 or q8_0 written
     here, q4_k_m, q5_k_m or q6_k by llama.cpp's quantizer) and beside it NAME.Modelfile for `ollama create`.
     Ends with Finished(reason "completed", result={"path", "format", "bytes", "source"} (+ "modelfile")) or
     Finished(reason "cancelled") when controls.stop is set (nothing is left behind).
