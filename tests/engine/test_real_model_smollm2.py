@@ -89,3 +89,41 @@ def test_lora_on_the_gguf_learns_and_its_q4_k_m_export_answers_in_llama_cpp(lora
     assert "4 plus 1 is 5" in answer, answer  # the fine-tune's form, and right
     colours = ask("Name three colors.").lower()
     assert sum(c in colours for c in ("red", "blue", "green", "yellow", "black", "white", "orange")) >= 2, colours
+
+
+def test_the_model_as_a_hub_folder_goes_to_gguf_through_our_own_tokenizer_and_llama_cpp_runs_it_as_transformers(
+        tmp_path):
+    """SmolLM2 as people pull it (a Hugging Face folder: safetensors, tokenizer.json, its chat template), exported to
+    GGUF by the app's own writer (no GGUF origin to copy the tokenizer from): llama.cpp tokenizes as transformers
+    does and its greedy reply equals transformers' on the same weights (f32, up to a float tie)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import torch
+    from real_models import hf_folder_from_gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from desktop_app.engine.export.hf import export_model, gguf_origin
+
+    folder = hf_folder_from_gguf(GGUF, tmp_path / "hf")
+    assert gguf_origin(folder) is None
+    out = tmp_path / "smollm2.gguf"
+    done = list(export_model(folder, "gguf", out, gguf_type="f32"))
+    assert done[-1].reason == "completed", done[-1]
+    assert 'PARAMETER stop "<|im_end|>"' in out.with_suffix(".Modelfile").read_text()
+    tok = AutoTokenizer.from_pretrained(folder)
+    text = "Hello world, café 🙂 東京. What is 1234 plus 56?\nA new line  with  spaces"
+    llm = llama_cpp.Llama(model_path=str(out), n_ctx=512, n_threads=2, verbose=False)
+    assert llm.tokenize(text.encode(), add_bos=False, special=False) == tok(text, add_special_tokens=False)["input_ids"]
+    prompt = tok(tok.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True),
+                 add_special_tokens=False)["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    ours: list[int] = []
+    with torch.no_grad():
+        for _ in range(12):
+            logits = model(torch.tensor([prompt + ours])).logits[0, -1]
+            top = torch.topk(logits, 2).values
+            if float(top[0] - top[1]) < 1e-3:
+                break  # a float tie: either choice is right
+            ours.append(int(logits.argmax()))
+    theirs = [t for t, _ in zip(llm.generate(prompt, top_k=1, temp=0.0), range(len(ours)), strict=False)]
+    assert len(ours) >= 6 and theirs == ours, (tok.decode(ours), tok.decode(theirs))
+    assert "Paris" in tok.decode(ours)
