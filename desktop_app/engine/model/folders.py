@@ -154,7 +154,8 @@ def check_causal_lm(folder: Path, config: dict[str, Any]) -> str:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or encoder or (
             model_type in _ENCODERS and not config.get("is_decoder")):
         raise UserError(f"{folder} is a {model_type!r} model, which is not a causal language model (a model that "
-                        "continues text): choose a Llama, Qwen, Gemma, Phi, Mistral, OLMo, Granite, SmolLM or similar model")
+                        "continues text): choose a Llama, Qwen, Gemma, Phi, Mistral, OLMo, Granite, SmolLM or similar "
+                        "model")
     return model_type
 
 

@@ -30,7 +30,8 @@ from desktop_app.engine.pipeline_folder import (
 )
 from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.train.loop import train
-from desktop_app.engine.train.request import fit_pipeline_stages
+from desktop_app.engine.train.preflight import ERROR
+from desktop_app.engine.train.request import PreparedRun, fit_pipeline_stages, prepare_run, request_of_fields
 
 
 def run_pipeline(source: str | Path | dict[str, Any] | None, out: str | Path, controls: Controls | None = None, *,
@@ -113,24 +114,35 @@ class _StageRun:
     status: list[dict[str, Any]]
 
 
-def _stage_config(run: _StageRun) -> tuple[RunConfig, bool]:
-    """The stage's run config, and whether it is the one it started with (a stage with a checkpoint and its run.json
-    continues exactly as it began)."""
+def _stage_config(run: _StageRun) -> tuple[PreparedRun, bool]:
+    """The stage's run, and whether it is the one it started with (a stage with a checkpoint and its run.json
+    continues exactly as it began). A new stage is a request like any new run: the method's defaults where the
+    stage gives none (its learning rate), its files checked, its model fitted, preflight once."""
     i, stage = run.index, run.stages[run.index]
     run_dir = stage_dir(run.out, i, stage)
     if run_folder.list_committed(run_dir) and (run_dir / run_folder.RUN_FILE).is_file():
-        return RunConfig.load(run_dir / run_folder.RUN_FILE), True
+        return PreparedRun(RunConfig.load(run_dir / run_folder.RUN_FILE)), True
     data = dict(stage.config)
     if stage.follows_previous:
         data["base_model"] = str(stage_dir(run.out, i - 1, run.stages[i - 1]))
-    return RunConfig.from_dict(data), False
+    prepared = prepare_run(request_of_fields(data))
+    errors = [f.message for f in prepared.findings if f.level == ERROR]
+    if errors:
+        raise UserError("this stage cannot work on this machine: " + " ".join(errors))
+    return prepared, False
 
 
 def _run_stage(run: _StageRun, controls: Controls, interactive: bool) -> Iterator[Event]:
     """Train one stage, yielding its events (its own Finished kept back); returns that Finished (None: none came)."""
     i, stage, n, status = run.index, run.stages[run.index], len(run.stages), run.status
     run_dir = stage_dir(run.out, i, stage)
-    config, recorded = _stage_config(run)
+    try:
+        prepared, recorded = _stage_config(run)
+    except UserError as exc:
+        status[i]["status"] = "failed"
+        write_state(run.out, status, i)
+        raise UserError(f"pipeline stage {i + 1}/{n} '{stage.name}': {exc}") from None
+    config = prepared.config
     has_checkpoint = bool(run_folder.list_committed(run_dir))
     adapter = config.adapter_spec().kind
     yield Log("info", f"pipeline stage {i + 1}/{n} '{stage.name}' ({config.objective}"
@@ -139,6 +151,10 @@ def _run_stage(run: _StageRun, controls: Controls, interactive: bool) -> Iterato
     status[i]["status"] = "running"
     write_state(run.out, status, i)
     yield StageStarted(i, stage.name, str(run_dir), method_of(config).key)
+    for note in prepared.notes:
+        yield Log("info", f"model: {note}")
+    for finding in prepared.findings:
+        yield Log(finding.level, f"check before start: {finding.message}")
     finished: Finished | None = None
     try:
         for event in train(config, run_dir, controls, resume=has_checkpoint, interactive=interactive):

@@ -72,6 +72,18 @@ class PreparedRun:
     findings: list[Finding] = field(default_factory=list)
 
 
+def request_of_fields(fields: dict[str, Any]) -> RunRequest:
+    """The request a run config's fields describe (a pipeline stage, an API body): what is given is kept, what is
+    not is decided as for any new run (the method's learning rate, the seed); the fields recorded when a run starts
+    (the base's checksum, the format version) are left to it."""
+    given = {k: v for k, v in fields.items() if k not in ("base_model_sha256", "format_version")}
+    unknown = sorted(set(given) - {f.name for f in dataclasses.fields(RunRequest)} - {"config", "config_folder",
+                                                                                        "sample"})
+    if unknown or any(k in given for k in ("config", "config_folder", "sample", "preset")):
+        raise UserError(f"unknown run config field(s): {', '.join(unknown or ['preset'])}")
+    return RunRequest(**given)
+
+
 def make_run_config(**fields: Any) -> tuple[RunConfig, list[str]]:
     """A RunConfig from the fields this engine knows; the names it does not know are returned (an engine that lacks
     a method's fields refuses to start it by name instead of failing on a TypeError)."""
@@ -106,9 +118,9 @@ def plan_run(request: RunRequest) -> RunConfig:
     return config
 
 
-def prepare_run(request: RunRequest) -> PreparedRun:
+def prepare_run(request: RunRequest, machine: Machine | None = None) -> PreparedRun:
     """The checked run config of a request whose files exist: a new model fitted to its dataset (a whole run.json is
-    taken as it is)."""
+    taken as it is), and what preflight finds in it on `machine` (this one by default)."""
     config = plan_run(request)
     check_files(config)
     notes: list[str] = []
@@ -117,7 +129,7 @@ def prepare_run(request: RunRequest) -> PreparedRun:
     if request.preset:
         notes = [f"preset {request.preset}: {n}" for n in notes]
     config = config.check()
-    return PreparedRun(config, notes, preflight(config, this_machine()))
+    return PreparedRun(config, notes, preflight(config, machine or this_machine()))
 
 
 def preflight_request(request: RunRequest, machine: Machine | None = None, *, records: int | None = None

@@ -1,0 +1,214 @@
+"""The one door to a run: every front end (window, CLI, server) opens a session here for what the person asked for, a
+new run (`RunRequest`), a run to continue (`ResumeRun`) or a pipeline (`PipelineRun`), shows what the session found,
+and runs its events. Nothing else decides how a run starts.
+
+`open_session` plans the run, checks its files, fits a new model to its dataset and runs preflight exactly once; the
+`Session` it returns holds that (`prepared`: the config, one note per adaptation, the findings) for the front end to
+show, and `Session.events` runs it: in this process, or under torchrun when the config asks for several processes
+and this process is not already one of torchrun's (engine/train/launcher.py). A new run whose dataset is the bundled
+sample corpus (the window's first launch) is planned as asked and fitted once the corpus is prepared.
+
+No torch at import: the window opens sessions before the engine is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from desktop_app.engine import run_folder
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls, Event, Log
+from desktop_app.engine.pipeline_folder import is_pipeline_dir
+from desktop_app.engine.specs import RunConfig
+from desktop_app.engine.train.preflight import ERROR, Finding, Machine, preflight, this_machine
+from desktop_app.engine.train.request import (
+    PreparedRun,
+    RunRequest,
+    check_files,
+    fit_to_dataset,
+    plan_run,
+    prepare_run,
+    prepare_sample,
+)
+
+
+@dataclass(frozen=True)
+class ResumeRun:
+    """Continue the run (or pipeline) in `run_dir` from its newest committed checkpoint. `accept_change`: go on
+    although run.json or its data files changed since; `processes`: how many (None: as many as it was launched on)."""
+
+    run_dir: str | Path
+    accept_change: bool = False
+    processes: int | None = None
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """A multi-stage pipeline (a pipeline.json path or dict) to run into the session's folder."""
+
+    source: str | Path | dict[str, Any]
+
+
+What = RunRequest | ResumeRun | PipelineRun
+
+
+@dataclass
+class Session:
+    """A run opened once: where it goes, what was prepared and found (new runs), how many processes it runs on."""
+
+    what: What
+    run_dir: Path
+    prepared: PreparedRun | None = None
+    processes: int = 1
+    config: RunConfig | None = None  # a resumed run's run.json
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.prepared.findings if self.prepared is not None else []
+
+    def errors(self) -> list[str]:
+        """What preflight says cannot work on this machine (a front end refuses or asks before it starts)."""
+        return [f.message for f in self.findings if f.level == ERROR]
+
+    def events(self, controls: Controls, *, interactive: bool = False) -> Iterator[Event]:
+        """Run it: the notes as log lines, then the run's events (in this process or followed under torchrun)."""
+        for note in self.notes:
+            yield Log("info", f"model: {note}")
+        if isinstance(self.what, PipelineRun) or (isinstance(self.what, ResumeRun) and is_pipeline_dir(self.run_dir)):
+            yield from _pipeline_events(self, controls, interactive)
+        elif isinstance(self.what, ResumeRun):
+            yield from _resume_events(self, controls, interactive)
+        else:
+            yield from _new_run_events(self, controls, interactive)
+
+
+def open_session(what: What, run_dir: str | Path | None = None, *, machine: Machine | None = None) -> Session:
+    """A session for `what` into `run_dir` (a resume: the run's own folder), planned, checked and preflighted once.
+    UserError for what cannot be started at all (a missing file, a folder that is no run)."""
+    if isinstance(what, ResumeRun):
+        return _open_resume(what, run_dir)
+    if run_dir is None:
+        raise UserError("a new run needs an output folder: the folder that will hold run.json, metrics and "
+                        "checkpoints")
+    if isinstance(what, PipelineRun):
+        return Session(what, Path(run_dir))
+    return _open_new(what, Path(run_dir), machine)
+
+
+def start(what: What, run_dir: str | Path | None, controls: Controls, *, interactive: bool = False,
+          force: bool = False) -> Iterator[Event]:
+    """Open a session and run it, the findings first as log lines; a run preflight says cannot work here is refused
+    with the reasons (UserError) unless `force`."""
+    session = open_session(what, run_dir)
+    errors = session.errors()
+    if errors and not force:
+        raise UserError("this run cannot work on this machine: " + " ".join(errors) + " (--force starts it anyway)")
+    for finding in session.findings:
+        yield Log(finding.level, f"check before start: {finding.message}")
+    yield from session.events(controls, interactive=interactive)
+
+
+def under_torchrun() -> bool:
+    """This process is one of torchrun's: the run trains here, on its share (never launched again)."""
+    from desktop_app.engine.train.distributed import launched_world_size
+
+    return launched_world_size() > 1
+
+
+def machine_for(request: RunRequest) -> Machine:
+    """This machine as preflight sees it for the run: its GPU looked at only where the run may train on one, and
+    never under torchrun (each process picks its own GPU later; looking now would open a CUDA context on the
+    first)."""
+    train = {**((request.config or {}).get("train") or {}), **request.train}
+    device = str(train.get("device") or "auto")
+    return this_machine(probe_gpu=None if under_torchrun() else device in ("auto", "cuda"))
+
+
+# --- opening ---------------------------------------------------------------------------------------------------
+
+
+def _open_new(request: RunRequest, run_dir: Path, machine: Machine | None) -> Session:
+    from desktop_app.engine.train.launcher import processes_of
+
+    if request.sample is not None:  # the dataset is made when the run starts: planned as asked until then
+        config = plan_run(request)
+        findings = preflight(config, machine or machine_for(request))
+        prepared = PreparedRun(config, [], findings)
+        return Session(request, run_dir, prepared, processes_of(config))
+    prepared = prepare_run(request, machine or machine_for(request))
+    return Session(request, run_dir, prepared, processes_of(prepared.config), notes=list(prepared.notes))
+
+
+def _open_resume(what: ResumeRun, run_dir: str | Path | None) -> Session:
+    from desktop_app.engine.train.launcher import resume_processes
+
+    folder = Path(what.run_dir)
+    if run_dir is not None and Path(run_dir).resolve() != folder.resolve():
+        raise UserError("a run resumes in its own folder: give no other output folder")
+    if is_pipeline_dir(folder):
+        return Session(what, folder)
+    if not (folder / run_folder.RUN_FILE).is_file():
+        raise UserError(f"{folder} is not a training run (no run.json): nothing to resume")
+    config = RunConfig.load(folder / run_folder.RUN_FILE)
+    processes = what.processes if what.processes is not None else resume_processes(folder, config)
+    return Session(what, folder, None, max(1, int(processes)), config)
+
+
+# --- running ---------------------------------------------------------------------------------------------------
+
+
+def _new_run_events(session: Session, controls: Controls, interactive: bool) -> Iterator[Event]:
+    request, run_dir = session.what, session.run_dir
+    assert isinstance(request, RunRequest) and session.prepared is not None
+    config = session.prepared.config
+    if request.sample is not None:
+        dataset = yield from prepare_sample(request.sample, controls)
+        if dataset is None:
+            return
+        config = plan_run(dataclasses.replace(request, dataset=dataset, sample=None))
+        check_files(config)
+        config, notes = fit_to_dataset(config)
+        for note in notes:
+            yield Log("info", f"model: {note}")
+        config = config.check()
+    if session.processes > 1 and not under_torchrun():
+        from desktop_app.engine.train.launcher import launch_config
+
+        yield from launch_config(config, run_dir, controls)
+        return
+    from desktop_app.engine.train.loop import train
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    yield from train(config, run_dir, controls, interactive=interactive)
+
+
+def _resume_events(session: Session, controls: Controls, interactive: bool) -> Iterator[Event]:
+    what = session.what
+    assert isinstance(what, ResumeRun) and session.config is not None
+    if session.processes > 1 and not under_torchrun():
+        from desktop_app.engine.train.launcher import resume_launch
+
+        yield from resume_launch(session.run_dir, controls, nproc=session.processes)
+        return
+    from desktop_app.engine.train.loop import train
+
+    yield from train(session.config, session.run_dir, controls, resume=True, accept_config_change=what.accept_change,
+                     interactive=interactive)
+
+
+def _pipeline_events(session: Session, controls: Controls, interactive: bool) -> Iterator[Event]:
+    from desktop_app.engine.recipes.pipeline import run_pipeline
+
+    if under_torchrun():
+        raise UserError("a pipeline runs in one process; under torchrun, run each stage's run.json with train --config")
+    what = session.what
+    if isinstance(what, ResumeRun):
+        yield from run_pipeline(None, session.run_dir, controls, resume=True, interactive=interactive)
+    else:
+        assert isinstance(what, PipelineRun)
+        yield from run_pipeline(what.source, session.run_dir, controls, interactive=interactive)
