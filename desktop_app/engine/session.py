@@ -23,7 +23,16 @@ from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Log
 from desktop_app.engine.pipeline_folder import is_pipeline_dir
-from desktop_app.engine.specs import RunConfig
+from desktop_app.engine.specs import RunConfig, SpecError
+from desktop_app.engine.train.launcher import (
+    LaunchControls,
+    ProcessFailed,
+    launched_processes,
+    launched_torchrun,
+    processes_of,
+    resume_processes,
+    stop_launched,
+)
 from desktop_app.engine.train.preflight import ERROR, Finding, Machine, preflight, this_machine
 from desktop_app.engine.train.request import (
     PreparedRun,
@@ -34,6 +43,10 @@ from desktop_app.engine.train.request import (
     prepare_run,
     prepare_sample,
 )
+
+# What front ends use of runs on several processes (to show and control them), from here, the one door:
+__all__ = ["LaunchControls", "PipelineRun", "ProcessFailed", "ResumeRun", "RunRequest", "Session", "launched_processes",
+           "launched_torchrun", "open_session", "start", "stop_launched"]
 
 
 @dataclass(frozen=True)
@@ -87,9 +100,11 @@ class Session:
             yield from _new_run_events(self, controls, interactive)
 
 
-def open_session(what: What, run_dir: str | Path | None = None, *, machine: Machine | None = None) -> Session:
-    """A session for `what` into `run_dir` (a resume: the run's own folder), planned, checked and preflighted once.
-    UserError for what cannot be started at all (a missing file, a folder that is no run)."""
+def open_session(what: What, run_dir: str | Path | None = None, *, machine: Machine | None = None,
+                 records: int | None = None) -> Session:
+    """A session for `what` into `run_dir` (a resume: the run's own folder), planned, checked and preflighted once
+    (on `machine`, this one by default; `records`: the fine-tuning data's record count where the front end has it).
+    UserError (SpecError for settings that do not go together) for what cannot be started at all."""
     if isinstance(what, ResumeRun):
         return _open_resume(what, run_dir)
     if run_dir is None:
@@ -97,7 +112,7 @@ def open_session(what: What, run_dir: str | Path | None = None, *, machine: Mach
                         "checkpoints")
     if isinstance(what, PipelineRun):
         return Session(what, Path(run_dir))
-    return _open_new(what, Path(run_dir), machine)
+    return _open_new(what, Path(run_dir), machine, records)
 
 
 def start(what: What, run_dir: str | Path | None, controls: Controls, *, interactive: bool = False,
@@ -132,21 +147,20 @@ def machine_for(request: RunRequest) -> Machine:
 # --- opening ---------------------------------------------------------------------------------------------------
 
 
-def _open_new(request: RunRequest, run_dir: Path, machine: Machine | None) -> Session:
-    from desktop_app.engine.train.launcher import processes_of
-
+def _open_new(request: RunRequest, run_dir: Path, machine: Machine | None, records: int | None) -> Session:
     if request.sample is not None:  # the dataset is made when the run starts: planned as asked until then
-        config = plan_run(request)
+        config = plan_run(dataclasses.replace(request, dataset=request.dataset or request.sample.dataset_dir))
+        problems = config.validate()
+        if problems:
+            raise SpecError(problems)
         findings = preflight(config, machine or machine_for(request))
         prepared = PreparedRun(config, [], findings)
         return Session(request, run_dir, prepared, processes_of(config))
-    prepared = prepare_run(request, machine or machine_for(request))
+    prepared = prepare_run(request, machine or machine_for(request), records=records)
     return Session(request, run_dir, prepared, processes_of(prepared.config), notes=list(prepared.notes))
 
 
 def _open_resume(what: ResumeRun, run_dir: str | Path | None) -> Session:
-    from desktop_app.engine.train.launcher import resume_processes
-
     folder = Path(what.run_dir)
     if run_dir is not None and Path(run_dir).resolve() != folder.resolve():
         raise UserError("a run resumes in its own folder: give no other output folder")

@@ -107,15 +107,17 @@ def test_a_two_stage_pipeline_runs_to_the_end_with_its_stages_shown(window, qtbo
 
 
 def test_stop_in_stage_two_then_resume_continues_stage_two(window, qtbot, inputs, monkeypatch):
+    from desktop_app.engine.session import ResumeRun
     from desktop_app.ui import train_jobs
 
-    original = train_jobs.pipeline_job
+    original = train_jobs.session_job
     stops = []
 
-    def stop_in_stage_two(source, out, controls, resume):
+    def stop_in_stage_two(session, controls):
         # In the worker thread, as the engine test does: Stop right after stage 2's third step, deterministically.
         stage = -1
-        for item in original(source, out, controls, resume):
+        resume = isinstance(session.what, ResumeRun)
+        for item in original(session, controls):
             if isinstance(item, StageStarted):
                 stage = item.index
             if not resume and stage == 1 and isinstance(item, StepMetrics) and item.step == 3:
@@ -123,7 +125,7 @@ def test_stop_in_stage_two_then_resume_continues_stage_two(window, qtbot, inputs
                 controls.stop.set()
             yield item
 
-    monkeypatch.setattr(train_jobs, "pipeline_job", stop_in_stage_two)
+    monkeypatch.setattr(train_jobs, "session_job", stop_in_stage_two)
     base, chats, pairs = inputs
     tab = window.train_tab
     _build(tab, base, chats, pairs, dpo_steps=8)

@@ -135,18 +135,20 @@ def test_first_launch_quick_start_uses_the_sample_corpus(window, qtbot):
     assert not window.ctx.errors, window.ctx.errors
 
 
-def test_training_failure_reaches_the_user(window, qtbot, tmp_path):
+def test_a_run_that_cannot_start_is_refused_before_anything_starts(window, qtbot, tmp_path):
+    """The engine's session opens the run (plans it, fits the model to its dataset) when Start is pressed: a folder
+    that is no dataset is said at once, and no run starts or is created."""
     tab = window.train_tab
     bogus = tmp_path / "not-a-dataset"
     bogus.mkdir()
     tab.setup.select_dataset(str(bogus))
     window.model_tab.set_spec(TINY)
-    assert tab.start()
-    qtbot.waitUntil(lambda: not tab.running, timeout=60000)
+    runs_before = set(window.ctx.workspace.folder("runs").iterdir())
+    assert not tab.start() and not tab.running
     assert window.ctx.errors
     message, _details = window.ctx.errors[-1]
     assert "not-a-dataset" in message or "manifest" in message
-    assert tab.run_view.progress.format() == "failed"
+    assert set(window.ctx.workspace.folder("runs").iterdir()) == runs_before
 
 
 def test_close_during_training_asks_then_stops_saves_and_closes(window, populated_workspace, qtbot):

@@ -102,12 +102,12 @@ def test_stop_watching_and_starting_a_training_end_the_watch(window, qtbot, tmp_
 
     from desktop_app.ui import train_jobs
 
-    def quick_job(config, run_dir, controls, *_args):
-        run_dir.mkdir(parents=True, exist_ok=True)
+    def quick_job(session, controls):
+        session.run_dir.mkdir(parents=True, exist_ok=True)
         yield StepMetrics(step=1, total_steps=1, metrics={"loss": 9.0})
         yield Finished("completed", step=1)
 
-    monkeypatch.setattr(train_jobs, "train_job", quick_job)
+    monkeypatch.setattr(train_jobs, "session_job", quick_job)
     assert tab.watch_run(run)
     qtbot.waitUntil(lambda: tab.run_view.plots.point_count("loss") == 3, timeout=10000)
     tab.setup.set_method("pretraining")

@@ -118,9 +118,10 @@ def plan_run(request: RunRequest) -> RunConfig:
     return config
 
 
-def prepare_run(request: RunRequest, machine: Machine | None = None) -> PreparedRun:
+def prepare_run(request: RunRequest, machine: Machine | None = None, *, records: int | None = None) -> PreparedRun:
     """The checked run config of a request whose files exist: a new model fitted to its dataset (a whole run.json is
-    taken as it is), and what preflight finds in it on `machine` (this one by default)."""
+    taken as it is), and what preflight finds in it on `machine` (this one by default; `records`: the fine-tuning
+    data's record count where the front end has it)."""
     config = plan_run(request)
     check_files(config)
     notes: list[str] = []
@@ -129,7 +130,7 @@ def prepare_run(request: RunRequest, machine: Machine | None = None) -> Prepared
     if request.preset:
         notes = [f"preset {request.preset}: {n}" for n in notes]
     config = config.check()
-    return PreparedRun(config, notes, preflight(config, machine or this_machine()))
+    return PreparedRun(config, notes, preflight(config, machine or this_machine(), records=records))
 
 
 def preflight_request(request: RunRequest, machine: Machine | None = None, *, records: int | None = None

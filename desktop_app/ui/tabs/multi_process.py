@@ -1,5 +1,5 @@
-"""The Train tab's runs on several processes (the Distributed fields' "Processes per machine" > 1): the job that
-launches torchrun (engine/train/launcher.py through train_jobs), the bar that names a process that died with the
+"""The Train tab's runs on several processes (the Distributed fields' "Processes per machine" > 1): the job of a
+session the engine launches under torchrun (engine/session.py), the bar that names a process that died with the
 last good checkpoint and a Resume button, and the question when the window closes while such a run goes on: stop
 it, or leave it running (Library -> Watch live finds it again)."""
 
@@ -13,9 +13,7 @@ from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QPushButton, QWidget
 
 from desktop_app.engine.events import Event
-from desktop_app.engine.specs import RunConfig
-from desktop_app.engine.train.launcher import LaunchControls, ProcessFailed, processes_of, resume_processes
-from desktop_app.engine.train.request import RunRequest
+from desktop_app.engine.session import LaunchControls, ProcessFailed, Session
 from desktop_app.ui import train_jobs
 
 
@@ -68,21 +66,14 @@ class MultiProcessRuns(QObject):
     def active(self) -> bool:
         return self.controls is not None and self.tab.running
 
-    def new_job(self, request: RunRequest, config: RunConfig, run_dir: Path) -> Job | None:
-        """The launching job of a new run whose Distributed block names several processes; None for one process."""
-        n = processes_of(config)
+    def job(self, session: Session) -> Job | None:
+        """The job of a session the engine runs on several processes (a new run whose Distributed block names
+        several, or a resume of one launched on several: on as many again); None for one process."""
+        n = session.processes
         if n < 2:
             return None
         controls = LaunchControls()
-        return (lambda: train_jobs.launch_job(request, run_dir, controls)), self._began(controls, n)
-
-    def resume_job(self, config: RunConfig, run_dir: Path) -> Job | None:
-        """Resuming a run launched on several processes (or whose config names several): on as many again."""
-        n = resume_processes(run_dir, config)
-        if n < 2:
-            return None
-        controls = LaunchControls()
-        return (lambda: train_jobs.resume_launch_job(run_dir, controls, n)), self._began(controls, n)
+        return (lambda: train_jobs.session_job(session, controls)), self._began(controls, n)
 
     def _began(self, controls: LaunchControls, n: int) -> LaunchControls:
         self.controls, self.nproc = controls, n

@@ -33,10 +33,9 @@ from desktop_app.engine.events import (
 )
 from desktop_app.engine.methods import PIPELINE
 from desktop_app.engine.recipes.selfplay_demo import demo_plan
+from desktop_app.engine.session import PipelineRun, ProcessFailed, ResumeRun, Session, open_session
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError
-from desktop_app.engine.train.launcher import ProcessFailed
-from desktop_app.engine.train.preflight import ERROR
-from desktop_app.engine.train.request import RunRequest, plan_run
+from desktop_app.engine.train.request import RunRequest
 from desktop_app.ui import train_jobs
 from desktop_app.ui.background import Task
 from desktop_app.ui.context import AppContext
@@ -256,15 +255,9 @@ class TrainTab(TrainCommands, QWidget):
             self.ctx.report_error(str(exc), title="No dataset")
             return False
         request = setup.run_request(sample.dataset_dir if sample else setup.dataset_box.currentData())
-        config = plan_run(request)
-        problems = [p for p in config.validate() if not (sample and p.startswith("dataset"))]
-        if problems:
-            self.ctx.report_error("This run cannot start:\n" + "\n".join(problems), title="Check the settings")
-            return False
         request.sample = sample
         name = setup.model_spec.family if setup.model_spec and not setup.base_model else Path(setup.base_model).name
-        return self._launch_new(request, config, self.ctx.workspace.new_run_dir(name),
-                                activity="preparing the sample corpus")
+        return self._launch_new(request, name, "This run cannot start", activity="preparing the sample corpus")
 
     def _start_method(self) -> bool:
         """Fine-tuning / RL methods: check the fields, let the engine plan the run, start it."""
@@ -274,19 +267,12 @@ class TrainTab(TrainCommands, QWidget):
             self.ctx.report_error(f"{m.label} cannot start yet:\n" + "\n".join(f"• {p}" for p in problems),
                                   title="Check the method settings")
             return False
-        request = self.setup.run_request()
-        try:
-            config = plan_run(request)
-            problems = config.validate()
-        except Exception as exc:  # a config the engine cannot even inspect
-            config, problems = None, [str(exc)]
-        if problems or config is None:
-            self.ctx.report_error(f"The engine refuses this {m.label} run:\n" + "\n".join(f"• {p}" for p in problems),
-                                  title="Check the method settings")
-            return False
         base = self.setup.method_panel.base_model()
+        if not self._launch_new(self.setup.run_request(), f"{m.key}-{Path(base).name}",
+                                f"The engine refuses this {m.label} run", title="Check the method settings"):
+            return False
         self.setup.method_panel.base_picker.remember(base)
-        return self._launch_new(request, config, self.ctx.workspace.new_run_dir(f"{m.key}-{Path(base).name}"))
+        return True
 
     def resume_run(self, run_dir: str | Path) -> bool:
         if self.running:
@@ -309,34 +295,51 @@ class TrainTab(TrainCommands, QWidget):
             self.run_view.log("warning", f"the form cannot show this run's settings: {exc}")
         return self._launch_resume(config, run_dir)
 
-    def _launch_new(self, request: RunRequest, config: RunConfig, run_dir: Path, activity: str = "") -> bool:
-        """A new run, unless preflight says it cannot work here (the reason and what would work go to the person;
-        nothing is created). Its warnings, shown beside the settings, go to the run's log too."""
-        findings = self.setup.check_request(request)
-        errors = [f"• {f.message}" for f in findings if f.level == ERROR]
+    def _launch_new(self, request: RunRequest, name: str, refusal: str, *, title: str = "Check the settings",
+                    activity: str = "") -> bool:
+        """A new run as the engine's session opens it (planned, fitted, checked and preflighted once), unless it
+        cannot start or cannot work here (the reasons go to the person; nothing is created). Its warnings, shown
+        beside the settings, go to the run's log too."""
+        run_dir = self.ctx.workspace.new_run_dir(name)
+        try:
+            session = open_session(request, run_dir, machine=self.setup.machine(), records=self.setup.record_count())
+        except SpecError as exc:
+            self.ctx.report_error(f"{refusal}:\n" + "\n".join(f"• {p}" for p in exc.problems), title=title)
+            return False
+        except UserError as exc:
+            self.ctx.report_error(f"{refusal}:\n• {exc}", title=title)
+            return False
+        errors = [f"• {message}" for message in session.errors()]
         if errors:
             self.ctx.report_error("This run cannot work on this machine:\n" + "\n".join(errors),
                                   title="Check the settings")
             return False
-        controls = Controls()
-        job = self.multi.new_job(request, config, run_dir) or (
-            lambda: train_jobs.train_job(request, run_dir, controls), controls)
-        started = self._run_job(*job, JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
-                                               f"Run folder: {run_dir}", config, activity))
-        for finding in findings:
+        started = self._start_session(session, JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
+                                                        f"Run folder: {run_dir}", session.prepared.config, activity))
+        for finding in session.findings:
             self.run_view.log("warning", f"before the start: {finding.message}")
         return started
 
-    def _launch_resume(self, config: RunConfig, run_dir: Path) -> bool:
+    def _start_session(self, session: Session, start: JobStart) -> bool:
+        """Run an opened session in the background runner: on several processes with what the tab adds for them,
+        else in this window's engine."""
         controls = Controls()
-        job = self.multi.resume_job(config, run_dir)
-        if job is None:  # in this window: data files changed since the start are the person's choice
+        job = self.multi.job(session) or (lambda: train_jobs.session_job(session, controls), controls)
+        return self._run_job(*job, start)
+
+    def _launch_resume(self, config: RunConfig, run_dir: Path) -> bool:
+        try:
+            session = open_session(ResumeRun(run_dir))
+        except UserError as exc:
+            self.ctx.report_exception(exc, title="Cannot resume this run")
+            return False
+        if session.processes < 2:  # in this window: data files changed since the start are the person's choice
             accept = self._accept_changed_data(config, run_dir)
             if accept is None:
                 return False
-            job = (lambda: train_jobs.resume_job(config, run_dir, controls, accept), controls)
-        return self._run_job(*job, JobStart(RUN, run_dir, f"resuming run {run_dir.name}", STARTING,
-                                            f"Run folder: {run_dir}", config))
+            session = open_session(ResumeRun(run_dir, accept_change=accept))
+        return self._start_session(session, JobStart(RUN, run_dir, f"resuming run {run_dir.name}", STARTING,
+                                                     f"Run folder: {run_dir}", config))
 
     def _accept_changed_data(self, config: RunConfig, run_dir: Path) -> bool | None:
         """False when no data file changed since the run started; True when some did and the person continues on
@@ -417,10 +420,13 @@ class TrainTab(TrainCommands, QWidget):
         return True
 
     def _launch_pipeline(self, source: dict[str, Any] | None, out: Path, *, resume: bool) -> bool:
-        controls = Controls()
         n = len(self.pipeline.stages)
-        return self._run_job(lambda: train_jobs.pipeline_job(source, out, controls, resume), controls,
-                             JobStart(PIPELINE_JOB, out,
+        try:
+            session = open_session(ResumeRun(out) if resume or source is None else PipelineRun(source), out)
+        except UserError as exc:
+            self.ctx.report_exception(exc, title="Cannot start the pipeline")
+            return False
+        return self._start_session(session, JobStart(PIPELINE_JOB, out,
                                       f"{'resuming' if resume else 'starting'} pipeline {out.name} ({n} stages)",
                                       "starting the pipeline… (loading the engine)", f"Pipeline folder: {out}",
                                       stages=n))

@@ -417,13 +417,17 @@ class TrainSetup(QWidget):
         seen = self._gpu_seen
         return Machine(free, total, seen.gpu_free, seen.gpu_total, seen.gpu_name)
 
-    def check_request(self, request: RunRequest | None = None) -> list[Finding]:
-        """What preflight finds in `request` (default: the run the form describes) on this machine; none for a
-        pipeline, or for settings the engine cannot plan yet (Start's own checks name those)."""
+    def record_count(self) -> int | None:
+        """The fine-tuning data's record count, for the checks (None where the method reads no such records)."""
         m = self.current_method()
-        if m is PIPELINE:
+        return self._count_records(self.method_panel.data_files()) if m.data in ("sft", "dpo") else None
+
+    def check_request(self, request: RunRequest | None = None) -> list[Finding]:
+        """What preflight finds in `request` (default: the run the form describes) on this machine, as the form
+        changes; none for a pipeline, or for settings the engine cannot plan yet (Start's own checks name those)."""
+        if self.current_method() is PIPELINE:
             return []
-        records = self._count_records(self.method_panel.data_files()) if m.data in ("sft", "dpo") else None
+        records = self.record_count()
         try:
             request = request or self.run_request(self.dataset_box.currentData() or "")
             return preflight_request(request, self.machine(), records=records)
