@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 from desktop_app.cli.command_line import TRAIN_FLAGS, add_train_flags
 from desktop_app.cli.reporting import SignalScope, StopSignals, consume, consume_quietly
 from desktop_app.engine.methods import FINETUNE_METHODS
-from desktop_app.engine.train.request import RunRequest, prepare_run
+from desktop_app.engine.train.request import RunRequest
 
 if TYPE_CHECKING:
     from desktop_app.engine.events import Controls, Event
-    from desktop_app.engine.specs import RunConfig
+    from desktop_app.engine.session import What
     from desktop_app.engine.train.preflight import Finding
 
 
@@ -106,29 +106,42 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {field: getattr(args, field) for field in TRAIN_FLAGS if getattr(args, field) is not None}
 
 
-def build_config(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, list[str]]:
-    """(RunConfig, run_dir, resume?, notes) from the parsed flags; raises UserError on bad input."""
+def build_request(args: argparse.Namespace) -> tuple[What, Path | None]:
+    """What the flags ask the engine's session for (a new run, a resume, a pipeline) and its folder; UserError on
+    flags that do not go together. Nothing is planned here: the session plans, fits, defaults and checks."""
     from desktop_app.engine.errors import UserError
-    from desktop_app.engine.specs import RunConfig
+    from desktop_app.engine.session import ResumeRun
 
     _check_flag_combinations(args)
+    if args.pipeline or (args.resume and _is_pipeline(args.resume)):
+        return _pipeline_request(args)
     if args.resume:
-        run_dir = Path(args.resume)
-        if not (run_dir / "run.json").is_file():
-            raise UserError(f"{run_dir} is not a training run (no run.json): nothing to resume")
-        if args.out and Path(args.out).resolve() != run_dir.resolve():
+        if args.out and Path(args.out).resolve() != Path(args.resume).resolve():
             raise UserError("--out cannot be used with --resume (a run resumes in its own folder)")
-        config = RunConfig.load(run_dir / "run.json")
         if _overrides(args) or args.seed is not None:
             raise UserError("with --resume, edit RUN_DIR/run.json to change settings (then add "
                             "--accept-config-change); flags like --steps are not accepted")
-        return config, run_dir, True, []
+        return ResumeRun(args.resume, accept_change=args.accept_config_change), None
     if not args.out:
         raise UserError("--out RUN_DIR is required: the folder that will hold run.json, metrics and checkpoints")
     if args.base:
-        return finetune_config(args), Path(args.out), False, []
-    prepared = prepare_run(run_request(args))
-    return prepared.config, Path(args.out), False, prepared.notes
+        return finetune_request(args), Path(args.out)
+    return run_request(args), Path(args.out)
+
+
+def _pipeline_request(args: argparse.Namespace) -> tuple[What, Path | None]:
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.session import PipelineRun, ResumeRun
+
+    if args.preset or args.base or _overrides(args) or args.seed is not None or args.accept_config_change:
+        raise UserError("a pipeline takes its settings from the pipeline file; only --out and --json go with it")
+    if args.resume:
+        if args.out and Path(args.out).resolve() != Path(args.resume).resolve():
+            raise UserError("--out cannot be used with --resume (a pipeline resumes in its own folder)")
+        return ResumeRun(args.resume), None
+    if not args.out:
+        raise UserError("--out DIR is required: the folder that will hold the pipeline's stages")
+    return PipelineRun(Path(args.pipeline)), Path(args.out)
 
 
 def _check_flag_combinations(args: argparse.Namespace) -> None:
@@ -159,8 +172,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     return RunRequest(dataset=args.dataset, preset=args.preset or "tiny", train=_overrides(args), seed=args.seed)
 
 
-def finetune_config(args: argparse.Namespace) -> RunConfig:
-    """The RunConfig of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
+def finetune_request(args: argparse.Namespace) -> RunRequest:
+    """The request of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
     from desktop_app.engine.data.columns import parse_columns
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.method_options import parse_option
@@ -183,10 +196,9 @@ def finetune_config(args: argparse.Namespace) -> RunConfig:
     if args.reward_file:
         options["reward_file"] = args.reward_file
     columns = parse_columns(args.columns) if args.columns else {}
-    request = RunRequest(objective=objective, base_model=_base_folder(args), data=list(args.data or []),
-                         columns=columns, adapter=_adapter(args), method_options=options, train=_overrides(args),
-                         seed=args.seed)
-    return prepare_run(request).config
+    return RunRequest(objective=objective, base_model=_base_folder(args), data=list(args.data or []),
+                      columns=columns, adapter=_adapter(args), method_options=options, train=_overrides(args),
+                      seed=args.seed)
 
 
 def _adapter(args: argparse.Namespace) -> dict[str, Any]:
@@ -223,41 +235,25 @@ def _base_folder(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from desktop_app.engine.errors import UserError
     from desktop_app.engine.events import Controls
+    from desktop_app.engine.session import ResumeRun, open_session
     from desktop_app.engine.train.distributed import launched_world_size
 
-    if args.pipeline or (args.resume and _is_pipeline(args.resume)):
-        return _run_pipeline(args)
-    config, run_dir, resume, notes = build_config(args)
-    findings = [] if resume or _other_process() else check_before_start(config, force=args.force)
-    from desktop_app.engine.train.loop import train
-
+    what, run_dir = build_request(args)
+    session = open_session(what, run_dir)
+    # process 0 says what the check found; every other process trains what process 0 accepted
+    errors = [] if isinstance(what, ResumeRun) or _other_process() else session.errors()
+    if errors and not args.force:
+        raise UserError("this run cannot work on this machine: " + " ".join(errors) + " (--force starts it anyway)")
+    findings = [] if _other_process() else session.findings
     controls = Controls(answers_faults=launched_world_size() <= 1)
     with StopSignals(controls), BlockedSave(controls) as blocked:
-        events = _findings_first(findings, train(config, run_dir, controls, resume=resume,
-                                                 accept_config_change=args.accept_config_change))
-        events = blocked.events(events)
-        code = consume_quietly(events) if _other_process() else consume(events, notes, as_json=args.json)
+        events = blocked.events(_findings_first(findings, session.events(controls)))
+        code = consume_quietly(events) if _other_process() else consume(events, session.notes, as_json=args.json)
     if launched_world_size() > 1:
         _leave_now(code)
     return code
-
-
-def check_before_start(config: RunConfig, *, force: bool = False) -> list[Finding]:
-    """What preflight finds in a new run on this machine; UserError for one that cannot work here (unless `force`).
-    The GPU is looked at only where the run may train on one, and not under torchrun (each process picks its own GPU
-    later; looking now would open a CUDA context on the first)."""
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.train.distributed import launched_world_size
-    from desktop_app.engine.train.preflight import ERROR, preflight, this_machine
-
-    device = str(config.train.get("device", "auto"))
-    probe = None if launched_world_size() > 1 else device in ("auto", "cuda")
-    findings = preflight(config, this_machine(probe_gpu=probe))
-    errors = [f.message for f in findings if f.level == ERROR]
-    if errors and not force:
-        raise UserError("this run cannot work on this machine: " + " ".join(errors) + " (--force starts it anyway)")
-    return findings
 
 
 def _findings_first(findings: list[Finding], events: Iterator[Event]) -> Iterator[Event]:
@@ -289,29 +285,6 @@ def _is_pipeline(path: str) -> bool:
     from desktop_app.engine.pipeline_folder import is_pipeline_dir
 
     return is_pipeline_dir(path)
-
-
-def _run_pipeline(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.events import Controls
-    from desktop_app.engine.recipes.pipeline import run_pipeline
-    from desktop_app.engine.train.distributed import launched_world_size
-
-    if launched_world_size() > 1:
-        raise UserError("a pipeline runs in one process; under torchrun, run each stage's run.json with train --config")
-    if args.preset or args.base or _overrides(args) or args.seed is not None or args.accept_config_change:
-        raise UserError("a pipeline takes its settings from the pipeline file; only --out and --json go with it")
-    if args.resume:
-        if args.out and Path(args.out).resolve() != Path(args.resume).resolve():
-            raise UserError("--out cannot be used with --resume (a pipeline resumes in its own folder)")
-        source, out, resume = None, Path(args.resume), True
-    else:
-        if not args.out:
-            raise UserError("--out DIR is required: the folder that will hold the pipeline's stages")
-        source, out, resume = Path(args.pipeline), Path(args.out), False
-    controls = Controls(answers_faults=True)
-    with StopSignals(controls), BlockedSave(controls) as blocked:
-        return consume(blocked.events(run_pipeline(source, out, controls, resume=resume)), [], as_json=args.json)
 
 
 class BlockedSave(SignalScope):

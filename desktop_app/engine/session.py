@@ -24,6 +24,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Log
 from desktop_app.engine.pipeline_folder import is_pipeline_dir
 from desktop_app.engine.specs import RunConfig, SpecError
+from desktop_app.engine.train import preflight as checks
 from desktop_app.engine.train.launcher import (
     LaunchControls,
     ProcessFailed,
@@ -33,7 +34,7 @@ from desktop_app.engine.train.launcher import (
     resume_processes,
     stop_launched,
 )
-from desktop_app.engine.train.preflight import ERROR, Finding, Machine, preflight, this_machine
+from desktop_app.engine.train.preflight import ERROR, Finding, Machine, preflight
 from desktop_app.engine.train.request import (
     PreparedRun,
     RunRequest,
@@ -74,11 +75,11 @@ class Session:
     """A run opened once: where it goes, what was prepared and found (new runs), how many processes it runs on."""
 
     what: What
-    run_dir: Path
+    run_dir: Path | None  # None until `at` names it (a front end that names the folder after the run it holds)
     prepared: PreparedRun | None = None
     processes: int = 1
     config: RunConfig | None = None  # a resumed run's run.json
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line per thing the engine adapted (shown as "model: ...")
 
     @property
     def findings(self) -> list[Finding]:
@@ -88,10 +89,16 @@ class Session:
         """What preflight says cannot work on this machine (a front end refuses or asks before it starts)."""
         return [f.message for f in self.findings if f.level == ERROR]
 
+    def at(self, run_dir: str | Path) -> Session:
+        """The same session into `run_dir` (a new run or pipeline whose folder is named after what it trains)."""
+        return dataclasses.replace(self, run_dir=Path(run_dir))
+
     def events(self, controls: Controls, *, interactive: bool = False) -> Iterator[Event]:
-        """Run it: the notes as log lines, then the run's events (in this process or followed under torchrun)."""
-        for note in self.notes:
-            yield Log("info", f"model: {note}")
+        """Run it: the run's events, in this process or followed under torchrun (the notes and findings are the
+        front end's to show, as `start` does)."""
+        if self.run_dir is None:
+            raise UserError("a new run needs an output folder: the folder that will hold run.json, metrics and "
+                            "checkpoints")
         if isinstance(self.what, PipelineRun) or (isinstance(self.what, ResumeRun) and is_pipeline_dir(self.run_dir)):
             yield from _pipeline_events(self, controls, interactive)
         elif isinstance(self.what, ResumeRun):
@@ -107,12 +114,10 @@ def open_session(what: What, run_dir: str | Path | None = None, *, machine: Mach
     UserError (SpecError for settings that do not go together) for what cannot be started at all."""
     if isinstance(what, ResumeRun):
         return _open_resume(what, run_dir)
-    if run_dir is None:
-        raise UserError("a new run needs an output folder: the folder that will hold run.json, metrics and "
-                        "checkpoints")
+    folder = Path(run_dir) if run_dir is not None else None
     if isinstance(what, PipelineRun):
-        return Session(what, Path(run_dir))
-    return _open_new(what, Path(run_dir), machine, records)
+        return Session(what, folder)
+    return _open_new(what, folder, machine, records)
 
 
 def start(what: What, run_dir: str | Path | None, controls: Controls, *, interactive: bool = False,
@@ -123,6 +128,8 @@ def start(what: What, run_dir: str | Path | None, controls: Controls, *, interac
     errors = session.errors()
     if errors and not force:
         raise UserError("this run cannot work on this machine: " + " ".join(errors) + " (--force starts it anyway)")
+    for note in session.notes:
+        yield Log("info", f"model: {note}")
     for finding in session.findings:
         yield Log(finding.level, f"check before start: {finding.message}")
     yield from session.events(controls, interactive=interactive)
@@ -141,13 +148,13 @@ def machine_for(request: RunRequest) -> Machine:
     first)."""
     train = {**((request.config or {}).get("train") or {}), **request.train}
     device = str(train.get("device") or "auto")
-    return this_machine(probe_gpu=None if under_torchrun() else device in ("auto", "cuda"))
+    return checks.this_machine(probe_gpu=None if under_torchrun() else device in ("auto", "cuda"))
 
 
 # --- opening ---------------------------------------------------------------------------------------------------
 
 
-def _open_new(request: RunRequest, run_dir: Path, machine: Machine | None, records: int | None) -> Session:
+def _open_new(request: RunRequest, run_dir: Path | None, machine: Machine | None, records: int | None) -> Session:
     if request.sample is not None:  # the dataset is made when the run starts: planned as asked until then
         config = plan_run(dataclasses.replace(request, dataset=request.dataset or request.sample.dataset_dir))
         problems = config.validate()
@@ -197,8 +204,7 @@ def _new_run_events(session: Session, controls: Controls, interactive: bool) -> 
         return
     from desktop_app.engine.train.loop import train
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    yield from train(config, run_dir, controls, interactive=interactive)
+    yield from train(config, run_dir, controls, interactive=interactive)  # it makes the folder, or says why not
 
 
 def _resume_events(session: Session, controls: Controls, interactive: bool) -> Iterator[Event]:

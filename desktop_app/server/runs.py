@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls
 from desktop_app.server.errors import ApiError
+
+if TYPE_CHECKING:
+    from desktop_app.engine.session import Session
 
 MAX_LIVE_RUNS = 2  # training shares the CPU with decoding; more at once only makes each slower
 BUSY_ELSEWHERE_S = 120  # a run without a final event that logged this recently is taken as still training
@@ -105,19 +107,6 @@ def disk_status(run_dir: Path) -> dict[str, Any]:
             "paused": False}
 
 
-def training_events(run: LiveRun, config: Any, nproc: int, *, resume: bool) -> Iterator[Any]:
-    """The run's events: train() in this thread, or on `nproc` processes the launcher starts and follows."""
-    if nproc > 1:
-        from desktop_app.engine.train.launcher import launch_config, resume_launch
-
-        if resume:
-            return resume_launch(run.run_dir, run.controls, nproc=nproc)
-        return launch_config(config, run.run_dir, run.controls)
-    from desktop_app.engine.train.loop import train
-
-    return train(config, run.run_dir, run.controls, resume=resume)
-
-
 class RunManager:
     """Starts runs in threads, answers status, forwards controls; `shutdown` stops and waits."""
 
@@ -136,9 +125,13 @@ class RunManager:
                            code="run_not_found")
         return folder
 
-    def start(self, config: Any, run_dir: Path, *, resume: bool = False, nproc: int = 1) -> LiveRun:
-        """Start training `config` in `run_dir` (blocks until its setup is done; raises its setup errors); with
-        `nproc` > 1 on that many processes (engine/train/launcher.py), followed and controlled the same way."""
+    def start(self, session: Session) -> LiveRun:
+        """Run an opened engine session (a new run, or a resume) in a thread of its own (blocks until its setup is
+        done; raises its setup errors); on several processes where the session launches them, followed and
+        controlled the same way."""
+        run_dir = session.run_dir
+        assert run_dir is not None
+        config = session.prepared.config if session.prepared is not None else session.config
         with self._lock:
             running = [r for r in self.live.values() if r.live]
             if len(running) >= MAX_LIVE_RUNS:
@@ -149,21 +142,21 @@ class RunManager:
                 raise ApiError(409, f"run {run_dir.name} is already training", code="run_active")
             # answers_faults: a full disk while saving pauses the run ("save_blocked") until a client says retry
             run = LiveRun(id=run_dir.name, run_dir=run_dir, controls=Controls(answers_faults=True),
-                          total_steps=int(config.train.get("steps", 0) or 0))
+                          total_steps=int(config.train.get("steps", 0) or 0) if config is not None else 0)
             self.live[run.id] = run
         # The whole generator runs in the run's thread (torch thread counts are per thread), but setup
         # problems (bad config, dataset, resume mismatch) raise before the first event: wait for that
         # first event so they come back in the HTTP response instead of as a run that failed silently.
         ready: Future[None] = Future()
-        run.thread = threading.Thread(target=self._work, args=(run, (config, nproc), resume, ready),
+        run.thread = threading.Thread(target=self._work, args=(run, session, ready),
                                       name=f"azr-train-{run.id}", daemon=True)
         run.thread.start()
         ready.result()
         return run
 
-    def _work(self, run: LiveRun, job: tuple[Any, int], resume: bool, ready: Future[None]) -> None:
+    def _work(self, run: LiveRun, session: Session, ready: Future[None]) -> None:
         try:
-            events = training_events(run, *job, resume=resume)
+            events = session.events(run.controls)
             first = next(events, None)
         except Exception as exc:
             run.state = "failed"
@@ -223,8 +216,7 @@ class RunManager:
 
     def _restart(self, run_id: str, run_dir: Path) -> dict[str, Any]:
         """resume on a run that is not training: continue it from its newest checkpoint."""
-        from desktop_app.engine.specs import RunConfig
-        from desktop_app.engine.train.launcher import launched_processes
+        from desktop_app.engine.session import ResumeRun, launched_processes, open_session
 
         state = self.status(run_id)["state"]
         if state == "completed":
@@ -238,8 +230,7 @@ class RunManager:
                                 "(the window or the CLI); stop it there first", code="run_busy")
         if not (run_dir / "run.json").is_file():
             raise ApiError(409, f"run {run_id} has no run.json: it cannot be resumed", code="run_not_resumable")
-        return self.start(RunConfig.load(run_dir / "run.json"), run_dir, resume=True,
-                          nproc=launched_processes(run_dir) or 1).status()
+        return self.start(open_session(ResumeRun(run_dir, processes=launched_processes(run_dir) or 1))).status()
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop every run (each saves a checkpoint at its next step) and wait for them."""

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.background import BackgroundTask
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.train.request import RunRequest
 from desktop_app.engine.workspace import slugify
 from desktop_app.server.errors import ApiError, error_body
 from desktop_app.server.state import get_state
@@ -240,11 +241,9 @@ def _base_model(ws: Any, value: str) -> Path:
     return _inside(ws, "models", value, "base_model")
 
 
-def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
-    """The RunConfig a request describes, and notes on what was adapted to the dataset (the engine decides; this
-    only turns workspace names into paths)."""
-    from desktop_app.engine.train.request import RunRequest, prepare_run
-
+def build_run_request(ws: Any, body: RunCreate) -> RunRequest:
+    """The request a body describes (this only turns workspace names into paths; the engine's session plans,
+    fits and checks it)."""
     if not 1 <= body.nproc <= MAX_NPROC:
         raise ApiError(400, f"nproc must be a whole number from 1 to {MAX_NPROC}: the processes to train on "
                             "(usually the number of GPUs)", param="nproc")
@@ -259,8 +258,7 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
         config["dataset"] = str(_inside(ws, "datasets", str(config.get("dataset", "")), "config.dataset"))
         if config.get("base_model"):
             config["base_model"] = str(_base_model(ws, str(config["base_model"])))
-        prepared = prepare_run(RunRequest(config=config))
-        return prepared.config, _notes(prepared, body.force)
+        return RunRequest(config=config)
     sources = [x for x in (body.preset, body.model, body.base_model) if x is not None]
     if len(sources) != 1:
         raise ApiError(400, "give exactly one of 'preset', 'model' (a spec object or the name of a created model) "
@@ -273,27 +271,29 @@ def build_run_config(ws: Any, body: RunCreate) -> tuple[Any, list[str]]:
         request.preset = body.preset
     else:
         request.model = body.model if isinstance(body.model, dict) else _load_spec(ws, str(body.model)).to_dict()
-    prepared = prepare_run(request)
-    return prepared.config, _notes(prepared, body.force)
+    return request
 
 
-def _notes(prepared: Any, force: bool) -> list[str]:
+def _notes(session: Any, force: bool) -> list[str]:
     """What the engine adapted and what it found before start; a run its preflight says cannot work here (an error
     finding: too big for this machine's memory, ...) is refused as the window and the CLI refuse it, unless `force`."""
-    errors = [f.message for f in prepared.findings if f.level == "error"]
+    errors = session.errors()
     if errors and not force:
         raise ApiError(422, "this run cannot work on this machine: " + " ".join(errors)
                        + " (send \"force\": true to start it anyway)", param="train")
-    return prepared.notes + [f"{f.level}: {f.message}" for f in prepared.findings]
+    return session.notes + [f"{f.level}: {f.message}" for f in session.findings]
 
 
 @router.post("/runs", status_code=201, summary="Start a training run; returns its id")
 def start_run(body: RunCreate, request: Request) -> dict[str, Any]:
+    from desktop_app.engine.session import open_session
+
     state = get_state(request)
-    config, notes = build_run_config(state.workspace, body)
+    session = open_session(build_run_request(state.workspace, body))
+    notes = _notes(session, body.force)
+    config = session.prepared.config
     name = body.name or (Path(config.base_model).name if config.base_model else config.model.get("family", "run"))
-    run_dir = state.workspace.new_run_dir(slugify(name))
-    run = state.runs.start(config, run_dir, nproc=body.nproc)
+    run = state.runs.start(session.at(state.workspace.new_run_dir(slugify(name))))
     return {**run.status(), "notes": notes}
 
 

@@ -66,11 +66,11 @@ def chat_reply(path: Path) -> str:
 
 
 def adapter_run(base: Path, root: Path, kind: str = "lora", steps: int = 3) -> tuple[str, list[float]]:
-    """A few steps with `kind` adapters on `base` through the one run entry (prepare_run's checks, start_run's
-    run, as `train` does): how the run ended and its losses. A run the engine refuses ends "refused"."""
+    """A few steps with `kind` adapters on `base` through the one run entry (the engine's session: its checks, then
+    its run, as `train` does): how the run ended and its losses. A run the engine refuses ends "refused"."""
     from desktop_app.engine.errors import UserError
-    from desktop_app.engine.train.preflight import ERROR
-    from desktop_app.engine.train.request import RunRequest, prepare_run, start_run
+    from desktop_app.engine.session import open_session
+    from desktop_app.engine.train.request import RunRequest
 
     data = root / "chats.jsonl"
     data.write_text("".join(json.dumps(c) + "\n" for c in CHATS), encoding="utf-8")
@@ -79,9 +79,10 @@ def adapter_run(base: Path, root: Path, kind: str = "lora", steps: int = 3) -> t
                          train={"steps": steps, "batch_size": 2, "warmup_steps": 0, "eval_every": 0, "save_every": 0,
                                 "sample_tokens": 0, "threads": 2, "log_every": 1, "device": "cpu"}, seed=1)
     try:
-        if [f for f in prepare_run(request).findings if f.level == ERROR]:
+        session = open_session(request, root / kind)
+        if session.errors():
             return "refused", []
-        events = list(start_run(request, root / kind, Controls()))
+        events = list(session.events(Controls()))
     except UserError:
         return "refused", []
     losses = [e.metrics["loss"] for e in events if e.type == "step" and "loss" in e.metrics]

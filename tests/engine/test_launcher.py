@@ -20,6 +20,7 @@ import pytest
 from train_helpers import make_dataset, metrics_losses, step_losses, tiny_config
 
 from desktop_app.engine import run_folder as rf
+from desktop_app.engine import session
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import CheckpointSaved, Controls, Finished, Log, RunFolder, StepMetrics
 from desktop_app.engine.train import launcher
@@ -55,7 +56,7 @@ def alive(pids: list[int]) -> list[int]:
 
 def test_two_processes_from_the_launcher_equal_a_terminal_torchrun_and_one_process(dataset, tmp_path, monkeypatch):
     run = tmp_path / "launched"
-    events = list(launcher.launch_run(two_process_request(dataset), run, Controls(), poll_s=0.1))
+    events = list(session.start(two_process_request(dataset), run, Controls()))
     assert isinstance(events[0], RunFolder) and events[0].path == str(run)
     assert isinstance(events[-1], Finished) and events[-1].reason == "completed", events[-5:]
     launched = step_losses(events)
@@ -83,7 +84,7 @@ def test_two_processes_from_the_launcher_equal_a_terminal_torchrun_and_one_proce
 def test_pause_and_stop_reach_both_processes_which_end_with_one_checkpoint(dataset, tmp_path):
     run, controls = tmp_path / "run", Controls()
     events, pids, paused_at, resumed_step = [], [], None, None
-    for event in launcher.launch_run(two_process_request(dataset, steps=4000), run, controls, poll_s=0.1):
+    for event in session.start(two_process_request(dataset, steps=4000), run, controls):
         events.append(event)
         if isinstance(event, StepMetrics) and event.step >= 3 and not pids:
             pids = list(launcher.worker_pids(rf.read_json(run / launcher.LAUNCH_FILE)["pid"]).values())
@@ -109,7 +110,7 @@ def test_pause_and_stop_reach_both_processes_which_end_with_one_checkpoint(datas
 def test_save_now_then_a_killed_process_is_reported_with_its_rank_and_the_last_checkpoint(dataset, tmp_path):
     run, controls = tmp_path / "run", Controls()
     events: list[Any] = []
-    for event in launcher.launch_run(two_process_request(dataset, steps=4000), run, controls, poll_s=0.1):
+    for event in session.start(two_process_request(dataset, steps=4000), run, controls):
         events.append(event)
         if isinstance(event, StepMetrics) and event.step == 3:
             controls.save_now.set()  # sent to process 0; both take part in the save
@@ -149,7 +150,7 @@ def test_the_first_launch_prepares_the_sample_corpus_once_then_launches_on_it(da
     request = RunRequest(model=config.model, train=config.train, distributed={"strategy": "ddp", "nproc_per_node": 2})
     request.sample = SampleCorpus([str(texts)], str(tmp_path / "sample-dataset"),
                                   DataSpec(tokenizer="byte-bpe", vocab_size=300, context_length=32))
-    events = list(launcher.launch_run(request, tmp_path / "run", Controls()))
+    events = list(session.start(request, tmp_path / "run", Controls()))
     ready = [e for e in events if isinstance(e, DatasetReady)]
     assert len(ready) == 1 and (tmp_path / "sample-dataset" / "manifest.json").is_file()
     assert len(launched) == 1 and Path(launched[0].dataset) == tmp_path / "sample-dataset"

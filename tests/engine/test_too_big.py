@@ -125,8 +125,14 @@ def test_the_server_refuses_it_in_its_response(dataset, tmp_path, monkeypatch):
         shutil.copytree(dataset, state.workspace.folder("datasets") / "ds")
         response = client.post("/api/runs", json={"dataset": "ds", "preset": "llama-1b",
                                                   "train": {"steps": 2, "batch_size": 2, "threads": 1}})
-        assert response.status_code == 400, response.text
-        assert "cannot fit this machine's RAM" in response.text and "4 GiB it has in all" in response.text
+        # the check before start (the engine's session, as for the window and the CLI) refuses it, unless forced
+        assert response.status_code == 422, response.text
+        assert "cannot work on this machine" in response.text and "2 GiB free" in response.text
+        assert '\\"force\\": true' in response.text
+        forced = client.post("/api/runs", json={"dataset": "ds", "preset": "llama-1b", "force": True,
+                                                "train": {"steps": 2, "batch_size": 2, "threads": 1}})
+        assert forced.status_code == 400, forced.text  # then the engine's own refusal before allocating
+        assert "cannot fit this machine's RAM" in forced.text and "4 GiB it has in all" in forced.text
         listed = client.get("/api/runs").json()["runs"]
         assert all(r.get("state") != "running" for r in listed)
 

@@ -1,8 +1,8 @@
-"""A run on several processes started by a front end: the run config written as RUN/run.json, `torchrun` started as
-a child process in a session of its own, and the run followed from outside as the CLI's Watch does.
+"""A run on several processes, as the engine's session (engine/session.py) starts it when a run asks for several:
+the run config written as RUN/run.json, `torchrun` started as a child process in a process session of its own, and
+the run followed from outside as the CLI's Watch does.
 
-    launch_run(request, run_dir, controls)       a new run (the one run entry: prepare_run), then follow_launch
-    launch_config(config, run_dir, controls)     a config prepare_run made already (the server's), the same way
+    launch_config(config, run_dir, controls)     a config the session prepared, then follow_launch
     resume_launch(run_dir, controls, nproc=N)    `train --resume RUN` on N processes, then follow_launch
 
 What the generator yields is what the one-process run yields (RunFolder, then rank 0's records of metrics.jsonl as
@@ -20,7 +20,6 @@ Stdlib + psutil: no torch in this process.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -39,7 +38,6 @@ from desktop_app.engine.events import Controls, Event, Finished, Log, RunFolder,
 from desktop_app.engine.methods import method_of
 from desktop_app.engine.run_folder import METRICS_FILE, MetricsReader
 from desktop_app.engine.specs import RunConfig, SpecError
-from desktop_app.engine.train.request import RunRequest, prepare_run, prepare_sample
 
 LAUNCH_LOG = "processes.log"  # what torchrun and every process write on stderr
 LAUNCH_FILE = "launch.json"  # which process group trains the run, on how many processes
@@ -106,22 +104,6 @@ def child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def launch_run(request: RunRequest, run_dir: Path, controls: Controls, *, poll_s: float = 0.25
-               ) -> Iterator[Event]:
-    """A new run on the processes its Distributed block names: the sample corpus prepared first when the request
-    has one, then planned and checked by the one run entry (prepare_run), written as RUN/run.json, started under
-    torchrun and followed."""
-    if request.sample is not None:  # the window's first launch: the sample corpus is prepared here, once
-        dataset = yield from prepare_sample(request.sample, controls)
-        if dataset is None:
-            return
-        request = dataclasses.replace(request, dataset=dataset, sample=None)
-    prepared = prepare_run(request)
-    for note in prepared.notes:
-        yield Log("info", f"model: {note}")
-    yield from launch_config(prepared.config, run_dir, controls, poll_s=poll_s)
 
 
 def launch_config(config: RunConfig, run_dir: Path, controls: Controls, *, poll_s: float = 0.25) -> Iterator[Event]:

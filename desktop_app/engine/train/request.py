@@ -4,8 +4,9 @@ The window, the CLI and the server each translate their own inputs (widgets, fla
 into a `RunRequest`; everything after that is decided here, once: the model (a preset, a spec or a base), the method's
 default learning rate, paths made absolute, the model fitted to its dataset's tokenizer and windows, and the checks
 (`preflight_request`: what would not work on this machine, engine/train/preflight.py).
-`start_run` is the generator a front end runs: the bundled sample corpus prepared first when no dataset was chosen,
-then the fitted run. Pipelines fit their pretraining stages here too (`fit_pipeline_stages`).
+engine/session.py opens and runs what this plans (the one door every front end uses); `prepare_sample` prepares the
+bundled sample corpus there when no dataset was chosen. Pipelines fit their pretraining stages here too
+(`fit_pipeline_stages`) and plan each stage as a request (`request_of_fields`).
 
 No torch at import: the window builds requests before the engine is loaded.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.events import Controls, DatasetReady, Event, Finished, Log
+from desktop_app.engine.events import Controls, DatasetReady, Event, Finished
 from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
 from desktop_app.engine.train.preflight import Finding, Machine, preflight, this_machine
 
@@ -220,26 +221,6 @@ def fit_pipeline_stages(stages: list[Stage]) -> tuple[list[Stage], list[str]]:
 
 
 # --- running it ----------------------------------------------------------------------------------------------------
-
-def start_run(request: RunRequest, run_dir: Path, controls: Controls, *, interactive: bool = False
-              ) -> Iterator[Event]:
-    """A new run: the sample corpus prepared first when the request has one (its Progress and Log, then
-    DatasetReady), the model fitted to the dataset (a Log per change), then train()'s events."""
-    if request.sample is not None:
-        dataset = yield from prepare_sample(request.sample, controls)
-        if dataset is None:
-            return
-        request = dataclasses.replace(request, dataset=dataset, sample=None)
-    config = plan_run(request)
-    check_files(config)
-    config, notes = fit_to_dataset(config)
-    for note in notes:
-        yield Log("info", f"model: {note}")
-    from desktop_app.engine.train.loop import train
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    yield from train(config.check(), run_dir, controls, interactive=interactive)
-
 
 def prepare_sample(sample: SampleCorpus, controls: Controls) -> Iterator[Event]:
     """Prepare the sample corpus; returns the dataset folder, or None after yielding the Finished that ends the run."""

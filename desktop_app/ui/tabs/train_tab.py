@@ -316,6 +316,8 @@ class TrainTab(TrainCommands, QWidget):
             return False
         started = self._start_session(session, JobStart(RUN, run_dir, f"starting run {run_dir.name}", STARTING,
                                                         f"Run folder: {run_dir}", session.prepared.config, activity))
+        for note in session.notes:
+            self.run_view.log("info", f"model: {note}")
         for finding in session.findings:
             self.run_view.log("warning", f"before the start: {finding.message}")
         return started

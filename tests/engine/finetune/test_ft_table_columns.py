@@ -18,9 +18,10 @@ from desktop_app.engine import run_folder as rf
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls
 from desktop_app.engine.finetune.examples import build_preference_examples, build_sft_examples
+from desktop_app.engine.session import start
 from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.train.loop import train
-from desktop_app.engine.train.request import RunRequest, plan_run, prepare_run, start_run
+from desktop_app.engine.train.request import RunRequest, plan_run, prepare_run
 
 QA = {"instruction": "ask", "output": "reply"}  # names the guess does not know
 TRAIN = {"steps": 6, "batch_size": 4, "lr": 5e-3, "warmup_steps": 0, "eval_every": 0, "save_every": 3,
@@ -49,7 +50,7 @@ def request(world: dict[str, Path], **fields: object) -> RunRequest:
 
 def test_a_parquet_sft_run_trains_through_its_mapping_saves_it_and_resumes_with_it(world, tmp_path):
     ref = tmp_path / "ref"
-    events = list(start_run(request(world), ref, Controls()))
+    events = list(start(request(world), ref, Controls()))
     assert events[-1].reason == "completed", events[-1]
     saved = json.loads((ref / rf.RUN_FILE).read_text(encoding="utf-8"))
     assert saved["columns"] == QA
@@ -57,7 +58,7 @@ def test_a_parquet_sft_run_trains_through_its_mapping_saves_it_and_resumes_with_
                for e in events), "the data verdict counts every row of the table"
     # a run abandoned after its step-3 checkpoint, resumed from its own run.json
     run = tmp_path / "run"
-    gen = start_run(request(world), run, Controls())
+    gen = start(request(world), run, Controls())
     for event in gen:
         if event.type == "step" and event.step >= 4:
             break
@@ -83,7 +84,7 @@ def test_a_csv_of_preference_pairs_trains_dpo_through_its_mapping(world, tmp_pat
     assert len(pairs) == 16
     req = request(world, objective="dpo", data=[str(world["csv"])], columns=columns,
                   train={**TRAIN, "steps": 2, "save_every": 0})
-    events = list(start_run(req, tmp_path / "dpo", Controls()))
+    events = list(start(req, tmp_path / "dpo", Controls()))
     assert events[-1].reason == "completed", events[-1]
     assert json.loads((tmp_path / "dpo" / rf.RUN_FILE).read_text(encoding="utf-8"))["columns"] == columns
 
@@ -101,7 +102,7 @@ def test_a_bad_mapping_is_one_error_before_the_run_starts(world, tmp_path, colum
     assert words in str(caught.value) and "\n" not in str(caught.value)
     run = tmp_path / "run"
     with pytest.raises(UserError, match=re.escape(words)):
-        next(start_run(req, run, Controls()))
+        next(start(req, run, Controls()))
     assert not run.exists(), "nothing is written for a run that cannot start"
     assert plan_run(req).columns == columns, "the request's mapping is what the engine plans (then refuses)"
 

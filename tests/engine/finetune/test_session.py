@@ -77,7 +77,7 @@ def test_what_cannot_start_is_said_in_one_line_and_nothing_is_written(tmp_path):
     with pytest.raises(UserError, match=r"no run\.json"):
         open_session(ResumeRun(tmp_path / "nothing-here"))
     with pytest.raises(UserError, match="output folder"):
-        open_session(RunRequest(objective="sft", base_model=str(tmp_path), data=["x.jsonl"]))
+        next(open_session(PipelineRun({"stages": []})).events(Controls()))
     with pytest.raises(UserError, match=r"data file .* does not exist"):
         open_session(RunRequest(objective="sft", base_model=str(tmp_path), data=[str(tmp_path / "missing.jsonl")]),
                      tmp_path / "run")
