@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from desktop_app.cli.command_line import cli_exe
 from desktop_app.cli.reporting import SignalScope
+from desktop_app.engine.run_commands import cli_exe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

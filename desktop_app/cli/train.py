@@ -37,9 +37,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from desktop_app.cli.command_line import TRAIN_FLAGS, add_train_flags
+from desktop_app.cli.command_line import add_train_flags
 from desktop_app.cli.reporting import SignalScope, StopSignals, consume, consume_quietly
 from desktop_app.engine.methods import FINETUNE_METHODS
+from desktop_app.engine.run_commands import TRAIN_FLAGS
 from desktop_app.engine.train.request import RunRequest
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ _FINETUNE_FLAGS = ("method", "data", "columns", "adapter", "lora_rank", "lora_al
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainSpec fields given as flags (command_line.TRAIN_FLAGS: the window builds commands from it too)."""
+    """The TrainSpec fields given as flags (engine/run_commands.TRAIN_FLAGS: the window builds commands from it too)."""
     return {field: getattr(args, field) for field in TRAIN_FLAGS if getattr(args, field) is not None}
 
 

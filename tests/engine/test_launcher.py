@@ -164,7 +164,7 @@ def test_a_run_that_cannot_be_launched_says_what_to_do(dataset, tmp_path):
 
 
 def test_units_processes_exit_words_and_the_command():
-    from desktop_app.cli.command_line import torchrun_command
+    from desktop_app.engine.run_commands import torchrun_command
     from desktop_app.engine.specs import RunConfig
 
     assert launcher.processes_of(RunConfig()) == 1

@@ -346,8 +346,8 @@ def test_track_flag_reads_lists_and_none():
 
 def test_track_flag_through_the_train_verb_and_back(tmp_path, capsys):
     from desktop_app.cli import train as train_cli
-    from desktop_app.cli.command_line import method_command
     from desktop_app.engine.methods import METHOD_BY_KEY
+    from desktop_app.engine.run_commands import method_command
     from desktop_app.engine.specs import RunConfig
 
     parser = argparse.ArgumentParser()

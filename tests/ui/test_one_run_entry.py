@@ -19,7 +19,7 @@ TRAIN = {"steps": 2, "batch_size": 4, "eval_every": 0, "save_every": 0, "threads
 
 
 def _flags(train: dict) -> list[str]:
-    from desktop_app.cli.command_line import TRAIN_FLAGS
+    from desktop_app.engine.run_commands import TRAIN_FLAGS
 
     assert set(train) <= set(TRAIN_FLAGS), train  # the CLI can say all of it
     return [arg for key, value in train.items() for arg in (TRAIN_FLAGS[key], str(value))]

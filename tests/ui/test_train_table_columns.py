@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from desktop_app.cli.command_line import method_command
 from desktop_app.engine.methods import method_of
+from desktop_app.engine.run_commands import method_command
 from desktop_app.engine.train.request import plan_run
 
 pa = pytest.importorskip("pyarrow")

@@ -90,7 +90,7 @@ def processes_of(config: RunConfig) -> int:
 
 def torchrun_argv(run_dir: Path, nproc: int, *, resume: bool = False) -> list[str]:
     """`torchrun --standalone --nproc_per_node N -m desktop_app train --config RUN/run.json --out RUN --json` (the
-    command cli/command_line.torchrun_command shows), with this Python's torchrun so no PATH is needed."""
+    command engine/run_commands.torchrun_command shows), with this Python's torchrun so no PATH is needed."""
     verb = ["--resume", str(run_dir)] if resume else ["--config", str(run_dir / run_folder.RUN_FILE), "--out",
                                                       str(run_dir)]
     target = ["--no-python", sys.executable] if getattr(sys, "frozen", False) else ["-m", "desktop_app"]

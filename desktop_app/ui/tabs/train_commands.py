@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from desktop_app.cli.command_line import pipeline_commands, run_commands, torchrun_command
 from desktop_app.engine.methods import PIPELINE
+from desktop_app.engine.run_commands import pipeline_commands, run_commands, torchrun_command
 from desktop_app.engine.specs import RunConfig
 from desktop_app.ui.tabs.train_dialogs import CliDialog, choose_run_folder, save_config_dialog
 
