@@ -79,3 +79,89 @@ def test_lightweight_modules_do_not_import_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]", result.stdout
+
+
+# --- imports that say the truth: no import runs up the layers, at the top of a file or inside a function -----------
+
+# The engine's stages, bottom to top (ARCHITECTURE: data/ model/ ... then the methods, the loop, what runs several
+# runs, and the one door). A module may import its own layer and the layers below it, never one above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "events", "fileio", "spec_base", "method_options", "methods", "specs", "presets", "paths", "protocols",
+     "os_faults", "devices", "fault_report", "run_folder", "pipeline_folder"),
+    ("data",),
+    ("model",),
+    ("hub",),
+    ("generate", "sandbox", "finetune"),
+    ("tasks", "selfplay", "evaluate"),
+    ("objectives",),
+    ("train", "export"),
+    ("recipes", "runs", "run_compare", "workspace", "run_commands"),
+    ("session",),
+)
+# Upward imports that exist today, each named where it is: the list only shrinks (a new one fails the test; a
+# fixed one must leave the list). Every one is inside a function, which is why a top-level-only check missed them.
+KNOWN_UPWARD = {
+    ("specs.py", "desktop_app.engine.data.columns"),
+    ("data/chat.py", "desktop_app.engine.model.gguf_file"),
+    ("model/folders.py", "desktop_app.engine.workspace"),
+    ("hub/fit.py", "desktop_app.engine.finetune.base_model"),
+    ("hub/fit.py", "desktop_app.engine.train.preflight"),
+}
+
+
+def layer_of(name: str) -> int:
+    return next(i for i, units in enumerate(LAYERS) if name in units)
+
+
+def engine_imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported engine module, whether the import sits inside a function) for every import of `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inner = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for n in ast.walk(f) if n is not f}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("desktop_app.engine"):
+            names = [node.module] if node.module != "desktop_app.engine" else \
+                [f"desktop_app.engine.{a.name}" for a in node.names]
+            out += [(n, id(node) in inner) for n in names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, id(node) in inner) for a in node.names if a.name.startswith("desktop_app.engine.")]
+    return out
+
+
+def upward_imports(root: Path = ENGINE) -> set[tuple[str, str]]:
+    """(file relative to the engine folder `root`, imported module) for every import that runs up the layers."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        unit = rel.parts[0].removesuffix(".py")
+        if unit == "__init__":
+            continue
+        for module, _inside in engine_imports(path):
+            target = module.split(".")[2]
+            if target != unit and layer_of(target) > layer_of(unit):
+                found.add((rel.as_posix(), module))
+    return found
+
+
+def test_every_engine_unit_has_a_layer() -> None:
+    units = {p.relative_to(ENGINE).parts[0].removesuffix(".py") for p in ENGINE.rglob("*.py")} - {"__init__"}
+    placed = {u for layer in LAYERS for u in layer}
+    assert units <= placed, f"put these in a layer of LAYERS: {sorted(units - placed)}"
+
+
+def test_no_import_runs_up_the_layers_at_the_top_or_inside_a_function() -> None:
+    found = upward_imports()
+    assert found - KNOWN_UPWARD == set(), f"new imports up the layers: {sorted(found - KNOWN_UPWARD)}"
+    assert KNOWN_UPWARD - found == set(), f"fixed (remove from KNOWN_UPWARD): {sorted(KNOWN_UPWARD - found)}"
+
+
+def test_the_check_sees_an_upward_import_inside_a_function(tmp_path) -> None:
+    """The check itself: an import of the loop inside a data-stage function is caught, as one at the top is."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "sneaky.py").write_text(
+        "def f():\n    from desktop_app.engine.train.loop import train\n    return train\n", encoding="utf-8")
+    (tmp_path / "data" / "plain.py").write_text("from desktop_app.engine.errors import UserError\n", encoding="utf-8")
+    assert engine_imports(tmp_path / "data" / "sneaky.py") == [("desktop_app.engine.train.loop", True)]
+    assert engine_imports(tmp_path / "data" / "plain.py") == [("desktop_app.engine.errors", False)]
+    assert upward_imports(tmp_path) == {("data/sneaky.py", "desktop_app.engine.train.loop")}
