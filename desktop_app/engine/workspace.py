@@ -117,3 +117,41 @@ def remembered_gguf_files(paths: Iterable[str | Path], exclude: Iterable[str | P
         if is_gguf_file(Path(p).expanduser()):
             out.append(Path(p).expanduser())
     return out
+
+
+# --- the workspace's models ---------------------------------------------------------------------------------
+
+@dataclass
+class ModelCandidate:
+    """A folder (or GGUF file) in the workspace that `load_model` accepts (for the Generate tab's model picker)."""
+
+    path: Path
+    kind: str  # run | export | hf | gguf
+    name: str
+
+
+def list_generatable(workspace: Workspace | str | Path) -> list[ModelCandidate]:
+    """Folders of a workspace that `load_model` can open: runs with a committed checkpoint, exports and
+    models/ folders with a config.json or .gguf files. Newest first within each kind (runs, then exports, then models).
+
+    `workspace` is a Workspace or its root path. Cheap: no checksum is verified and no weights read.
+    """
+    from desktop_app.engine import run_folder
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    found: list[ModelCandidate] = []
+    for run in ws.items("runs") if ws.folder("runs").is_dir() else []:
+        if run.is_dir():
+            latest = run_folder.latest_checkpoint(run, verify=False)
+            if latest is not None:
+                found.append(ModelCandidate(run, "run", f"{run.name} (step {run_folder.step_of(latest)})"))
+    for kind_folder, kind in (("exports", "export"), ("models", "hf")):
+        if not ws.folder(kind_folder).is_dir():
+            continue
+        for item in ws.items(kind_folder):
+            if item.is_file() and item.suffix.lower() == ".gguf":
+                found.append(ModelCandidate(item, "gguf", item.name))
+            elif item.is_dir() and (item / "config.json").is_file():
+                found.append(ModelCandidate(item, "export" if (item / "model_spec.json").is_file() else kind,
+                                            item.name))
+    return found

@@ -88,7 +88,7 @@ def create_model(body: ModelCreate, request: Request) -> dict[str, Any]:
 
 @router.get("/models", summary="List models: trained ones (downloadable) and saved specs")
 def list_models(request: Request) -> dict[str, Any]:
-    from desktop_app.engine.model.folders import list_generatable
+    from desktop_app.engine.workspace import list_generatable
 
     ws = get_state(request).workspace
     models = [{"name": c.path.name, "kind": c.kind, "label": c.name, "path": str(c.path), "downloadable": True}

@@ -230,8 +230,7 @@ def test_a_gguf_load_parses_the_file_once_and_leaves_the_gguf_library_as_it_was(
 
 
 def test_the_workspace_lists_gguf_files(tmp_path, exported):
-    from desktop_app.engine.model.folders import list_generatable
-    from desktop_app.engine.workspace import Workspace
+    from desktop_app.engine.workspace import Workspace, list_generatable
 
     ws = Workspace(tmp_path / "ws")
     ws.folder("models").mkdir(parents=True)

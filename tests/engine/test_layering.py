@@ -103,7 +103,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 KNOWN_UPWARD = {
     ("specs.py", "desktop_app.engine.data.columns"),
     ("data/chat.py", "desktop_app.engine.model.gguf_file"),
-    ("model/folders.py", "desktop_app.engine.workspace"),
     ("hub/fit.py", "desktop_app.engine.finetune.base_model"),
     ("hub/fit.py", "desktop_app.engine.train.preflight"),
 }

@@ -14,10 +14,9 @@ from desktop_app.engine.data.tokenization import hf_tokenizer, train_tokenizer
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.generate.decode import stream_text
 from desktop_app.engine.model.architecture import build_model
-from desktop_app.engine.model.folders import list_generatable
 from desktop_app.engine.model.loading import load_model
 from desktop_app.engine.specs import GenerateSpec, ModelSpec
-from desktop_app.engine.workspace import Workspace
+from desktop_app.engine.workspace import Workspace, list_generatable
 
 SPEC = ModelSpec("llama", 320, 32, 1, 2, 2, 64, 32, init_std=0.2, tie_embeddings=False)
 
