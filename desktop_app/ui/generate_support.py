@@ -47,8 +47,8 @@ def opens_in_chat(path: str | Path) -> bool:
     """Chat for a model that was taught to chat: a fine-tuning run's (SFT, LoRA, DPO, GRPO) or a model whose tokenizer
     has a chat template of its own. A pretrained or self-played model of ours completes text: the template every
     tokenizer trained here gets is no sign that the model can hold a conversation."""
-    from desktop_app.engine.data.chat import folder_chat_template, gguf_chat_template
     from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
+    from desktop_app.engine.model.folders import folder_chat_template, gguf_chat_template
     from desktop_app.engine.model.gguf_file import is_gguf_file
     from desktop_app.engine.run_folder import RUN_FILE
 

@@ -120,7 +120,7 @@ def test_the_inspector_reads_messages_as_fine_tuning_does(tmp_path):
 def test_folder_chat_template_reads_the_tokenizer_files(tmp_path):
     import json
 
-    from desktop_app.engine.data.chat import folder_chat_template
+    from desktop_app.engine.model.folders import folder_chat_template
 
     plain, chat, jinja, listed = (tmp_path / n for n in ("plain", "chat", "jinja", "listed"))
     for folder in (plain, chat, jinja, listed):

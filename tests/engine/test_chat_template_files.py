@@ -7,8 +7,8 @@ import shutil
 
 
 def test_a_gguf_file_gives_the_template_in_its_metadata(tiny_gguf, tmp_path):
-    from desktop_app.engine.data.chat import folder_chat_template, gguf_chat_template
     from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
+    from desktop_app.engine.model.folders import folder_chat_template, gguf_chat_template
     from desktop_app.engine.model.gguf_file import read_header
 
     assert read_header(tiny_gguf).chat_template  # the export carries the tokenizer's template
@@ -18,7 +18,7 @@ def test_a_gguf_file_gives_the_template_in_its_metadata(tiny_gguf, tmp_path):
 
 
 def test_files_that_are_no_model_and_paths_that_are_none_give_no_template(tiny_gguf, tmp_path):
-    from desktop_app.engine.data.chat import folder_chat_template, gguf_chat_template
+    from desktop_app.engine.model.folders import folder_chat_template, gguf_chat_template
 
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(tiny_gguf.read_bytes()[:40])  # the magic, then a header that stops short

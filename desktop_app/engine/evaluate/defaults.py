@@ -57,8 +57,8 @@ def _task_world(files: list[Any]) -> str | None:
 def _has_own_chat_template(path: Path) -> bool:
     """A base that brings a chat template of its own (an instruct model); the template every tokenizer trained
     here gets is no sign that the model can hold a conversation."""
-    from desktop_app.engine.data.chat import folder_chat_template
     from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
+    from desktop_app.engine.model.folders import folder_chat_template
     from desktop_app.engine.model.gguf_file import is_gguf_file, read_header
 
     if path.is_file():

@@ -267,3 +267,51 @@ def weights_sha256(info: BaseModelInfo) -> str:
     for f in files:
         h.update(f.name.encode() + b"\0" + (recorded_checksum(manifest, f) or sha256_file(f)).encode() + b"\n")
     return h.hexdigest()
+
+
+# --- chat templates in model files --------------------------------------------------------------------------
+
+def gguf_chat_template(path: str | Path) -> str:
+    """The chat template in a GGUF file's metadata (tokenizer.chat_template); "" when it has none or the file
+    cannot be read as GGUF."""
+    from desktop_app.engine.model.gguf_file import read_header
+
+    try:
+        return (read_header(path).chat_template or "").strip()
+    except (OSError, UserError):
+        return ""
+
+
+def folder_chat_template(path: str | Path) -> str:
+    """The chat template the model at `path` (a run: its newest committed checkpoint; a checkpoint, export or Hugging
+    Face folder) ships in its tokenizer files, read without loading the tokenizer; a GGUF file's from its metadata;
+    "" when it has none, or `path` is no model (another file, or not a valid path at all)."""
+    import json
+
+    from desktop_app.engine.model.gguf_file import is_gguf_file
+    from desktop_app.engine.run_folder import is_run_folder, list_committed
+
+    folder = Path(path).expanduser()
+    try:
+        if not folder.is_dir():  # a file is no folder of tokenizer files (and a NUL in a name is no path at all)
+            return gguf_chat_template(folder) if is_gguf_file(folder) else ""
+    except (OSError, ValueError):
+        return ""
+    if is_run_folder(folder):
+        committed = list_committed(folder)
+        if not committed:
+            return ""
+        folder = committed[-1]
+    try:
+        return (folder / "chat_template.jinja").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):  # several named templates: the default one, else the first
+        named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default", next(iter(named.values()), None))
+    return template.strip() if isinstance(template, str) else ""
