@@ -54,7 +54,7 @@ def _spec(args: argparse.Namespace) -> Any:
               "min_frequency": args.min_frequency, "context_length": args.context, "overlap": args.overlap,
               "val_fraction": args.val_fraction, "seed": args.seed}
     if args.columns is not None:
-        from desktop_app.engine.data.columns import parse_columns
+        from desktop_app.engine.column_roles import parse_columns
 
         values["columns"] = parse_columns(args.columns)
     return DataSpec(**{k: v for k, v in values.items() if v is not None}).check()

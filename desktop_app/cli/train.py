@@ -175,7 +175,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
 
 def finetune_request(args: argparse.Namespace) -> RunRequest:
     """The request of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
-    from desktop_app.engine.data.columns import parse_columns
+    from desktop_app.engine.column_roles import parse_columns
     from desktop_app.engine.errors import UserError
     from desktop_app.engine.method_options import parse_option
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from desktop_app.engine.data.columns import format_columns
+from desktop_app.engine.column_roles import format_columns
 from desktop_app.engine.method_options import METHOD_OPTIONS
 from desktop_app.engine.methods import Method, method_of
 from desktop_app.engine.specs import AdapterSpec, DistributedSpec, RunConfig, SpecError, TrainSpec

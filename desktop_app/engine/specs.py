@@ -575,12 +575,12 @@ class RunConfig(SpecMixin):
 
 
 def _columns_problems(columns: Any) -> list[str]:
-    """What is wrong with a column mapping (the rules live in data/columns.py, imported here only when one is set)."""
+    """What is wrong with a column mapping (its rules: column_roles.py)."""
     if columns in ({}, None):
         return []
     if not isinstance(columns, dict):
         return [f"columns must be a JSON object of role -> column, got {columns!r}"]
-    from desktop_app.engine.data.columns import mapping_from_dict
+    from desktop_app.engine.column_roles import mapping_from_dict
     from desktop_app.engine.errors import UserError
 
     try:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from document_cases import make_dataset_folder, make_parquet
 
-from desktop_app.engine.data.columns import format_columns, guess_mapping, mapping_for, parse_columns
+from desktop_app.engine.column_roles import format_columns, parse_columns
+from desktop_app.engine.data.columns import guess_mapping, mapping_for
 from desktop_app.engine.data.ingest import Doc, Record, discover, inspect_file, read_items, scan
 from desktop_app.engine.errors import UserError
 

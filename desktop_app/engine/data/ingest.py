@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.column_roles import ColumnMapping, mapping_from_dict
 from desktop_app.engine.data.chat import ChatError, check_messages
-from desktop_app.engine.data.columns import ColumnMapping, mapping_from_dict
 from desktop_app.engine.data.documents import DOCUMENT_EXTENSIONS
 from desktop_app.engine.data.items import MAGIC, PIECE_CHARS, Doc, FileProblem, Record, safe_cut, split_pieces
 from desktop_app.engine.data.rich_sources import Notes, hash_source, mapped_json, rich_items, rich_kind, source_size

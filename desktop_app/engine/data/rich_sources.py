@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from desktop_app.engine.data.columns import ColumnMapping, RowProblem, apply_mapping, mapping_for
+from desktop_app.engine.column_roles import ColumnMapping
+from desktop_app.engine.data.columns import RowProblem, apply_mapping, mapping_for
 from desktop_app.engine.data.documents import Found, document_kind, iter_sections
 from desktop_app.engine.data.items import PIECE_CHARS, Doc, FileProblem, Record, split_pieces
 from desktop_app.engine.data.tables import (

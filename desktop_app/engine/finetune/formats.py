@@ -31,14 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.column_roles import SHAREGPT_ROLES, mapping_from_dict
 from desktop_app.engine.data.chat import ChatError, check_messages, json_kind
-from desktop_app.engine.data.columns import (
-    SHAREGPT_ROLES,
-    RowProblem,
-    apply_mapping,
-    mapping_for,
-    mapping_from_dict,
-)
+from desktop_app.engine.data.columns import RowProblem, apply_mapping, mapping_for
 from desktop_app.engine.data.items import FileProblem
 from desktop_app.engine.data.tables import (
     TABLE_EXTENSIONS,

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_app.engine.data.columns import KIND_WORDS, KINDS, REQUIRED, ROLES
+from desktop_app.engine.column_roles import KIND_WORDS, KINDS, REQUIRED, ROLES
 from desktop_app.ui.widgets.layouts import note_label
 
 NONE = "(none)"
