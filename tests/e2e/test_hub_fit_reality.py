@@ -1,5 +1,5 @@
 """The fit verdicts agree with reality on this CPU (issue 37's goal): a model is pulled from the local Hub server, its
-verdicts are read (engine/hub/fit.py), and where chat "fits" a reply is generated with the app's own generation, where
+verdicts are read (engine/train/fit.py), and where chat "fits" a reply is generated with the app's own generation, where
 LoRA "fits" a few LoRA steps run through the engine's one run entry (engine/train/request.py, as `train` does).
 
 The tiny test model (tiny-org/tiny-chat, safetensors) runs always. SmolLM2-135M-Instruct, the Q4_1 GGUF the
@@ -40,7 +40,7 @@ def verdicts(repo_id: str, kind: str) -> tuple[list[str], dict[str, object]]:
     """The patterns that pull the repository's (first) file set of this kind, and use -> FitVerdict for it on this
     machine: what the Get-a-model view shows before a download."""
     from desktop_app.engine.hub.details import repo_details
-    from desktop_app.engine.hub.fit import USES, fit_verdicts
+    from desktop_app.engine.train.fit import USES, fit_verdicts
 
     details = repo_details(repo_id)
     file_set = next(f for f in details.file_sets if f.kind == kind)
@@ -126,7 +126,7 @@ def test_the_tiny_gguf_chats_where_fit_says_so(hub_server, tmp_path):
 def test_too_big_on_a_small_machine_is_said_with_the_figures(hub_server):
     """The other side of agreement: on a machine with almost no memory, nothing fits, and each verdict says why."""
     from desktop_app.engine.hub.details import repo_details
-    from desktop_app.engine.hub.fit import fit_verdicts
+    from desktop_app.engine.train.fit import fit_verdicts
     from desktop_app.engine.train.preflight import Machine
 
     details = repo_details("tiny-org/tiny-chat")

@@ -98,12 +98,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("recipes", "runs", "run_compare", "workspace", "run_commands"),
     ("session",),
 )
-# Upward imports that exist today, each named where it is: the list only shrinks (a new one fails the test; a
-# fixed one must leave the list). Every one is inside a function, which is why a top-level-only check missed them.
-KNOWN_UPWARD = {
-    ("hub/fit.py", "desktop_app.engine.finetune.base_model"),
-    ("hub/fit.py", "desktop_app.engine.train.preflight"),
-}
 
 
 def layer_of(name: str) -> int:
@@ -148,9 +142,7 @@ def test_every_engine_unit_has_a_layer() -> None:
 
 
 def test_no_import_runs_up_the_layers_at_the_top_or_inside_a_function() -> None:
-    found = upward_imports()
-    assert found - KNOWN_UPWARD == set(), f"new imports up the layers: {sorted(found - KNOWN_UPWARD)}"
-    assert KNOWN_UPWARD - found == set(), f"fixed (remove from KNOWN_UPWARD): {sorted(KNOWN_UPWARD - found)}"
+    assert upward_imports() == set()  # five ran up inside functions until 2026-11-29, which a top-level check missed
 
 
 def test_the_check_sees_an_upward_import_inside_a_function(tmp_path) -> None:
@@ -162,3 +154,16 @@ def test_the_check_sees_an_upward_import_inside_a_function(tmp_path) -> None:
     assert engine_imports(tmp_path / "data" / "sneaky.py") == [("desktop_app.engine.train.loop", True)]
     assert engine_imports(tmp_path / "data" / "plain.py") == [("desktop_app.engine.errors", False)]
     assert upward_imports(tmp_path) == {("data/sneaky.py", "desktop_app.engine.train.loop")}
+
+
+# Imports of engine modules inside engine functions, counted: each hides a dependency from a reader of the file's
+# top. They stay only where they keep torch, transformers or another heavy library out of the window's start-up;
+# the count may go down, never up (172 on 2026-11-29).
+MOST_INNER_IMPORTS = 172
+
+
+def test_imports_inside_functions_do_not_grow() -> None:
+    inner = sum(inside for path in ENGINE.rglob("*.py") for _module, inside in engine_imports(path))
+    assert inner <= MOST_INNER_IMPORTS, (f"{inner} imports of engine modules inside functions (at most "
+                                         f"{MOST_INNER_IMPORTS}): import at the top unless it keeps a heavy library "
+                                         "out of start-up")

@@ -5,7 +5,7 @@ person opens it, nor when network features are off (engine.hub.network: the view
 Searching, reading a repository's details with the fit verdicts, and downloading all run in the app's background
 runner (kinds hub-search, hub-details, hub-download), never in the GUI thread. What it shows is the engine's:
 the results (engine.hub.search), the file sets and their sizes (engine.hub.details), the verdicts and their reasons
-(engine.hub.fit) and every error sentence; this module lays them out.
+(engine.train.fit) and every error sentence; this module lays them out.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from PySide6.QtWidgets import (
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.hub import network
 from desktop_app.engine.hub.details import FileSet, RepoDetails
-from desktop_app.engine.hub.fit import USES, FitVerdict
 from desktop_app.engine.hub.search import FORMATS, SIZES, SORTS, HubModel
+from desktop_app.engine.train.fit import USES, FitVerdict
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.hub_downloads import STATE_WORDS, DownloadRequest, DownloadRow, DownloadsPanel
 from desktop_app.ui.widgets.hub_words import count_words, date_words, parameters_words, size_words
@@ -73,7 +73,7 @@ def search_job(query: str, sort: str, size: str, file_format: str) -> Iterator[l
 def details_job(repo_id: str) -> Iterator[RepoDetails | SetFit]:
     """The repository's details, then each file set's verdicts (the machine is measured once, here)."""
     from desktop_app.engine.hub.details import repo_details
-    from desktop_app.engine.hub.fit import fit_verdicts
+    from desktop_app.engine.train.fit import fit_verdicts
     from desktop_app.engine.train.preflight import this_machine
 
     details = repo_details(repo_id)

@@ -6,8 +6,8 @@ precision, and a repository without config.json is estimated from its parameter 
 from __future__ import annotations
 
 from desktop_app.engine.hub.details import repo_details
-from desktop_app.engine.hub.fit import USES, fit_verdicts, spec_from_config, spec_of_size
 from desktop_app.engine.model.sizing import count_parameters
+from desktop_app.engine.train.fit import USES, fit_verdicts, spec_from_config, spec_of_size
 from desktop_app.engine.train.preflight import Machine
 
 GB = 10**9  # decimal, as the sentences write sizes
