@@ -346,14 +346,14 @@ def test_gguf_tied_embeddings_have_no_output_tensor(tokenizer, tmp_path):
     assert "output.weight" not in names and "token_embd.weight" in names
 
 
-def _qwen3_folder(folder: Path, tok) -> Path:
-    """A tiny model of a family llama.cpp knows but our GGUF writer does not (qwen3)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def _unknown_family_folder(folder: Path, tok) -> Path:
+    """A tiny model of a family the app's table does not have (stablelm): everything but GGUF."""
+    from transformers import AutoModelForCausalLM, StableLmConfig
 
-    config = Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+    config = StableLmConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
     torch.manual_seed(0)
-    Qwen3ForCausalLM(config).save_pretrained(folder)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     save_tokenizer(tok, folder)
     return folder
 
@@ -363,24 +363,25 @@ def test_gguf_problem_for_the_ui(runs, tokenizer, tmp_path):
 
     assert gguf_problem(runs["llama"]) is None
     assert gguf_problem(runs["gpt2"]) is None
-    assert "llama, mistral, qwen2, gpt2" in gguf_problem(_qwen3_folder(tmp_path / "q3", tokenizer))
+    reason = gguf_problem(_unknown_family_folder(tmp_path / "s", tokenizer))
+    assert "'stablelm'" in reason and "qwen3" in reason and "gemma2" in reason and "--format hf" in reason
     assert "does not exist" in gguf_problem(tmp_path / "missing")
 
 
 def test_gguf_refusals_leave_nothing(runs, tokenizer, tmp_path):
-    _qwen3_folder(tmp_path / "q3", tokenizer)
-    with pytest.raises(UserError, match="GGUF export supports llama, mistral, qwen2, gpt2 models"):
-        list(export_model(tmp_path / "q3", "gguf", tmp_path / "g.gguf"))
-    # a llama model whose tokenizer is not byte-level BPE
+    _unknown_family_folder(tmp_path / "s", tokenizer)
+    with pytest.raises(UserError, match="GGUF export supports llama, mistral, qwen2, qwen3, gemma"):
+        list(export_model(tmp_path / "s", "gguf", tmp_path / "g.gguf"))
+    # a llama model whose tokenizer is no BPE (WordPiece)
     wp = train_tokenizer(corpus(50), "wordpiece", 300, 1)
     src = tmp_path / "wp"
     build_model(ModelSpec("llama", 300, 32, 1, 2, 2, 64, 32), seed=0).save_pretrained(src)
     save_tokenizer(wp, src)
-    with pytest.raises(UserError, match="byte-level BPE"):
+    with pytest.raises(UserError, match="GGUF export writes BPE tokenizers; this model's is WordPiece"):
         list(export_model(src, "gguf", tmp_path / "w.gguf"))
     with pytest.raises(UserError, match="GGUF type"):
         list(export_model(runs["llama"], "gguf", tmp_path / "x.gguf", gguf_type="q4_k"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["q3", "wp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s", "wp"]
 
 
 # --- refusals and safety ---------------------------------------------------------------------------------
