@@ -78,8 +78,11 @@ FAMILIES: dict[str, ModelFamily] = {f.model_type: f for f in (
 
 
 def family_of(model_type: str | None) -> ModelFamily | None:
-    """The family of a config.json's model_type; None for a family the table does not know."""
-    return FAMILIES.get(str(model_type or ""))
+    """The family of a config.json's model_type (or of a GGUF file's llama.cpp architecture, e.g. "gemma3"); None
+    for a family the table does not know."""
+    name = str(model_type or "")
+    return FAMILIES.get(name) or next((f for f in FAMILIES.values() if f.gguf_arch == name and name != "llama"),
+                                      None)
 
 
 def attention_of(model_type: str | None) -> str:
@@ -108,3 +111,24 @@ def folder_attention(folder: str | Path) -> str:
     except (OSError, ValueError):
         return "sdpa"
     return attention_of(config.get("model_type") if isinstance(config, dict) else None)
+
+
+def family_words(model_type: str | None) -> str:
+    """The family as a person knows it, e.g. "Qwen2, Qwen2.5 (qwen2)"; the model type itself for one the table does
+    not know; "unknown" without one."""
+    if not model_type:
+        return "unknown"
+    family = family_of(model_type)
+    return f"{family.label} ({model_type})" if family is not None else str(model_type)
+
+
+
+def works_here(model_type: str | None) -> str:
+    """One line of what the app does with a model of this family: chat, LoRA, QLoRA, GGUF for llama.cpp and Ollama
+    (a model that is a GGUF file is dequantized to fine-tune)."""
+    family = family_of(model_type)
+    done = ["chat", "LoRA", "QLoRA" if family is None or family.qlora else ""]
+    if family is not None and family.gguf:
+        return "Works here: " + ", ".join(d for d in done if d) + ", GGUF out (llama.cpp, Ollama)"
+    return ("Works here: " + ", ".join(d for d in done if d) + "; GGUF out: not for this family (export it as a "
+            "Hugging Face folder)")

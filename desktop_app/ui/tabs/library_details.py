@@ -7,6 +7,7 @@ import html
 from pathlib import Path
 
 from desktop_app.engine.methods import METHOD_BY_KEY
+from desktop_app.engine.model.families import family_words, works_here
 from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committed, read_json, tail_records
 from desktop_app.engine.runs import is_live
 from desktop_app.ui.widgets.run_view import run_method_key
@@ -103,7 +104,9 @@ def folder_details_html(path: Path) -> str:
         rows.append(("Windows", f"{chunking.get('context_length', '?')} tokens, overlap {chunking.get('overlap', 0)}"))
     config = read_json(path / "config.json")
     if isinstance(config, dict):
-        rows.append(("Model family", _esc(str(config.get("model_type", "")))))
+        model_type = str(config.get("model_type", "")) or None
+        rows.append(("Model family", _esc(family_words(model_type))))
+        rows.append(("What works", _esc(works_here(model_type).removeprefix("Works here: "))))
         for key, words in (("hidden_size", "Hidden size"), ("n_embd", "Hidden size"), ("num_hidden_layers", "Layers"),
                            ("n_layer", "Layers"), ("vocab_size", "Vocabulary"),
                            ("max_position_embeddings", "Context"), ("n_positions", "Context")):

@@ -37,6 +37,7 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.hub import network
 from desktop_app.engine.hub.details import FileSet, RepoDetails
 from desktop_app.engine.hub.search import FORMATS, SIZES, SORTS, HubModel
+from desktop_app.engine.model.families import family_words, works_here
 from desktop_app.engine.train.fit import USES, FitVerdict
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.hub_downloads import STATE_WORDS, DownloadRequest, DownloadRow, DownloadsPanel
@@ -460,11 +461,13 @@ def facts_html(d: RepoDetails) -> str:
     """What a person decides by, in a few rows: size, family, licence, gated, chat template, last update."""
     template = {True: "yes", False: "no: it completes text (fine-tune it to chat)",
                 None: "unknown until it is downloaded"}[d.has_chat_template]
-    family = " · ".join(p for p in (d.architecture, d.model_type) if p)
+    family = " · ".join(p for p in (d.architecture, family_words(d.model_type) if d.model_type else "") if p)
     pairs = [(("Parameters", parameters_words(d.parameters)), ("Licence", d.license or "not stated")),
              (("Context", f"{d.context_length:,} tokens" if d.context_length else "unknown"),
               ("Last update", date_words(d.last_modified)))]
-    wide = [("Family", family or "unknown"), ("Chat template", template),
+    works = works_here(d.model_type) if d.model_type else "known once its config is read"
+    wide = [("Family", family or "unknown"), ("What works", works.removeprefix("Works here: ")),
+            ("Chat template", template),
             ("Gated", "yes: accept its licence on the Hub, then log in, before downloading" if d.gated else "no")]
     key = "<td style='color:#6b7280; padding-right:8px'>{}</td>"
     cells = "".join("<tr>" + "".join(key.format(k) + f"<td style='padding-right:14px'>{html.escape(v)}</td>"
