@@ -18,7 +18,8 @@ GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")  # expor
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
-                        "export, a Hugging Face model folder or a GGUF file")
+                        "export, a Hugging Face model folder, a GGUF file or a Hub id pulled earlier (ORG/NAME, "
+                        "or ORG/NAME:QUANT for one GGUF file)")
     parser.add_argument("--format", dest="fmt", required=True, choices=FORMATS,
                         help="hf: a folder transformers loads; zip: that folder zipped; gguf: one file for llama.cpp "
                         "and, beside it, NAME.Modelfile for `ollama create`")

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "line at the end. With --beams N the text of the best beam(s) is printed when the search "
                      "ends.")
     parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
-                        "export, a local Hugging Face model folder or a GGUF file")
+                        "export, a local Hugging Face model folder, a GGUF file or a Hub id pulled earlier "
+                        "(ORG/NAME, or ORG/NAME:QUANT for one GGUF file)")
     parser.add_argument("--prompt", required=True, help="text to continue (or the user message with --chat)")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
                         help=help_text(GenerateSpec, "max_new_tokens"))

@@ -265,8 +265,8 @@ class CancelOnSignal(SignalScope):
 # --- list and network ----------------------------------------------------------------------------------------------
 
 def _list(args: argparse.Namespace) -> int:
-    from desktop_app.engine.hub.cache import cached_models, hub_cache_dir
     from desktop_app.engine.hub.errors import size_text
+    from desktop_app.engine.model.hub_cache import cached_models, hub_cache_dir
 
     models = cached_models()
     if args.json:

@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "The training API lives under /api; its documentation under /docs.")
     parser.add_argument("model", metavar="MODEL", nargs="?", default=None,
                         help="the model to serve: a run folder (its newest checkpoint), a checkpoint, an export, a "
-                             "local Hugging Face model folder or a GGUF file (omit it to run only the training API)")
+                             "local Hugging Face model folder, a GGUF file or a Hub id pulled earlier (ORG/NAME, or "
+                             "ORG/NAME:QUANT for one GGUF file; omit it to run only the "
+                             "training API)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; any other address "
                              "requires --api-key)")

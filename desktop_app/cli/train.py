@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--resume", metavar="RUN_DIR", help="continue a run (or pipeline) from its newest committed "
                      "checkpoint")
     src.add_argument("--base", metavar="MODEL", help="fine-tune this model (with --method and --data): a run folder, "
-                     "checkpoint, export, local Hugging Face folder or GGUF file (Ollama, LM Studio); it is never "
+                     "checkpoint, export, local Hugging Face folder, GGUF file (Ollama, LM Studio) or a Hub id "
+                     "pulled earlier (ORG/NAME, or ORG/NAME:QUANT for one GGUF file); it is never "
                      "modified")
     src.add_argument("--pipeline", metavar="PIPELINE_JSON", help="run a multi-stage pipeline (e.g. pretrain -> sft -> "
                      "dpo) into --out; each stage starts from the previous one")
@@ -223,16 +224,20 @@ def _adapter(args: argparse.Namespace) -> dict[str, Any]:
 def _base_folder(args: argparse.Namespace) -> str:
     """--base as a local folder: fetched from the Hub first with --allow-download (the user's explicit choice), as
     `models pull` fetches it (the network setting, a bar on stderr, resume, checksums)."""
-    base = Path(args.base).expanduser()
-    if getattr(args, "allow_download", False) and not base.exists():
-        from desktop_app.cli.models import pull_base
+    from desktop_app.engine.errors import UserError
+    from desktop_app.engine.model.folders import resolve_base
 
-        return pull_base(args.base, as_json=args.json)
-    if not base.exists():
-        from desktop_app.engine.model.folders import resolve_base
+    if Path(args.base).expanduser().exists():
+        return str(Path(args.base).expanduser())
+    try:
+        resolve_base(args.base)  # a Hub id pulled earlier resolves to its cached copy, offline
+        return args.base
+    except UserError:
+        if not getattr(args, "allow_download", False):
+            raise  # says what is wrong: not in the cache (with the pull command), a missing folder
+    from desktop_app.cli.models import pull_base
 
-        resolve_base(args.base)  # says what is wrong (a Hub id without --allow-download, a missing folder)
-    return str(base)
+    return pull_base(args.base, as_json=args.json)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def cache_dir() -> Path:
-    from desktop_app.engine.hub.cache import hub_cache_dir
+    from desktop_app.engine.model.hub_cache import hub_cache_dir
 
     return hub_cache_dir()
 

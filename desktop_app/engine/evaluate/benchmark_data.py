@@ -338,7 +338,7 @@ def fetch_benchmark_data(names: list[str], include_dir: str = "", controls: Cont
 
 
 def _planned(todo: list[DatasetRef]) -> FetchPlan:
-    from desktop_app.engine.hub.cache import hub_cache_dir
+    from desktop_app.engine.model.hub_cache import hub_cache_dir
 
     try:
         plan = plan_fetch(todo)

@@ -89,8 +89,8 @@ def fetch_config(repo_id: str, revision: str | None) -> dict[str, Any] | None:
 
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-    from desktop_app.engine.hub.cache import hub_cache_dir
     from desktop_app.engine.hub.network import hub_endpoint
+    from desktop_app.engine.model.hub_cache import hub_cache_dir
 
     try:
         path = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir(), revision=revision)

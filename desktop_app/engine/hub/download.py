@@ -34,11 +34,11 @@ from typing import Any, ClassVar
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Log, Transient
-from desktop_app.engine.hub.cache import hub_cache_dir
 from desktop_app.engine.hub.details import SAFETENSORS_LABEL, details_from_info, fetch_info
 from desktop_app.engine.hub.errors import NoMatchingFiles, NotEnoughDisk, existing_parent, hub_error
 from desktop_app.engine.hub.network import hub_endpoint, online
 from desktop_app.engine.hub.overrides import SharedOverride
+from desktop_app.engine.model.hub_cache import hub_cache_dir
 
 CHUNK_BYTES = 256 * 1024
 EVENTS_PER_S = 10

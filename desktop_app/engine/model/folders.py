@@ -30,6 +30,7 @@ from typing import Any
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.model import gguf_file
+from desktop_app.engine.model.hub_cache import cached_model_path, hub_reference
 from desktop_app.engine.run_folder import ADAPTER_WEIGHTS, read_json, recorded_checksum, sha256_file
 
 KINDS = ("run", "checkpoint", "gguf", "export", "hf")
@@ -86,6 +87,8 @@ _RECOGNISERS: tuple[Callable[[Path], tuple[Path, str, str] | None], ...] = (_run
 def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
     """(folder holding config + weights, kind, display name) for a user-given path; UserError if unusable."""
     p = Path(path).expanduser()
+    if not p.exists() and hub_reference(str(path)) is not None:  # a Hub id: the cached copy, offline
+        p = cached_model_path(str(path))
     if not p.exists():
         raise UserError(f"{p} does not exist")
     for recognise in _RECOGNISERS:
@@ -217,10 +220,12 @@ def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
     """What `path` names as a base model (reads configs only, no weights). UserError when it cannot be one."""
     if not str(path).strip():
         raise UserError("no base model given")
-    if looks_like_hub_id(path) and not Path(path).expanduser().exists():
-        raise UserError(f"{path} is not a folder here; it looks like a Hugging Face Hub id. Nothing is downloaded "
-                        "unless you say so: add --allow-download (when online) to fetch it once into the Hugging "
-                        "Face cache, or give the local folder of the model")
+    if hub_reference(str(path)) is not None and not Path(path).expanduser().exists():
+        try:
+            path = cached_model_path(str(path))  # pulled earlier: the cached copy, offline
+        except UserError as exc:
+            raise UserError(f"{exc}; or add --allow-download (when online) to fetch it once, or give the local "
+                            "folder of the model") from None
     if _depth > 8:
         raise UserError(f"{path}: adapters nest more than 8 levels deep (an adapter whose base is itself?)")
     folder, kind, name = resolve_model_folder(path)

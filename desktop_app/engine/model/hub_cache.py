@@ -1,5 +1,6 @@
 """The models already in the Hugging Face cache (shared with other tools), listed offline: what a pull left there
-and what other programs downloaded, as far as the app can open it.
+and what other programs downloaded, as far as the app can open it; and a model named by its Hub id (ORG/NAME, or
+ORG/NAME:QUANT for one GGUF file of a repository) found there, so every command takes the name people use.
 
 Listed: snapshot folders with a config.json of a causal LM that needs no remote code, safetensors weights (every
 shard of an index) and a tokenizer; and GGUF files. Half-downloaded files (.incomplete blobs) never appear in a
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.errors import UserError
 from desktop_app.engine.model.gguf_file import is_gguf_file
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -95,3 +98,50 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+# --- a model named by its Hub id ----------------------------------------------------------------------------------
+
+_TAG = re.compile(r"^(?:hf\.co/|huggingface\.co/)?([A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95})"
+                  r"(?::([A-Za-z0-9._-]{1,64}))?$")
+
+
+def hub_reference(text: str) -> tuple[str, str] | None:
+    """(repo id, quantization tag or "") of `ORG/NAME`, `ORG/NAME:Q4_K_M` or Ollama's `hf.co/ORG/NAME:Q4_K_M`; None for
+    anything else (a path)."""
+    match = _TAG.match(str(text).strip())
+    if match is None or str(text).startswith((".", "/", "~")):
+        return None
+    return match.group(1), match.group(2) or ""
+
+
+def cached_model_path(text: str, cache_dir: Path | None = None) -> Path:
+    """The local path of a model named by its Hub id, from the Hugging Face cache, offline: its newest snapshot
+    folder (safetensors), or with a tag (`ORG/NAME:Q4_K_M`) the GGUF file whose name holds it; a GGUF-only repository
+    with one file: that file. UserError in one line when it is not in the cache (with the pull command) or the tag
+    is missing or ambiguous (naming the files)."""
+    reference = hub_reference(text)
+    if reference is None:
+        raise UserError(f"{text} is not a Hugging Face Hub id (ORG/NAME, or ORG/NAME:QUANT for a GGUF file)")
+    repo_id, tag = reference
+    found = [m for m in cached_models(cache_dir) if m.repo_id.lower() == repo_id.lower()]
+    if not found:
+        pull = f"python -m desktop_app models pull {repo_id}" + (f" --file '*{tag}*.gguf'" if tag else "")
+        raise UserError(f"{repo_id} is not in the Hugging Face cache ({cache_dir or hub_cache_dir()}): get it once "
+                        f"with `{pull}` (nothing is downloaded unless you ask)")
+    ggufs = [m for m in found if m.kind == "gguf"]
+    if tag:
+        chosen = [m for m in ggufs if tag.lower() in m.path.name.lower()]
+        if len(chosen) == 1:
+            return chosen[0].path
+        names = ", ".join(m.path.name for m in ggufs) or "none"
+        raise UserError(f"{repo_id}:{tag} names {'several' if chosen else 'no'} GGUF file(s) of the cached "
+                        f"{repo_id} ({names}): give a tag that names one")
+    folders = [m for m in found if m.kind == "hf"]
+    if folders:
+        return folders[0].path  # the newest snapshot
+    if len(ggufs) == 1:
+        return ggufs[0].path
+    tags = ", ".join(m.path.name for m in ggufs)
+    raise UserError(f"{repo_id} holds several GGUF files in the cache ({tags}): name one as {repo_id}:QUANT, e.g. "
+                    f"{repo_id}:Q4_K_M")

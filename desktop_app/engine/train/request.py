@@ -111,7 +111,7 @@ def plan_run(request: RunRequest) -> RunConfig:
     elif request.model:
         model = ModelSpec.from_dict(request.model).to_dict()
     config, _unknown = make_run_config(
-        model=model, base_model=_absolute(request.base_model), dataset=_absolute(request.dataset),
+        model=model, base_model=_base_path(request.base_model), dataset=_absolute(request.dataset),
         objective=request.objective, data=[_absolute(d) for d in request.data], columns=dict(request.columns),
         adapter=dict(request.adapter),
         method_options=_absolute_options(request.method_options), train=_train_settings(request),
@@ -256,6 +256,17 @@ def _absolute(path: str) -> str:
     checks to name it."""
     p = Path(path).expanduser()
     return str(p.resolve()) if path and p.exists() else path
+
+
+def _base_path(base: str) -> str:
+    """A base model as run.json records it: an existing path made absolute; a Hub id pulled earlier (ORG/NAME or
+    ORG/NAME:QUANT) as its folder or file in the Hugging Face cache; anything else as given, for the checks."""
+    from desktop_app.engine.model.hub_cache import cached_model_path, hub_reference
+
+    if base and not Path(base).expanduser().exists() and hub_reference(base) is not None:
+        with contextlib.suppress(UserError):
+            return str(cached_model_path(base))
+    return _absolute(base)
 
 
 def _absolute_options(options: dict[str, Any]) -> dict[str, Any]:

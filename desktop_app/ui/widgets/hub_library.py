@@ -1,5 +1,5 @@
-"""Models in the Hugging Face cache (engine.hub.cache.cached_models: what the Get-a-model view downloaded, and what
-other tools put there), offered where a model is chosen (Generate tab, base picker) and listed in the Library. The
+"""Models in the Hugging Face cache (engine.model.hub_cache.cached_models: what the Get-a-model view downloaded, and
+what other tools put there), offered where a model is chosen (Generate tab, base picker) and listed in the Library. The
 cache is shared with other tools: it is listed, never renamed or deleted here. Nothing here touches the network."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from desktop_app.ui.widgets.hub_words import size_words
 from desktop_app.ui.widgets.tree_groups import group_item
 
 if TYPE_CHECKING:
-    from desktop_app.engine.hub.cache import CachedModel
+    from desktop_app.engine.model.hub_cache import CachedModel
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ GROUP_TITLE = "Hugging Face cache"
 
 def hub_models() -> list[CachedModel]:
     """The cache's usable models, newest first ([] when the cache cannot be read: listing must never fail)."""
-    from desktop_app.engine.hub.cache import cached_models
+    from desktop_app.engine.model.hub_cache import cached_models
 
     try:
         return list(cached_models())

@@ -20,7 +20,7 @@ def test_hub_ids_and_paths_are_told_apart(tmp_path):
     assert looks_like_hub_id("Qwen/Qwen2.5-0.5B") and looks_like_hub_id("org/name_1")
     assert not looks_like_hub_id("./org/name") and not looks_like_hub_id("/abs/path")
     assert not looks_like_hub_id("a/b/c") and not looks_like_hub_id("name")
-    with pytest.raises(UserError, match=r"looks like a Hugging Face Hub id.*--allow-download"):
+    with pytest.raises(UserError, match=r"not in the Hugging Face cache.*models pull someorg/somemodel.*--allow"):
         resolve_base("someorg/somemodel")
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 
 from desktop_app.engine.events import Controls
-from desktop_app.engine.hub.cache import cached_models, hub_cache_dir
 from desktop_app.engine.hub.download import DownloadFinished, DownloadProgress, pull
+from desktop_app.engine.model.hub_cache import cached_models, hub_cache_dir
 
 REPO, GGUF_REPO = "tiny-org/tiny-chat", "tiny-org/tiny-chat-GGUF"
 
