@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, DatasetReady, Event, Finished
+from desktop_app.engine.model.hub_cache import cached_model_path, hub_reference
 from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
 from desktop_app.engine.train.preflight import Finding, Machine, preflight, this_machine
 
@@ -261,8 +262,6 @@ def _absolute(path: str) -> str:
 def _base_path(base: str) -> str:
     """A base model as run.json records it: an existing path made absolute; a Hub id pulled earlier (ORG/NAME or
     ORG/NAME:QUANT) as its folder or file in the Hugging Face cache; anything else as given, for the checks."""
-    from desktop_app.engine.model.hub_cache import cached_model_path, hub_reference
-
     if base and not Path(base).expanduser().exists() and hub_reference(base) is not None:
         with contextlib.suppress(UserError):
             return str(cached_model_path(base))
