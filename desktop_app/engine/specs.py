@@ -239,6 +239,10 @@ class TrainSpec(SpecMixin):
                               label="Sample prompts", widget="lines", advanced=True)
     sample_tokens: int = _f(48, "Tokens generated per sample at each evaluation (0 disables).", minimum=0,
                             label="Sample length", unit="tokens", zero="no samples", advanced=True)
+    sample_temperature: float = _f(0.8, "Randomness of those samples (0 = always the most likely token).",
+                                   minimum=0.0, label="Sample temperature", advanced=True)
+    sample_top_k: int = _f(50, "Those samples draw only among the K most likely tokens (0: among all).", minimum=0,
+                           label="Sample top-k", zero="all tokens", advanced=True)
     auto_micro_batch: bool = _f(False, "Find the largest micro-batch that fits in memory (a search on CUDA, a "
                                 "memory model on CPU) and reach the batch size by gradient accumulation.",
                                 label="Find the largest micro-batch that fits", advanced=True)

@@ -498,3 +498,23 @@ def test_a_window_sees_the_setup_and_the_first_step_coming(dataset, tmp_path):
     assert events[first_step - 1].type == "progress" and events[first_step - 1].message == "step 1 of 2 running"
     plain = list(train(tiny_config(dataset, steps=2), tmp_path / "b"))
     assert plain[0].type == "start" and not any(e.type == "progress" for e in plain)
+
+
+def test_the_samples_at_evaluation_take_their_settings_from_the_run_config(dataset, tmp_path):
+    """Sampling at each evaluation follows TrainSpec's sample_temperature and sample_top_k (0.8 and 50 by default);
+    temperature 0 samples greedily: the text is the trained model's own greedy continuation."""
+    import torch
+
+    from desktop_app.engine.model.loading import load_model
+    from desktop_app.engine.specs import TrainSpec
+
+    assert (TrainSpec().sample_temperature, TrainSpec().sample_top_k) == (0.8, 50)
+    config = tiny_config(dataset, steps=4, eval_every=4, save_every=4, sample_tokens=8, sample_temperature=0.0)
+    events = list(train(config, tmp_path / "greedy"))
+    sample = [e.text for e in events if e.type == "sample"][-1]
+    loaded = load_model(tmp_path / "greedy", device="cpu")
+    eos = loaded.tokenizer.eos_token_id
+    start = torch.tensor([[eos if eos is not None else 0]])
+    greedy = loaded.model.generate(input_ids=start, attention_mask=torch.ones_like(start), max_new_tokens=8,
+                                   do_sample=False, pad_token_id=eos or 0, eos_token_id=eos)
+    assert sample == loaded.tokenizer.decode(greedy[0, 1:].tolist(), skip_special_tokens=True)

@@ -115,10 +115,11 @@ class CausalLMObjective(Objective):
                     ids = [0]
                 input_ids = torch.tensor([ids], dtype=torch.long, device=ctx.device)
                 room = max(1, ctx.store.context_length - len(ids))
+                greedy = spec.sample_temperature <= 0  # the run config's sampling settings (TrainSpec)
+                sampling = {} if greedy else {"temperature": spec.sample_temperature, "top_k": spec.sample_top_k}
                 gen = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                                     max_new_tokens=min(spec.sample_tokens, room), do_sample=True,
-                                     temperature=0.8, top_k=50, pad_token_id=self._eos if self._eos is not None
-                                     else 0, eos_token_id=self._eos)
+                                     max_new_tokens=min(spec.sample_tokens, room), do_sample=not greedy, **sampling,
+                                     pad_token_id=self._eos if self._eos is not None else 0, eos_token_id=self._eos)
                 new = gen[0, len(ids):].tolist()
                 out.append((prompt, ctx.tokenizer.decode(new, skip_special_tokens=True)))
         return out
