@@ -9,9 +9,9 @@ it as a subprocess (`python -m desktop_app serve`) and a headless machine can ru
     openai_schemas.py   request bodies of the /v1 routes (strict types, OpenAI's names and ranges)
     tokenizer_routes.py /tokenize, /detokenize, /tokenizer_info (vLLM's shapes: the harness's remote tokenizer)
     prompts.py          request -> token ids (chat template, truncation, vocabulary check)
-    batcher.py          one decode thread serving every request: concurrent rows decode as one batch
-    slot_cache.py       the KV cache of that batch: rows join and leave between steps
-    row_sampler.py      per-row sampling (own seed, OpenAI's presence/frequency penalties)
+    batcher.py          one decode thread serving every request: concurrent rows decode as one batch (the KV cache
+                        of that batch, engine/generate/slot_cache.py, and per-row sampling, row_sampler.py, are the
+                        engine's, beside its other decoders)
     thread_policy.py    torch threads of the decode thread (the engine's tuner, per batch size)
     training_routes.py  /api/...: models, datasets (uploads), runs (start, status, controls), downloads
     runs.py             training runs started here: threads, controls, status (and runs found on disk)

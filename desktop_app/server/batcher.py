@@ -38,14 +38,14 @@ from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.generate.beam_search import BeamSearch
 from desktop_app.engine.generate.buckets import bucket_at_most
 from desktop_app.engine.generate.prompts import context_length
+from desktop_app.engine.generate.row_sampler import RowSampler, SamplingParams, sample_rows
 from desktop_app.engine.generate.rows import Row
 from desktop_app.engine.generate.settings import BeamSettings, DecodeLimits, Vocab
+from desktop_app.engine.generate.slot_cache import FixedBatch, GraphSlotCache, SlotCache
 from desktop_app.engine.generate.static_cache import check_fits, kv_bytes_per_row, rows_that_fit
 from desktop_app.engine.generate.text_stream import TextStream, text_decoder
 from desktop_app.engine.generate.threads import short_gil_switch
 from desktop_app.server.errors import ApiError
-from desktop_app.server.row_sampler import RowSampler, SamplingParams, sample_rows
-from desktop_app.server.slot_cache import FixedBatch, GraphSlotCache, SlotCache
 from desktop_app.server.thread_policy import DecodeThreads
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from desktop_app.engine.generate.row_sampler import SamplingParams
 from desktop_app.server.batcher import Done, Failed, GenerationRequest, Piece
 from desktop_app.server.completion_logprobs import (
     logprobs_object,
@@ -37,7 +38,6 @@ from desktop_app.server.completion_logprobs import (
 from desktop_app.server.errors import ApiError
 from desktop_app.server.openai_schemas import ChatRequest, CompletionRequest
 from desktop_app.server.prompts import chat_prompt, completion_prompts
-from desktop_app.server.row_sampler import SamplingParams
 from desktop_app.server.state import ServedModel, get_state, served_model
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])

@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from desktop_app.engine.generate.beam_search import MAX_BEAMS
+from desktop_app.engine.generate.row_sampler import SamplingParams
 from desktop_app.server.completion_logprobs import MAX_LOGPROBS
 from desktop_app.server.errors import ApiError
-from desktop_app.server.row_sampler import SamplingParams
 
 MAX_STOP_STRINGS = 16
 MAX_CHOICES = 16

@@ -127,8 +127,8 @@ def _cpu(process) -> float:
 
 def direct_batcher(batcher, loaded, requests: int, tokens: int) -> float:
     from desktop_app.engine.generate.prompts import encode_prompt
+    from desktop_app.engine.generate.row_sampler import SamplingParams
     from desktop_app.server.batcher import Done, GenerationRequest
-    from desktop_app.server.row_sampler import SamplingParams
 
     produced, t0 = 0, time.perf_counter()
     for i in range(requests):

@@ -183,7 +183,7 @@ def test_rollouts_on_the_gpu_match_the_cpu_and_follow_weight_updates(pair):
 def test_the_servers_continuous_batching_runs_on_the_graph_buckets(pair):
     """Rows joining and leaving a running batch (the server's layout, slot_cache.GraphSlotCache) decode what each
     prompt decodes alone on the CPU. (slot_cache needs no FastAPI; the Batcher's choice is checked below.)"""
-    from desktop_app.server.slot_cache import GraphSlotCache
+    from desktop_app.engine.generate.slot_cache import GraphSlotCache
 
     cpu, gpu = pair
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18], [19]]
@@ -220,8 +220,8 @@ def test_the_servers_continuous_batching_runs_on_the_graph_buckets(pair):
 
 def test_the_batcher_picks_the_graph_buckets_on_cuda(pair):
     pytest.importorskip("fastapi")  # the server's package needs it (carry it to run this check)
+    from desktop_app.engine.generate.slot_cache import GraphSlotCache
     from desktop_app.server.batcher import Batcher
-    from desktop_app.server.slot_cache import GraphSlotCache
 
     _, gpu = pair
     batcher = Batcher(gpu, max_rows=8)

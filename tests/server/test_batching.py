@@ -12,8 +12,8 @@ import httpx
 import pytest
 from server_helpers import engine_text, make_model_dir
 
+from desktop_app.engine.generate.row_sampler import SamplingParams
 from desktop_app.server.batcher import Batcher, Done, Failed, GenerationRequest, Piece
-from desktop_app.server.row_sampler import SamplingParams
 
 
 def _run_staggered(loaded, batcher: Batcher, count: int, seed: int = 0) -> tuple[list, list]:
@@ -61,7 +61,7 @@ def test_rows_joining_a_running_batch_match_generate(family, continuous, static,
 
     model = loaded if family == "llama" else load_model(make_model_dir(tmp_path / family, family=family))
     if not continuous:  # the fallback for models the lean runners do not cover: transformers' own forward
-        from desktop_app.server import slot_cache
+        from desktop_app.engine.generate import slot_cache
 
         real = slot_cache.make_runner
         monkeypatch.setattr(batcher_module.SlotCache, "supports", staticmethod(lambda m: False))

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from server_helpers import engine_text
 
+from desktop_app.engine.generate.row_sampler import SamplingParams
 from desktop_app.server.batcher import Batcher, Done, GenerationRequest, Piece
-from desktop_app.server.row_sampler import SamplingParams
 
 
 def _engine_beams(loaded, prompt, **settings):

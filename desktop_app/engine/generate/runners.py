@@ -233,11 +233,11 @@ class _LeanRunner(Runner):
 
     def cache_view(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The key and value caches [layers, batch, kv heads, max_len, head_dim]: the tensors themselves, so a
-        caller moving or filling rows writes the cache (server/slot_cache.py)."""
+        caller moving or filling rows writes the cache (engine/generate/slot_cache.py)."""
         return self.k_cache, self.v_cache
 
     def use_rows(self, rows: int, length: int, positions: torch.Tensor, valid: torch.Tensor | None) -> None:
-        """Run the next steps on the first `rows` cache rows (continuous batching, server/slot_cache.py): the next
+        """Run the next steps on the first `rows` cache rows (continuous batching, generate/slot_cache.py): the next
         one writes column `length`, each row's position comes from `positions` (advanced in place) and its real
         columns from `valid` (None: no row is padded, the fast path without a mask)."""
         if rows != self._rows_viewed:

@@ -180,7 +180,7 @@ class StaticDecoder:
 
     def cache_view(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The key and value caches [layers, rows, kv heads, columns, head_dim]: the tensors themselves, so a
-        caller moving rows writes the cache (server/slot_cache.py)."""
+        caller moving rows writes the cache (engine/generate/slot_cache.py)."""
         return self.k_cache, self.v_cache
 
     def row_state(self) -> tuple[torch.Tensor, torch.Tensor]:
