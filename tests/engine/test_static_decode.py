@@ -316,7 +316,7 @@ def test_prompts_sharing_a_prefix_prefill_it_once_and_each_gets_what_it_gets_alo
     cache rows repeated, then each prompt's own rest follows (padded on the left, between the two). Every
     completion, greedy or sampled with several samples, is the one the prompt gets alone."""
     from desktop_app.engine.generate import runners
-    from desktop_app.engine.selfplay.rollout import shared_prefix
+    from desktop_app.engine.generate.prefill import shared_prefix
 
     model, _ = _model(family)
     head = list(range(40, 52))
@@ -337,16 +337,16 @@ def test_prompts_sharing_a_prefix_prefill_it_once_and_each_gets_what_it_gets_alo
         runner.prefill = prefill
         return runner
 
-    monkeypatch.setattr("desktop_app.engine.selfplay.rollout.make_runner", spy)
+    monkeypatch.setattr("desktop_app.engine.generate.prefill.make_runner", spy)
     greedy = sample_completions(model, prompts, max_new_tokens=12, temperature=0.0, backend=backend)
     assert prefills == [(1, len(head))]  # the prefix alone, once
     alone = [sample_completions(model, [p], max_new_tokens=12, temperature=0.0, backend=backend)[0] for p in prompts]
     assert greedy == alone
-    monkeypatch.setattr("desktop_app.engine.selfplay.rollout.make_runner", original)
+    monkeypatch.setattr("desktop_app.engine.generate.prefill.make_runner", original)
     kw = dict(samples=3, max_new_tokens=10, temperature=1.0, seed=4, backend=backend)
     shared = sample_completions(model, prompts, **kw)
     # sampled with several samples per prompt: the same draws as the plain path (the prefix minimum raised)
-    monkeypatch.setattr("desktop_app.engine.selfplay.rollout.MIN_SHARED_PREFIX", 10_000)
+    monkeypatch.setattr("desktop_app.engine.generate.prefill.MIN_SHARED_PREFIX", 10_000)
     assert sample_completions(model, prompts, **kw) == shared
 
 

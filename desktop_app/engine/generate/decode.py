@@ -40,9 +40,10 @@ from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
 from desktop_app.engine.generate.beam_search import BeamSearch, stream_beams
+from desktop_app.engine.generate.prefill import prefill_rows
 from desktop_app.engine.generate.prompts import context_length, encode_prompt
 from desktop_app.engine.generate.rows import Rows
-from desktop_app.engine.generate.runners import BACKENDS, Runner, left_padded, make_runner
+from desktop_app.engine.generate.runners import BACKENDS, Runner
 from desktop_app.engine.generate.sampling import Sampler
 from desktop_app.engine.generate.settings import BeamSettings, DecodeLimits, PromptRows, SamplingSettings, Vocab
 from desktop_app.engine.generate.static_decode import StaticGeneration, log_choice, use_static_path
@@ -177,15 +178,10 @@ def _prefill(call: _Call, backend: str) -> tuple[Sampler, Runner, torch.Tensor]:
     prefilled once, then its cache rows are repeated for its samples."""
     model, rows = call.model, call.batch
     device = next(model.parameters()).device
-    ids, mask = left_padded(call.prompts, rows.pad_id, device)
     vocab = int(getattr(model.config, "vocab_size", 0) or 0)
     sampler = Sampler(call.sampling, seed=call.spec.seed, batch=rows.count, vocab_size=vocab, device=device)
     sampler.observe_prompt(rows.rows())
-    runner = make_runner(model, len(call.prompts), rows.longest + call.budget, backend)
-    logits = runner.prefill(ids, mask)
-    if rows.samples > 1:
-        runner.expand(rows.samples)
-        logits = logits.repeat_interleave(rows.samples, dim=0)
+    runner, logits = prefill_rows(model, rows, call.budget, backend)
     return sampler, runner, logits
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from desktop_app.engine.data.batches import BatchSource
+from desktop_app.engine.generate.prefill import prefill_rows
 from desktop_app.engine.generate.rows import Check, Row
-from desktop_app.engine.generate.runners import Runner, left_padded, make_runner
 from desktop_app.engine.generate.sampling import Sampler
 from desktop_app.engine.generate.settings import DecodeLimits, PromptRows, SamplingSettings
 from desktop_app.engine.generate.static_decode import log_choice, static_completions, use_static_path
@@ -119,27 +119,6 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
         model.train(was_training)
 
 
-def _prefill(model: torch.nn.Module, rows: PromptRows, budget: int, backend: str) -> tuple[Runner, torch.Tensor]:
-    """A runner holding every row's prompt, and the rows' first logits. A prefix all prompts share is prefilled once,
-    then each prompt's rest; each prompt's cache rows are repeated for its samples."""
-    prompts, device = rows.prompts, next(model.parameters()).device
-    shared = shared_prefix(prompts)
-    if shared:  # the chat template and the instructions: prefilled once, not once per prompt
-        runner = make_runner(model, 1, rows.longest + budget, backend)
-        runner.prefill(torch.tensor([list(prompts[0][:shared])], dtype=torch.long, device=device), None)
-        runner.expand(len(prompts))
-        ids, mask = left_padded([p[shared:] for p in prompts], rows.pad_id, device)
-        logits = runner.extend(ids, mask)
-    else:
-        runner = make_runner(model, len(prompts), rows.longest + budget, backend)
-        ids, mask = left_padded(prompts, rows.pad_id, device)
-        logits = runner.prefill(ids, mask)
-    if rows.samples > 1:
-        runner.expand(rows.samples)
-        logits = logits.repeat_interleave(rows.samples, dim=0)
-    return runner, logits
-
-
 def _decode_rows(model: torch.nn.Module, rows: PromptRows, limits: DecodeLimits, checks: list[Check | None],
                  options: RolloutOptions) -> list[list[int]]:
     """The lean / transformers runners' rollout loop: every row's ids until its Row (rows.py) says it ended."""
@@ -147,7 +126,7 @@ def _decode_rows(model: torch.nn.Module, rows: PromptRows, limits: DecodeLimits,
     states = [Row(limits, check=check) for check in checks]
     sampler = Sampler(options.sampling, seed=options.seed, batch=rows.count,
                       vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
-    runner, logits = _prefill(model, rows, budget, options.backend)
+    runner, logits = prefill_rows(model, rows, budget, options.backend, share_prefix=True)
     order = list(range(rows.count))  # the completion each of the runner's rows writes
     for step in range(budget):
         next_ids = sampler(logits)
@@ -166,21 +145,6 @@ def _decode_rows(model: torch.nn.Module, rows: PromptRows, limits: DecodeLimits,
         logits = runner.step(next_ids)
     del runner
     return [s.ids for s in states]
-
-
-MIN_SHARED_PREFIX = 8  # tokens: below this a separate prefill of the prefix saves less than it costs
-
-
-def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
-    """Tokens at the start of every prompt (each keeping at least one of its own); 0 for one prompt or fewer than
-    MIN_SHARED_PREFIX."""
-    if len(prompts) < 2:
-        return 0
-    first, limit = prompts[0], min(len(p) for p in prompts) - 1
-    length = 0
-    while length < limit and all(p[length] == first[length] for p in prompts):
-        length += 1
-    return length if length >= MIN_SHARED_PREFIX else 0
 
 
 def _row_checks(finished: Any, prompts: int, samples: int) -> list[Check | None]:
