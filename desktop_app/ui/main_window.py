@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from desktop_app import __version__
 from desktop_app.engine.workspace import Workspace, workspace_problem
-from desktop_app.ui import gc_guard
+from desktop_app.ui import gc_guard, wheel_guard
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.exception_hooks import ExceptionRouter
 from desktop_app.ui.tabs.data_tab import DataTab
@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
                  preload: bool = True, offer_resume: bool = True):
         super().__init__()
         gc_guard.install()  # cyclic GC only in this thread: Qt objects must never die in a worker
+        wheel_guard.install()  # the wheel scrolls forms; it changes only a field the person focused
         self.settings = settings or app_settings()
         self.setWindowTitle("AZR Model Trainer")
         icon = _app_icon()
