@@ -160,8 +160,15 @@ class MainWindow(QMainWindow):
         row.addWidget(dismiss)
         self.quickstart_btn.clicked.connect(self.quick_start)
         dismiss.clicked.connect(self._dismiss_banner)
-        banner.setVisible(not self.settings.value("welcome_dismissed", False, bool))
+        banner.setVisible(self._welcome_wanted())
         return banner
+
+    def _welcome_wanted(self) -> bool:
+        """The welcome banner is for a first launch: not once dismissed, nor once the workspace holds a run."""
+        if self.settings.value("welcome_dismissed", False, bool):
+            return False
+        runs = self.ctx.workspace.folder("runs")
+        return not (runs.is_dir() and any(p.is_dir() for p in runs.iterdir()))
 
     def _dismiss_banner(self, _checked: bool = False) -> None:
         self.banner.setVisible(False)
@@ -398,11 +405,14 @@ class MainWindow(QMainWindow):
         self.train_tab.start()
 
     def quick_start(self, _checked: bool = False) -> None:
-        """First-launch path: tiny preset + sample corpus, short evals; curves within a minute."""
+        """First-launch path: pretraining the tiny preset on the sample corpus, short evals; curves within a minute
+        (whatever method the Train tab showed: the button says what it does)."""
         self.model_tab.set_base_model("")
         self.model_tab.preset_box.setCurrentText("tiny")
         self.train_tab.use_quickstart_settings()
         self._start_training()
+        if self.train_tab.running:
+            self.banner.setVisible(False)  # a run exists now: the welcome has done its job
 
     def _stop_current(self) -> None:
         current = self.tabs.currentWidget()

@@ -222,7 +222,8 @@ class TrainTab(TrainCommands, QWidget):
         self.setup.set_gpu_count(count)
 
     def use_quickstart_settings(self) -> None:
-        """The first launch's short run on the sample corpus."""
+        """The first launch's short run: pretraining on the sample corpus."""
+        self.setup.set_method("pretraining")
         self.setup.select_dataset(SAMPLE_DATASET)
         self.setup.use_quickstart_settings()
 
