@@ -62,10 +62,13 @@ class DiskFault(UserError):
 class NotEnoughSpace(DiskFault):
     """Refused before writing: the size was known and the disk has less free."""
 
-    def __init__(self, what: str, folder: Path, needed: int, free: int) -> None:
+    def __init__(self, what: str, folder: Path, needed: int, free: int, margin: int = 0) -> None:
         self.needed, self.free = needed, free
-        super().__init__(f"{what} needs about {size_text(needed)} but only {size_text(free)} is free in {folder}: "
-                         "free some space or choose a folder on another disk", errno_=errno.ENOSPC, path=folder)
+        # more free than the write itself needs: say what else must stay free, or the numbers contradict each other
+        kept = f" plus the {size_text(margin)} the disk must keep free," if free >= needed and margin else ""
+        super().__init__(f"{what} needs about {size_text(needed)}{kept} but only {size_text(free)} is free in "
+                         f"{folder}: free some space or choose a folder on another disk", errno_=errno.ENOSPC,
+                         path=folder)
 
 
 def os_errno(exc: BaseException | None) -> int | None:
@@ -152,7 +155,7 @@ def check_free_space(folder: str | os.PathLike[str], needed: int, what: str, *, 
     free = free_bytes(folder)
     if free is not None and needed > 0 and free < needed + margin:
         probe = Path(folder).expanduser()
-        raise NotEnoughSpace(what, probe, needed, free)
+        raise NotEnoughSpace(what, probe, needed, free, margin)
 
 
 def check_writable(folder: str | os.PathLike[str], what: str = "the folder") -> None:

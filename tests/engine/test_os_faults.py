@@ -142,7 +142,8 @@ def test_a_large_write_is_refused_before_the_first_byte(monkeypatch, tmp_path):
                                "space or choose a folder on another disk")
     assert info.value.needed == 2_000_000_000 and info.value.free == 100_000_000 and info.value.space
     check_free_space(tmp_path, 50_000_000, "a small file")  # fits with the margin
-    with pytest.raises(NotEnoughSpace):  # fits the free space but not with the file system's margin
+    with pytest.raises(NotEnoughSpace, match=r"needs about 95 MB plus the 17 MB the disk must keep free, but only "
+                       r"100 MB is free"):  # fits the free space but not with the file system's margin
         check_free_space(tmp_path, 95_000_000, "a file")
     monkeypatch.setattr(os_faults, "free_bytes", lambda _f: None)
     check_free_space(tmp_path, 10**15, "unknown free space passes")  # the write itself then says it
