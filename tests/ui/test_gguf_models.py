@@ -38,6 +38,7 @@ def test_library_lists_store_models_and_opens_them_in_generate(window, stores, q
     assert lib.select(str(stores["ollama"]))
     details = lib.details.toPlainText()
     assert "Ollama" in details and "llama" in details and "F32" in details and "MB" in details
+    assert "works here\nchat, LoRA, QLoRA (dequantized to fine-tune)" in details
     assert lib.generate_btn.isEnabled() and lib.export_btn.isEnabled()
     with qtbot.waitSignal(lib.generate_requested) as sig:
         lib.generate_btn.click()

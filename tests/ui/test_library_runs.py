@@ -141,6 +141,7 @@ def test_a_gguf_opened_as_a_lora_base_is_listed_in_the_library(window, tiny_gguf
     assert lib.select(str(tiny_gguf))
     details = lib.details.toPlainText()
     assert f"a file in {tiny_gguf.parent}" in details and "llama" in details and "F32" in details
+    assert "works here\nchat, LoRA, QLoRA (dequantized to fine-tune), GGUF export of the fine-tuned model" in details
     assert lib.generate_btn.isEnabled() and lib.export_btn.isEnabled() and lib.evaluate_btn.isEnabled()
     assert not lib.rename_btn.isEnabled() and not lib.delete_btn.isEnabled()  # not the workspace's file
     lib.generate_btn.click()

@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from desktop_app.engine.model.gguf_file import ARCHITECTURES as GGUF_ARCHITECTURES
+
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 GATED_MLP = ("gate_proj", "up_proj", "down_proj")
 SWIGLU_TARGETS = (*ATTENTION_PROJECTIONS, *GATED_MLP)
@@ -99,8 +101,15 @@ def gguf_families() -> list[str]:
 def no_gguf_reason(model_type: str | None) -> str:
     """One line saying why a model of this type cannot become GGUF (the families that can, and what to do)."""
     names = ", ".join(gguf_families())
-    return (f"GGUF export supports {names} models; this is a {model_type!r} model, which llama.cpp's converter does "
-            "not know here: export it as a Hugging Face folder (--format hf) or zip instead")
+    return (f"GGUF export supports {names} models; {not_in_converter(model_type)}: export it as a Hugging Face "
+            "folder (--format hf) or zip instead")
+
+
+def not_in_converter(model_type: str | None) -> str:
+    """Why a model of a family without a GGUF architecture in the table cannot become GGUF, in words."""
+    if not model_type:
+        return "its config names no model type, which llama.cpp's converter needs"
+    return f"this is a {model_type!r} model, which llama.cpp's converter does not know here"
 
 
 def folder_attention(folder: str | Path) -> str:
@@ -122,13 +131,30 @@ def family_words(model_type: str | None) -> str:
     return f"{family.label} ({model_type})" if family is not None else str(model_type)
 
 
-
-def works_here(model_type: str | None) -> str:
-    """One line of what the app does with a model of this family: chat, LoRA, QLoRA, GGUF for llama.cpp and Ollama
-    (a model that is a GGUF file is dequantized to fine-tune)."""
+def works_here(model_type: str | None, gguf_file: bool = False) -> str:
+    """What the app does with a model of this family, in one line (the Get-a-model view and the Library show it as
+    is): chat, LoRA, QLoRA, GGUF export for llama.cpp and Ollama; for what it does not, why. `gguf_file`: the model is
+    a GGUF file (its model_type may be llama.cpp's architecture name): llama.cpp and Ollama run it already; here it
+    is dequantized to fine-tune, and GGUF export is of the model fine-tuned from it."""
+    if gguf_file and not gguf_loadable(model_type):
+        return (f"nothing: this app reads GGUF files of {', '.join(GGUF_ARCHITECTURES)} models, not {model_type!r} "
+                "ones (llama.cpp and Ollama run it as it is)")
     family = family_of(model_type)
-    done = ["chat", "LoRA", "QLoRA" if family is None or family.qlora else ""]
+    qlora = family is None or family.qlora
+    line = "chat, LoRA" + (", QLoRA" if qlora else "")
+    line += " (dequantized to fine-tune)" if gguf_file else ""
+    gguf = "GGUF export of the fine-tuned model" if gguf_file else "GGUF export"
     if family is not None and family.gguf:
-        return "Works here: " + ", ".join(d for d in done if d) + ", GGUF out (llama.cpp, Ollama)"
-    return ("Works here: " + ", ".join(d for d in done if d) + "; GGUF out: not for this family (export it as a "
-            "Hugging Face folder)")
+        line += f", {gguf}" + ("" if gguf_file else " for llama.cpp and Ollama")
+    else:
+        line += f"; {gguf}: not for this family ({not_in_converter(model_type)}: export it as a Hugging Face folder " \
+                "or zip instead)"
+    return line + ("" if qlora else "; QLoRA: not for this family")
+
+
+def gguf_loadable(model_type: str | None) -> bool:
+    """Whether this app reads a GGUF file of this architecture (llama.cpp's name, or the model_type of a family
+    whose GGUF architecture it reads)."""
+    family = family_of(model_type)
+    return str(model_type or "") in GGUF_ARCHITECTURES or (family is not None
+                                                          and family.gguf_arch in GGUF_ARCHITECTURES)

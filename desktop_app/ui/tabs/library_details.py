@@ -106,7 +106,7 @@ def folder_details_html(path: Path) -> str:
     if isinstance(config, dict):
         model_type = str(config.get("model_type", "")) or None
         rows.append(("Model family", _esc(family_words(model_type))))
-        rows.append(("What works", _esc(works_here(model_type).removeprefix("Works here: "))))
+        rows.append(("Works here", _esc(works_here(model_type))))
         for key, words in (("hidden_size", "Hidden size"), ("n_embd", "Hidden size"), ("num_hidden_layers", "Layers"),
                            ("n_layer", "Layers"), ("vocab_size", "Vocabulary"),
                            ("max_position_embeddings", "Context"), ("n_positions", "Context")):

@@ -465,9 +465,7 @@ def facts_html(d: RepoDetails) -> str:
     pairs = [(("Parameters", parameters_words(d.parameters)), ("Licence", d.license or "not stated")),
              (("Context", f"{d.context_length:,} tokens" if d.context_length else "unknown"),
               ("Last update", date_words(d.last_modified)))]
-    works = works_here(d.model_type) if d.model_type else "known once its config is read"
-    wide = [("Family", family or "unknown"), ("What works", works.removeprefix("Works here: ")),
-            ("Chat template", template),
+    wide = [("Family", family or "unknown"), ("Works here", works_words(d)), ("Chat template", template),
             ("Gated", "yes: accept its licence on the Hub, then log in, before downloading" if d.gated else "no")]
     key = "<td style='color:#6b7280; padding-right:8px'>{}</td>"
     cells = "".join("<tr>" + "".join(key.format(k) + f"<td style='padding-right:14px'>{html.escape(v)}</td>"
@@ -477,3 +475,14 @@ def facts_html(d: RepoDetails) -> str:
     problem = (f"<p style='color:#b91c1c'>This app cannot use it: {html.escape(d.problem)}</p>" if d.problem else "")
     return (f"<h3 style='margin:0'>{html.escape(d.repo_id)}</h3><p style='margin:2px 0'><a href='{html.escape(page)}'>"
             f"its page on the Hub</a> (model card, licence)</p><table cellspacing='1'>{cells}</table>{problem}")
+
+
+def works_words(d: RepoDetails) -> str:
+    """What works here for the repository, in the engine's words: chat, LoRA, QLoRA, GGUF export, or why not (a
+    repository of GGUF files only is a GGUF model: llama.cpp runs it already; here it is dequantized to fine-tune)."""
+    if d.problem:
+        return "nothing (why is below)"
+    if not d.model_type:
+        return "unknown until its config is read"
+    gguf_only = bool(d.file_sets) and all(s.kind == "gguf" for s in d.file_sets)
+    return works_here(d.model_type, gguf_file=gguf_only)

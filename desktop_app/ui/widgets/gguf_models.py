@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QFileDialog, QTreeWidget, QTreeWidgetItem, QWidget
 
+from desktop_app.engine.model.families import family_words, works_here
 from desktop_app.engine.model.model_stores import StoreModel, find_store_models
 from desktop_app.ui.widgets.tree_groups import group_item
 
@@ -132,9 +133,11 @@ def store_details_html(path: str) -> str:
     m = next((m for m in _last if str(m.path) == str(path)), None)
     if m is None:
         return f"<p>{html.escape(path)}</p>"
-    rows = [("from", "Ollama" if m.source == "ollama" else "LM Studio"), ("architecture", m.architecture or "?"),
+    rows = [("from", "Ollama" if m.source == "ollama" else "LM Studio"), ("family", family_words(m.architecture)),
             ("weights", m.quantization), ("parameters", f"{m.parameters / 1e6:,.1f} M"),
             ("size", f"{m.size / 1e6:,.0f} MB"), ("file", str(m.path))]
+    if m.usable:
+        rows.insert(2, ("works here", works_here(m.architecture, gguf_file=True)))
     if m.template is not None:
         rows.append(("Ollama template", str(m.template)))
     body = "".join(f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>" for k, v in rows)

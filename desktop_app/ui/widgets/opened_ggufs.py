@@ -15,6 +15,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem, QWidget
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.families import family_words, works_here
 from desktop_app.engine.model.model_stores import StoreModel, lmstudio_root, ollama_root
 from desktop_app.engine.workspace import remembered_gguf_files
 from desktop_app.ui.widgets.gguf_models import store_models
@@ -115,9 +116,10 @@ def opened_details_html(path: str | Path) -> str:
     problem = ""
     try:
         header = read_header(p)
-        rows += [("architecture", header.architecture or "?"), ("weights", header.quantization),
+        rows += [("family", family_words(header.architecture)), ("weights", header.quantization),
                  ("parameters", f"{header.parameters / 1e6:,.1f} M"), ("size", _size(header.file_size))]
         check_loadable(header)
+        rows.insert(3, ("works here", works_here(header.architecture, gguf_file=True)))
     except UserError as exc:
         problem = str(exc)
     body = "".join(f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>" for k, v in rows)
