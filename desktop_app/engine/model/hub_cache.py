@@ -127,8 +127,9 @@ def cached_model_path(text: str, cache_dir: Path | None = None) -> Path:
     found = [m for m in cached_models(cache_dir) if m.repo_id.lower() == repo_id.lower()]
     if not found:
         pull = f"python -m desktop_app models pull {repo_id}" + (f" --file '*{tag}*.gguf'" if tag else "")
-        raise UserError(f"{repo_id} is not in the Hugging Face cache ({cache_dir or hub_cache_dir()}): get it once "
-                        f"with `{pull}` (nothing is downloaded unless you ask)")
+        raise UserError(f"there is no folder {text} here, and {repo_id} is not in the Hugging Face cache "
+                        f"({cache_dir or hub_cache_dir()}): get it once with `{pull}` (nothing is downloaded unless "
+                        "you ask)")
     ggufs = [m for m in found if m.kind == "gguf"]
     if tag:
         chosen = [m for m in ggufs if tag.lower() in m.path.name.lower()]
