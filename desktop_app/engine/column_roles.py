@@ -6,6 +6,7 @@ through one is data/columns.py's job.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from desktop_app.engine.errors import UserError
 
@@ -101,3 +102,16 @@ def parse_columns(text: str) -> dict[str, str]:
 def format_columns(mapping: dict[str, str]) -> str:
     """The CLI spelling of a mapping: {"text": "body"} -> 'text=body'."""
     return ",".join(f"{role}={col}" for role, col in mapping.items())
+
+
+def columns_problems(columns: Any) -> list[str]:
+    """What is wrong with a run config's column mapping (none when it has none)."""
+    if columns in ({}, None):
+        return []
+    if not isinstance(columns, dict):
+        return [f"columns must be a JSON object of role -> column, got {columns!r}"]
+    try:
+        mapping_from_dict(columns)
+    except UserError as exc:
+        return [f"columns: {exc}"]
+    return []

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.column_roles import columns_problems
 from desktop_app.engine.method_options import method_options
 from desktop_app.engine.spec_base import (
     SpecError,
@@ -165,7 +166,7 @@ class DataSpec(SpecMixin):
         elif isinstance(self.context_length, int) and self.overlap >= self.context_length:
             p.append(f"overlap {self.overlap} must be smaller than the context length {self.context_length}")
         check_range(p, "val_fraction", self.val_fraction, 0.0, 0.5)
-        p += _columns_problems(self.columns)
+        p += columns_problems(self.columns)
         return p
 
     @property
@@ -528,7 +529,7 @@ class RunConfig(SpecMixin):
             except SpecError as exc:
                 p += [m if m.startswith("method_options") else f"method_options: {m}" for m in exc.problems]
         p += _nested_problems("distributed", lambda: self.distributed_spec().validate())
-        p += _columns_problems(self.columns)
+        p += columns_problems(self.columns)
         sha = self.base_model_sha256
         if sha and (not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
             p.append("base_model_sha256 must be 64 lowercase hex digits (or empty)")
@@ -576,22 +577,6 @@ class RunConfig(SpecMixin):
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
         return cls.from_dict(load_json(path))
-
-
-def _columns_problems(columns: Any) -> list[str]:
-    """What is wrong with a column mapping (its rules: column_roles.py)."""
-    if columns in ({}, None):
-        return []
-    if not isinstance(columns, dict):
-        return [f"columns must be a JSON object of role -> column, got {columns!r}"]
-    from desktop_app.engine.column_roles import mapping_from_dict
-    from desktop_app.engine.errors import UserError
-
-    try:
-        mapping_from_dict(columns)
-    except UserError as exc:
-        return [f"columns: {exc}"]
-    return []
 
 
 def _nested_problems(name: str, validate: Callable[[], list[str]]) -> list[str]:

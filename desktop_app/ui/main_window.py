@@ -19,13 +19,10 @@ from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEven
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
-    QFrame,
-    QHBoxLayout,
     QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
-    QPushButton,
     QTabWidget,
     QToolBar,
     QVBoxLayout,
@@ -43,6 +40,7 @@ from desktop_app.ui.tabs.generate_tab import GenerateTab
 from desktop_app.ui.tabs.library_tab import LibraryTab, resumable, run_outcome
 from desktop_app.ui.tabs.model_tab import ModelTab
 from desktop_app.ui.tabs.train_tab import TrainTab
+from desktop_app.ui.welcome_banner import WelcomeBanner
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.elided_label import ElidedLabel
 from desktop_app.ui.widgets.hub_access import hub_routes
@@ -115,7 +113,7 @@ class MainWindow(QMainWindow):
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(10, 8, 10, 6)
-        self.banner = self._make_banner()
+        self.banner = WelcomeBanner(self.settings, self.ctx.workspace.folder("runs"), self.quick_start)
         layout.addWidget(self.banner)
         layout.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
@@ -141,38 +139,6 @@ class MainWindow(QMainWindow):
             except OSError:
                 log.warning("last workspace %s is not usable", last)
         return Workspace.open()
-
-    def _make_banner(self) -> QFrame:
-        banner = QFrame()
-        banner.setObjectName("welcomeBanner")
-        banner.setStyleSheet("#welcomeBanner { background: #eef2ff; border: 1px solid #c7d2fe; border-radius: 6px; }")
-        row = QHBoxLayout(banner)
-        row.setContentsMargins(12, 6, 8, 6)
-        text = QLabel("<b>Welcome!</b> New here? Train the tiny preset on the bundled sample corpus: curves appear "
-                      "within a minute. Or drop your own text files anywhere on this window.")
-        text.setWordWrap(True)
-        self.quickstart_btn = QPushButton("Train the sample model")
-        self.quickstart_btn.setProperty("primary", True)
-        self.quickstart_btn.setObjectName("quickstartButton")
-        dismiss = QPushButton("Dismiss")
-        row.addWidget(text, 1)
-        row.addWidget(self.quickstart_btn)
-        row.addWidget(dismiss)
-        self.quickstart_btn.clicked.connect(self.quick_start)
-        dismiss.clicked.connect(self._dismiss_banner)
-        banner.setVisible(self._welcome_wanted())
-        return banner
-
-    def _welcome_wanted(self) -> bool:
-        """The welcome banner is for a first launch: not once dismissed, nor once the workspace holds a run."""
-        if self.settings.value("welcome_dismissed", False, bool):
-            return False
-        runs = self.ctx.workspace.folder("runs")
-        return not (runs.is_dir() and any(p.is_dir() for p in runs.iterdir()))
-
-    def _dismiss_banner(self, _checked: bool = False) -> None:
-        self.banner.setVisible(False)
-        self.settings.setValue("welcome_dismissed", True)
 
     def _action(self, text: str, slot: Callable[[], object], shortcut: str | QKeySequence.StandardKey | None = None,
                 tip: str = "") -> QAction:
