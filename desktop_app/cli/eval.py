@@ -33,7 +33,8 @@ MATCH_WORDS = {"contains": "the reply contains an expected answer",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("models", nargs="+", metavar="MODEL",
-                        help="runs, checkpoints, exports or Hugging Face folders (all meet the same tasks)")
+                        help="runs, checkpoints, exports, Hugging Face folders, GGUF files or Hub ids pulled earlier "
+                        "(ORG/NAME, or ORG/NAME:QUANT for one GGUF file); all meet the same tasks")
     parser.add_argument("--world", choices=("auto", "mini", "python", "none"), default=None,
                         help="held-out tasks of this task world (default, when nothing else is asked: a self-play "
                              "run's world, a chat model's; auto = python for a chat model, mini otherwise; none = "

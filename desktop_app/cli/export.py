@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from desktop_app.cli.model_file import add_file_argument, chosen_model
+
 FORMATS = ("hf", "zip", "gguf")
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")  # export/hf.py's, without importing it
 
@@ -20,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
                         "export, a Hugging Face model folder, a GGUF file or a Hub id pulled earlier (ORG/NAME, "
                         "or ORG/NAME:QUANT for one GGUF file)")
+    add_file_argument(parser)
     parser.add_argument("--format", dest="fmt", required=True, choices=FORMATS,
                         help="hf: a folder transformers loads; zip: that folder zipped; gguf: one file for llama.cpp "
                         "and, beside it, NAME.Modelfile for `ollama create`")
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     tty = sys.stderr.isatty()
     partial = False  # a \r progress line is on screen: end it before any other message
     try:
-        for event in export_model(args.model, args.fmt, args.out, overwrite=args.force,
+        for event in export_model(chosen_model(args.model, args.file), args.fmt, args.out, overwrite=args.force,
                                   gguf_type=args.gguf_type or "f16", max_shard_size=args.max_shard_size,
                                   merge=args.merge):
             if event.type == "progress":

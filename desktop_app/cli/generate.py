@@ -23,6 +23,8 @@ import json
 import sys
 from typing import Any
 
+from desktop_app.cli.model_file import add_file_argument, chosen_model
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from desktop_app.engine.spec_base import help_text
@@ -37,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a run folder (its newest checkpoint), a checkpoint, an "
                         "export, a local Hugging Face model folder, a GGUF file or a Hub id pulled earlier "
                         "(ORG/NAME, or ORG/NAME:QUANT for one GGUF file)")
+    add_file_argument(parser)
     parser.add_argument("--prompt", required=True, help="text to continue (or the user message with --chat)")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
                         help=help_text(GenerateSpec, "max_new_tokens"))
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from desktop_app.engine.generate.decode import stream_text
     from desktop_app.engine.model.loading import load_model
 
-    loaded = load_model(args.model, device=args.device)
+    loaded = load_model(chosen_model(args.model, args.file), device=args.device)
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     prompt = _prompt(args, loaded, spec)

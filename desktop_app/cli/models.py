@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.cli.reporting import SignalScope
+from desktop_app.engine.model.hub_cache import hub_reference, resolve_model_reference
 from desktop_app.engine.run_commands import cli_exe
 
 
@@ -134,16 +135,19 @@ def _pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def pull_base(repo_id: str, *, as_json: bool) -> str:
+def pull_base(reference: str, pattern: str | None, *, as_json: bool) -> str:
     """`train --base ORG/NAME --allow-download`: the model pulled as `models pull ORG/NAME` pulls it (its safetensors
-    set); the local folder the run then records. A cancelled pull ends the command (exit 130), resumable."""
-    finished = download(repo_id, None, None, as_json=as_json)
+    set; for ORG/NAME:QUANT or --file PATTERN, that GGUF file); the local path the run then records. A cancelled pull
+    ends the command (exit 130), resumable."""
+    repo_id, tag = hub_reference(reference) or (reference, "")
+    patterns = [pattern] if pattern else [f"*{tag}*.gguf"] if tag else None
+    finished = download(repo_id, patterns, None, as_json=as_json)
     if finished is None:
         raise SystemExit(130)
     if not as_json:
         print(f"{repo_id}: {finished.folder} ({'verified' if finished.verified else 'not verified'})",
               file=sys.stderr)
-    return str(finished.folder)
+    return str(resolve_model_reference(reference, pattern or "")) if patterns else str(finished.folder)
 
 
 def download(repo_id: str, patterns: list[str] | None, revision: str | None, *, as_json: bool) -> Any:

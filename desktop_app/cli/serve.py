@@ -19,6 +19,8 @@ import sys
 import threading
 from typing import Any
 
+from desktop_app.cli.model_file import add_file_argument, chosen_model
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("OpenAI clients: base_url http://HOST:PORT/v1, model = the MODEL folder's name (GET /v1/models). "
@@ -28,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "local Hugging Face model folder, a GGUF file or a Hub id pulled earlier (ORG/NAME, or "
                              "ORG/NAME:QUANT for one GGUF file; omit it to run only the "
                              "training API)")
+    add_file_argument(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; any other address "
                              "requires --api-key)")
@@ -61,6 +64,8 @@ def _check(args: argparse.Namespace) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.threads < 0:
         raise UserError(f"--threads must be 0 (automatic) or more, got {args.threads}")
+    if args.file and not args.model:
+        raise UserError("--file goes with MODEL: the Hub id (ORG/NAME) of a GGUF repository pulled earlier")
     check_bind(args.host, args.api_key)
 
 
@@ -116,7 +121,8 @@ def _serve(args: argparse.Namespace, on_main: bool) -> int:
         hf_logging.disable_progress_bar()  # no "Writing model shards" bars in the server's log on each download
         served = None
         if args.model:
-            served = load_served(args.model, device=args.device, max_batch=args.max_batch, threads=args.threads or None)
+            served = load_served(chosen_model(args.model, args.file), device=args.device, max_batch=args.max_batch,
+                                 threads=args.threads or None)
             for warning in served.loaded.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
         settings = ServerSettings(host=args.host, port=sock.getsockname()[1], api_key=args.api_key,

@@ -8,7 +8,8 @@
     python -m desktop_app train --pipeline pipeline.json --out PIPELINE_DIR
     python -m desktop_app train --resume RUN_DIR|PIPELINE_DIR [--accept-config-change]
 
-MODEL is a run folder (its newest good checkpoint), a checkpoint, an export or a local Hugging Face folder.
+MODEL is a run folder (its newest good checkpoint), a checkpoint, an export, a local Hugging Face folder, a GGUF file
+or a Hub id pulled earlier (ORG/NAME; a GGUF repository's file as ORG/NAME:Q4_K_M or with --file '*Q4_K_M.gguf').
 --method lora / qlora are SFT with LoRA / QLoRA adapters; --adapter puts adapters under dpo (or sft) too.
 
 Before a new run starts, its settings are checked against this machine (engine/train/preflight.py): warnings (a
@@ -38,8 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.command_line import add_train_flags
+from desktop_app.cli.model_file import add_file_argument, chosen_model
 from desktop_app.cli.reporting import SignalScope, StopSignals, consume, consume_quietly
 from desktop_app.engine.methods import FINETUNE_METHODS
+from desktop_app.engine.model.hub_cache import NotCached
 from desktop_app.engine.run_commands import TRAIN_FLAGS
 from desktop_app.engine.train.request import RunRequest
 
@@ -91,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-download", action="store_true", help="--base may be a Hugging Face Hub id "
                         "(organisation/name): fetch it once into the Hugging Face cache (needs a connection); the run "
                         "records the local folder")
+    add_file_argument(parser, "--base", default=None)
     parser.add_argument("--out", metavar="RUN_DIR", help="run folder to create (required unless --resume)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per event on stdout")
     parser.add_argument("--accept-config-change", action="store_true",
@@ -100,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 _FINETUNE_FLAGS = ("method", "data", "columns", "adapter", "lora_rank", "lora_alpha", "lora_dropout", "target_modules",
-                   "world", "reward_file")
+                   "world", "reward_file", "file")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -222,22 +226,24 @@ def _adapter(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _base_folder(args: argparse.Namespace) -> str:
-    """--base as a local folder: fetched from the Hub first with --allow-download (the user's explicit choice), as
-    `models pull` fetches it (the network setting, a bar on stderr, resume, checksums)."""
-    from desktop_app.engine.errors import UserError
+    """--base as the engine opens it: a local path as it is; a Hub id pulled earlier as its cached copy, offline (with
+    --file, the cached GGUF file the pattern picks); with --allow-download (the user's explicit choice) a Hub model
+    not in the cache is fetched first, as `models pull` fetches it (the network setting, a bar on stderr, resume,
+    checksums)."""
     from desktop_app.engine.model.folders import resolve_base
 
-    if Path(args.base).expanduser().exists():
+    if Path(args.base).expanduser().exists() and not args.file:
         return str(Path(args.base).expanduser())
     try:
-        resolve_base(args.base)  # a Hub id pulled earlier resolves to its cached copy, offline
-        return args.base
-    except UserError:
+        base = chosen_model(args.base, args.file)
+        resolve_base(base)  # says what is wrong: not in the cache (with the pull command), a missing folder
+        return base
+    except NotCached:
         if not getattr(args, "allow_download", False):
-            raise  # says what is wrong: not in the cache (with the pull command), a missing folder
+            raise
     from desktop_app.cli.models import pull_base
 
-    return pull_base(args.base, as_json=args.json)
+    return pull_base(args.base, args.file, as_json=args.json)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 
 from fastapi import Request
 
+from desktop_app.engine.model.hub_cache import cache_repo_of
 from desktop_app.server.errors import ApiError
 
 DEFAULT_JSON_LIMIT = 8 << 20  # chat histories can be long, but never megabytes of JSON
@@ -27,8 +29,12 @@ class ServerSettings:
 
 
 def model_id_for(path: str | Path) -> str:
-    """The id clients pass as `model`: the folder's name, reduced to URL-safe characters."""
-    name = Path(path).expanduser().resolve().name
+    """The id clients pass as `model`: the folder's (or GGUF file's) name, reduced to URL-safe characters; a snapshot
+    of the Hugging Face cache goes by its repository's name, not its commit hash (nor a blob's hash for a file)."""
+    p = Path(path).expanduser()
+    p = Path(os.path.abspath(p)) if p.is_file() else p.resolve()
+    repo = cache_repo_of(p) if p.is_dir() else ""
+    name = repo.rsplit("/", 1)[-1] if repo else p.name
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "model"
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.method_options import TASK_TYPES, WORLDS
+from desktop_app.engine.model.hub_cache import cache_repo_of, resolve_model_reference
 from desktop_app.engine.run_folder import CHECKPOINTS_DIR, RUN_FILE, read_json
 
 MODEL_KINDS = ("language", "selfplay", "chat")
@@ -120,17 +121,19 @@ def _run_measures(run: dict[str, Any], name: str) -> ModelMeasures:
 
 def model_measures(path: str | Path) -> ModelMeasures:
     """The kind of the model at `path` (a run, checkpoint, export, Hugging Face folder or GGUF file) and what fits
-    it, read from its run.json and tokenizer files. UserError when the path does not exist."""
-    p = Path(path).expanduser()
+    it, read from its run.json and tokenizer files; a Hub id pulled earlier from its copy in the Hugging Face cache.
+    UserError when the path does not exist (for a Hub id: with the pull command)."""
+    p = resolve_model_reference(str(path))
     if not p.exists():
         raise UserError(f"{p} does not exist")
     run = read_json(p / RUN_FILE) if p.is_dir() else None  # a run, or one of its checkpoints
     if isinstance(run, dict):
         in_run = p.parent.name == CHECKPOINTS_DIR  # a checkpoint: named with its run
         return _run_measures(run, f"{p.parent.parent.name} {p.name}" if in_run else p.name)
+    name = (cache_repo_of(p) if p.is_dir() else "") or p.name  # a Hub snapshot by its repository, not its commit
     if _has_own_chat_template(p):
-        return ModelMeasures("chat", {}, f"{p.name} is a chat model (it brings its own chat template)")
-    return ModelMeasures("language", {"text": []}, f"{p.name} is a language model: perplexity and bits per byte "
+        return ModelMeasures("chat", {}, f"{name} is a chat model (it brings its own chat template)")
+    return ModelMeasures("language", {"text": []}, f"{name} is a language model: perplexity and bits per byte "
                          "on text you give (it has no validation data of its own)")
 
 

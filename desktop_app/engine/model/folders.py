@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from typing import Any
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.model import gguf_file
-from desktop_app.engine.model.hub_cache import cached_model_path, hub_reference
+from desktop_app.engine.model.hub_cache import NotCached, cache_repo_of, hub_reference, resolve_model_reference
 from desktop_app.engine.run_folder import ADAPTER_WEIGHTS, read_json, recorded_checksum, sha256_file
 
 KINDS = ("run", "checkpoint", "gguf", "export", "hf")
@@ -76,7 +77,7 @@ def _gguf(p: Path) -> tuple[Path, str, str] | None:
 def _export_or_hf(p: Path) -> tuple[Path, str, str] | None:
     if not p.is_dir():
         return None
-    return p, "export" if (p / "model_spec.json").is_file() else "hf", p.name
+    return p, "export" if (p / "model_spec.json").is_file() else "hf", cache_repo_of(p) or p.name  # not a commit hash
 
 
 # First match wins; the last accepts any folder (a missing config.json is reported when it is read).
@@ -86,9 +87,7 @@ _RECOGNISERS: tuple[Callable[[Path], tuple[Path, str, str] | None], ...] = (_run
 
 def resolve_model_folder(path: str | Path) -> tuple[Path, str, str]:
     """(folder holding config + weights, kind, display name) for a user-given path; UserError if unusable."""
-    p = Path(path).expanduser()
-    if not p.exists() and hub_reference(str(path)) is not None:  # a Hub id: the cached copy, offline
-        p = cached_model_path(str(path))
+    p = resolve_model_reference(str(path))  # an existing path as it is; a Hub id pulled earlier: its cached copy
     if not p.exists():
         raise UserError(f"{p} does not exist")
     for recognise in _RECOGNISERS:
@@ -220,29 +219,32 @@ def resolve_base(path: str | Path, *, _depth: int = 0) -> BaseModelInfo:
     """What `path` names as a base model (reads configs only, no weights). UserError when it cannot be one."""
     if not str(path).strip():
         raise UserError("no base model given")
+    given = str(path)
     if hub_reference(str(path)) is not None and not Path(path).expanduser().exists():
         try:
-            path = cached_model_path(str(path))  # pulled earlier: the cached copy, offline
-        except UserError as exc:
-            raise UserError(f"{exc}; or add --allow-download (when online) to fetch it once, or give the local "
+            path = resolve_model_reference(str(path))  # pulled earlier: the cached copy, offline
+        except NotCached as exc:
+            raise NotCached(f"{exc}; or add --allow-download (when online) to fetch it once, or give the local "
                             "folder of the model") from None
     if _depth > 8:
         raise UserError(f"{path}: adapters nest more than 8 levels deep (an adapter whose base is itself?)")
     folder, kind, name = resolve_model_folder(path)
-    folder = folder.resolve()
+    # A GGUF file keeps its name (a file of a Hub snapshot is a link to a blob named by its hash): run.json then says
+    # which repository, revision and quantization the run started from.
+    folder = Path(os.path.abspath(folder)) if kind == "gguf" else folder.resolve()
     if kind == "gguf":
-        return BaseModelInfo(str(path), folder, kind, name, gguf_file.check_loadable(gguf_file.read_header(folder)))
+        return BaseModelInfo(given, folder, kind, name, gguf_file.check_loadable(gguf_file.read_header(folder)))
     if is_adapter_folder(folder):
         base_path = adapter_base_path(folder)
         if not Path(base_path).expanduser().exists():
             raise UserError(f"{folder} is an adapter of the base model {base_path}, which no longer exists: restore "
                             "that folder, or export this run with --merge and use the export")
         inner = resolve_base(base_path, _depth=_depth + 1)
-        return BaseModelInfo(str(path), folder, kind, name, inner.model_type, adapter_base=inner)
+        return BaseModelInfo(given, folder, kind, name, inner.model_type, adapter_base=inner)
     config = read_config(folder)
     model_type = check_causal_lm(folder, config)
     check_shards(folder)  # refused before a fine-tune starts, naming the shard
-    return BaseModelInfo(str(path), folder, kind, name, model_type)
+    return BaseModelInfo(given, folder, kind, name, model_type)
 
 
 def weights_sha256(info: BaseModelInfo) -> str:

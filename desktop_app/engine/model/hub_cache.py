@@ -9,18 +9,26 @@ snapshot, so they are not listed. Cheap: configs and GGUF magic bytes are read, 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.model.gguf_file import is_gguf_file
+from desktop_app.engine.run_commands import cli_exe
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 _LM_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+class NotCached(UserError):
+    """A Hub id whose repository (or the GGUF file its tag or pattern names) is not in the Hugging Face cache; the
+    sentence gives the pull command."""
 
 
 @dataclass(frozen=True)
@@ -115,34 +123,119 @@ def hub_reference(text: str) -> tuple[str, str] | None:
     return match.group(1), match.group(2) or ""
 
 
-def cached_model_path(text: str, cache_dir: Path | None = None) -> Path:
+def resolve_model_reference(text: str, file: str = "") -> Path:
+    """A model the user names, as a local path, offline: an existing path stays itself (a local folder that happens
+    to look like ORG/NAME wins); a Hub id pulled earlier (ORG/NAME, ORG/NAME:QUANT) is its copy in the Hugging Face
+    cache (cached_model_path), `file` a pattern that picks one GGUF file of it; anything else comes back as given,
+    for the caller's own "does not exist". Never the network."""
+    path = Path(text).expanduser()
+    if file and (path.exists() or hub_reference(text) is None):
+        raise UserError(f"a file pattern ({file}) picks a GGUF file of a Hub model pulled earlier (ORG/NAME), but "
+                        f"{text} is {'a local path' if path.exists() else 'not a Hub id'}: name the .gguf file "
+                        "itself, or give ORG/NAME with the pattern")
+    if path.exists() or hub_reference(text) is None:
+        return path
+    return cached_model_path(text, file=file)
+
+
+def cached_model_path(text: str, cache_dir: Path | None = None, file: str = "") -> Path:
     """The local path of a model named by its Hub id, from the Hugging Face cache, offline: its newest snapshot
-    folder (safetensors), or with a tag (`ORG/NAME:Q4_K_M`) the GGUF file whose name holds it; a GGUF-only repository
-    with one file: that file. UserError in one line when it is not in the cache (with the pull command) or the tag
-    is missing or ambiguous (naming the files)."""
+    folder (safetensors), or with a tag (`ORG/NAME:Q4_K_M`) the GGUF file whose name holds it, or with `file` the GGUF
+    file that shell-style pattern matches (`*Q4_K_M.gguf`, any case); a GGUF-only repository with one file: that file.
+    UserError in one line when it is not in the cache (with the pull command) or the tag or pattern names no file or
+    several (naming the cached files)."""
     reference = hub_reference(text)
     if reference is None:
         raise UserError(f"{text} is not a Hugging Face Hub id (ORG/NAME, or ORG/NAME:QUANT for a GGUF file)")
     repo_id, tag = reference
+    if tag and file:
+        raise UserError(f"{text} names its GGUF file by the tag {tag} already: drop the file pattern ({file}), or "
+                        f"give {repo_id} with the pattern")
     found = [m for m in cached_models(cache_dir) if m.repo_id.lower() == repo_id.lower()]
     if not found:
-        pull = f"python -m desktop_app models pull {repo_id}" + (f" --file '*{tag}*.gguf'" if tag else "")
-        raise UserError(f"there is no folder {text} here, and {repo_id} is not in the Hugging Face cache "
-                        f"({cache_dir or hub_cache_dir()}): get it once with `{pull}` (nothing is downloaded unless "
-                        "you ask)")
-    ggufs = [m for m in found if m.kind == "gguf"]
-    if tag:
-        chosen = [m for m in ggufs if tag.lower() in m.path.name.lower()]
-        if len(chosen) == 1:
-            return chosen[0].path
-        names = ", ".join(m.path.name for m in ggufs) or "none"
-        raise UserError(f"{repo_id}:{tag} names {'several' if chosen else 'no'} GGUF file(s) of the cached "
-                        f"{repo_id} ({names}): give a tag that names one")
+        raise NotCached(f"there is no folder {text} here, and {repo_id} is not in the Hugging Face cache "
+                        f"({cache_dir or hub_cache_dir()}): get it once with `{pull_command(repo_id, tag, file)}` "
+                        "(nothing is downloaded unless you ask)")
+    ggufs = newest_per_file([m for m in found if m.kind == "gguf"])
+    if tag or file:
+        chosen = matching_tag(ggufs, tag) if tag else [m for m in ggufs if matches_pattern(m, file)]
+        return one_gguf(repo_id, ggufs, chosen, (tag, file))
     folders = [m for m in found if m.kind == "hf"]
     if folders:
         return folders[0].path  # the newest snapshot
     if len(ggufs) == 1:
         return ggufs[0].path
-    tags = ", ".join(m.path.name for m in ggufs)
-    raise UserError(f"{repo_id} holds several GGUF files in the cache ({tags}): name one as {repo_id}:QUANT, e.g. "
-                    f"{repo_id}:Q4_K_M")
+    names = ", ".join(m.path.name for m in ggufs)
+    example = quant_tag(ggufs[0].path.name) or "Q4_K_M"
+    raise UserError(f"{repo_id} holds several GGUF files in the cache ({names}): name one as {repo_id}:QUANT, e.g. "
+                    f"{repo_id}:{example}, or pick it with a file pattern (--file '*{example}.gguf')")
+
+
+def pull_command(repo_id: str, tag: str = "", file: str = "") -> str:
+    """The command that puts `repo_id` (or its GGUF file of that tag or pattern) into the Hugging Face cache."""
+    pattern = file or (f"*{tag}*.gguf" if tag else "")
+    return f"{cli_exe()} models pull {repo_id}" + (f" --file {shlex.quote(pattern)}" if pattern else "")
+
+
+def newest_per_file(ggufs: list[CachedModel]) -> list[CachedModel]:
+    """One entry per GGUF file name: the newest revision's (cached_models lists newest first)."""
+    seen: dict[str, CachedModel] = {}
+    for model in ggufs:
+        seen.setdefault(repo_file(model).lower(), model)
+    return list(seen.values())
+
+
+def repo_file(model: CachedModel) -> str:
+    """The file's path inside its repository (`sub/x-Q4_K_M.gguf`), from its place in the snapshot folder."""
+    parts = model.path.parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == model.revision and parts[i - 1] == "snapshots":
+            return "/".join(parts[i + 1:])
+    return model.path.name
+
+
+def matching_tag(ggufs: list[CachedModel], tag: str) -> list[CachedModel]:
+    """The files whose name holds `tag` as a whole quantization name (Q4_K names Q4_K but not Q4_K_M), any case; when
+    none does, those whose name holds it anywhere."""
+    whole = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(tag)}(?![A-Za-z0-9_])", re.IGNORECASE)
+    return [m for m in ggufs if whole.search(m.path.name)] or \
+        [m for m in ggufs if tag.lower() in m.path.name.lower()]
+
+
+def matches_pattern(model: CachedModel, pattern: str) -> bool:
+    """A shell-style pattern, as `models pull --file` takes it, over the file's path in the repository, any case."""
+    return any(fnmatch.fnmatchcase(name.lower(), pattern.lower()) for name in (repo_file(model), model.path.name))
+
+
+def one_gguf(repo_id: str, ggufs: list[CachedModel], chosen: list[CachedModel], asked: tuple[str, str]) -> Path:
+    """The one GGUF file a tag or pattern (`asked`: (tag, pattern)) chose; UserError naming the files otherwise."""
+    if len(chosen) == 1:
+        return chosen[0].path
+    tag, file = asked
+    what = f"{repo_id}:{tag}" if tag else f"the file pattern {file} of {repo_id}"
+    if chosen:
+        names = ", ".join(m.path.name for m in chosen)
+        raise UserError(f"{what} names several GGUF files of the cached {repo_id} ({names}): name just one, e.g. "
+                        f"{repo_id}:{quant_tag(chosen[0].path.name) or tag or 'Q4_K_M'}")
+    names = ", ".join(m.path.name for m in ggufs) or "none"
+    raise NotCached(f"{what} names no GGUF file of the cached {repo_id} (cached GGUF files: {names}): name one of "
+                    f"those, or get it once with `{pull_command(repo_id, tag, file)}`")
+
+
+_QUANT = re.compile(r"(?<![A-Za-z0-9])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def quant_tag(file_name: str) -> str:
+    """The quantization a GGUF file's name says (`x-Q4_K_M.gguf` -> Q4_K_M), as people write it after a colon; ""
+    when the name says none."""
+    found = _QUANT.findall(file_name)
+    return found[-1].upper() if found else ""
+
+
+def cache_repo_of(path: str | Path) -> str:
+    """ORG/NAME of a path inside a Hugging Face cache (`models--ORG--NAME/snapshots/...`); "" for any other path."""
+    parts = Path(path).parts
+    for i, part in enumerate(parts[:-1]):
+        if part.startswith("models--") and parts[i + 1] in ("snapshots", "blobs") and "--" in part[8:]:
+            return part[len("models--"):].replace("--", "/")
+    return ""

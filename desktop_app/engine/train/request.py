@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, DatasetReady, Event, Finished
-from desktop_app.engine.model.hub_cache import cached_model_path, hub_reference
+from desktop_app.engine.model.hub_cache import resolve_model_reference
 from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
 from desktop_app.engine.train.preflight import Finding, Machine, preflight, this_machine
 
@@ -261,11 +262,16 @@ def _absolute(path: str) -> str:
 
 def _base_path(base: str) -> str:
     """A base model as run.json records it: an existing path made absolute; a Hub id pulled earlier (ORG/NAME or
-    ORG/NAME:QUANT) as its folder or file in the Hugging Face cache; anything else as given, for the checks."""
-    if base and not Path(base).expanduser().exists() and hub_reference(base) is not None:
-        with contextlib.suppress(UserError):
-            return str(cached_model_path(base))
-    return _absolute(base)
+    ORG/NAME:QUANT) as its folder or file in the Hugging Face cache; anything else as given, for the checks. A GGUF
+    file keeps its name: a file of a Hub snapshot links to a blob named by its hash, and run.json should say which
+    repository and quantization the run started from."""
+    if not base:
+        return base
+    try:
+        path = resolve_model_reference(base)
+    except UserError:
+        return base  # not in the cache: the run's checks say so, with the pull command
+    return os.path.abspath(path) if path.is_file() else _absolute(str(path))
 
 
 def _absolute_options(options: dict[str, Any]) -> dict[str, Any]:
