@@ -1,7 +1,10 @@
 """A benchmark of this checkout against an earlier commit, side by side in one run (not collected by pytest).
 
     .venv/bin/python tests/bench/bench_before_after.py --base REV [--rounds 2] [--out FILE.json]
-        [--train "ARGS for bench_train.py"] [--generate "ARGS for bench_generate.py"]
+        [--train "ARGS for bench_train.py"] [--generate "ARGS for bench_generate.py"] [--startup N]
+
+--startup N adds the window's start-up: N fresh `python -m desktop_app --smoke-test` processes per round in each
+tree (offscreen), the wall time from spawn to "window shown" and the in-process figure the app prints.
 
 The earlier commit is checked out into a temporary git worktree; bench_train.py and bench_generate.py then run from
 each tree in turn (base, this checkout, base, ...), each in a fresh process that imports its own tree's code, so a
@@ -70,6 +73,31 @@ def generate_figures(output: str) -> dict[str, float]:
     return out
 
 
+def _startup(tree: Path, times: int) -> str:
+    """`window shown` lines of `times` fresh smoke-test processes of the app in `tree` (wall seconds, then the
+    in-process seconds the app prints), one per line."""
+    import os
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    lines = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "desktop_app", "--smoke-test"], cwd=tree, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith("window shown in"):
+                lines.append(f"{time.perf_counter() - t0:.3f} {float(line.split()[3]):.3f}")
+                break
+        proc.wait(120)
+    return "\n".join(lines)
+
+
+def startup_figures(output: str) -> dict[str, float]:
+    pairs = [line.split() for line in output.splitlines() if line.strip()]
+    return {"window shown, wall s": statistics.median(float(a) for a, _ in pairs),
+            "window shown, in-process s": statistics.median(float(b) for _, b in pairs)}
+
+
 def compare(runs: list[dict]) -> list[dict]:
     """Per figure: the median of each side over its rounds, their ratio, and each side's spread (max/min)."""
     names = sorted({k for r in runs for k in r["figures"]})
@@ -95,10 +123,13 @@ def main() -> int:
                     help="arguments of bench_train.py ('' skips it)")
     ap.add_argument("--generate", default="--models tiny,mini --conditions idle --repeats 3",
                     help="arguments of bench_generate.py ('' skips it)")
+    ap.add_argument("--startup", type=int, default=0, help="window start-ups per round and tree (0 skips it)")
     ap.add_argument("--out", help="write the raw outputs and the comparison here (JSON)")
     args = ap.parse_args()
     benches = [(b, a, parse) for b, a, parse in (("bench_train.py", args.train, train_figures),
                                                   ("bench_generate.py", args.generate, generate_figures)) if a]
+    if args.startup:
+        benches.append(("startup", str(args.startup), startup_figures))
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = Path(tmp) / "base"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), args.base],
@@ -112,7 +143,8 @@ def main() -> int:
                 for side in order:
                     for bench, bench_args, parse in benches:
                         started = time.time()
-                        output = _run(trees[side], bench, bench_args)
+                        output = _startup(trees[side], int(bench_args)) if bench == "startup" else \
+                            _run(trees[side], bench, bench_args)
                         runs.append({"round": round_index, "side": side, "bench": bench, "args": bench_args,
                                      "seconds": round(time.time() - started, 1), "figures": parse(output),
                                      "output": output})

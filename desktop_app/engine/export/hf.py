@@ -406,7 +406,7 @@ def _write_gguf_and_modelfile(job: _Export, model: Any, tokenizer: Any) -> Itera
     sibling (job.result["modelfile_tmp"])."""
     from desktop_app.engine.export.gguf import GGUFFile, write_gguf
     from desktop_app.engine.export.gguf_quantize import LLAMA_CPP_TYPES, quantize
-    from desktop_app.engine.export.gguf_tokenizer import GGUFTokenizer, read_tokenizer_json
+    from desktop_app.engine.export.gguf_tokenizer import GGUFTokenizer, added_around_text, read_tokenizer_json
 
     src, tmp, gguf_type = job.src, job.tmp, job.settings.gguf_type
     state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
@@ -422,7 +422,8 @@ def _write_gguf_and_modelfile(job: _Export, model: Any, tokenizer: Any) -> Itera
         write_type = "f32" if sum(int(v.size) for v in state.values()) < 1e9 else "f16"
     yield from write_gguf(state, model.config.to_dict(),
                           GGUFTokenizer(tok_json, _special_ids(tokenizer),
-                                        template if isinstance(template, str) else None, origin),
+                                        template if isinstance(template, str) else None, origin,
+                                        **added_around_text(tokenizer)),  # llama.cpp adds what transformers adds
                           GGUFFile(target, write_type, job.out.stem), should_stop=job.stopped)
     if job.stopped():
         return
