@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from desktop_app.engine.run_commands import cli_exe
+from desktop_app.engine.paths import cli_exe
 
 _STATE_WORDS = {"ready": "fetched", "local": "local files", "missing": "not fetched", "unknown": "unknown"}
 

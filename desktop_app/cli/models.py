@@ -28,7 +28,7 @@ from typing import Any
 
 from desktop_app.cli.reporting import SignalScope
 from desktop_app.engine.model.hub_cache import hub_reference, resolve_model_reference
-from desktop_app.engine.run_commands import cli_exe
+from desktop_app.engine.paths import cli_exe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -15,3 +16,8 @@ def resources_dir() -> Path:
 
 def sample_corpus_dir() -> Path:
     return resources_dir() / "sample_corpus"
+
+
+def cli_exe() -> str:
+    """How the CLI is called: a frozen app is its own CLI; from source, the module form (no entry point on PATH)."""
+    return shlex.quote(sys.executable) if getattr(sys, "frozen", False) else "python -m desktop_app"

@@ -14,6 +14,7 @@ from typing import Any
 from desktop_app.engine.column_roles import format_columns
 from desktop_app.engine.method_options import METHOD_OPTIONS
 from desktop_app.engine.methods import Method, method_of
+from desktop_app.engine.paths import cli_exe
 from desktop_app.engine.specs import AdapterSpec, DistributedSpec, RunConfig, SpecError, TrainSpec
 
 # TrainSpec fields `train` sets with flags of their own: field -> flag.
@@ -24,11 +25,6 @@ TRAIN_FLAGS: dict[str, str] = {
 # AdapterSpec fields with flags of their own.
 ADAPTER_FLAGS: dict[str, str] = {"rank": "--lora-rank", "alpha": "--lora-alpha", "dropout": "--lora-dropout",
                                  "target_modules": "--target-modules"}
-
-
-def cli_exe() -> str:
-    """How the CLI is called: a frozen app is its own CLI; from source, the module form (no entry point on PATH)."""
-    return shlex.quote(sys.executable) if getattr(sys, "frozen", False) else "python -m desktop_app"
 
 
 def flag_value(value: Any) -> str:

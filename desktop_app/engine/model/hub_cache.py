@@ -20,7 +20,7 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.model.gguf_file import is_gguf_file
-from desktop_app.engine.run_commands import cli_exe
+from desktop_app.engine.paths import cli_exe
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 _LM_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
