@@ -83,7 +83,6 @@ class MainWindow(QMainWindow):
                  preload: bool = True, offer_resume: bool = True):
         super().__init__()
         gc_guard.install()  # cyclic GC only in this thread: Qt objects must never die in a worker
-        wheel_guard.install()  # the wheel scrolls forms; it changes only a field the person focused
         self.settings = settings or app_settings()
         self.setWindowTitle("AZR Model Trainer")
         icon = _app_icon()
@@ -249,6 +248,9 @@ class MainWindow(QMainWindow):
         self.train_tab.next_step_requested.connect(self.next_step)
         hub_routes(c).next_step.connect(self.next_step)  # Get a model: "Chat with it", "Fine-tune it"
         self.tabs.currentChanged.connect(lambda _i: self._focus_tab())
+        guard = wheel_guard.install()  # the wheel scrolls forms; it changes only a field the person focused
+        if guard is not None:
+            self.tabs.currentChanged.connect(guard.sweep_soon)
         c.runner.task_started.connect(lambda _k: self._update_actions())
         c.runner.task_started.connect(lambda _k: gc_guard.hold(True))
         c.runner.task_finished.connect(self._on_task_finished)

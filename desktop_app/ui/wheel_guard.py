@@ -1,15 +1,19 @@
 """The mouse wheel scrolls the form; a setting changes only in a field the person focused.
 
 Qt's default lets a spin box, combo box or slider under the pointer take the wheel (and the focus) while a form is
-being scrolled, so LoRA rank 8 became 6 without anyone noticing. One filter on the application, installed with the
-main window: those widgets no longer take focus from the wheel (StrongFocus), and a wheel turned over one that has
-no focus goes to the scroll area around it instead. Once clicked or tabbed into, the wheel changes it
-as before.
+being scrolled, so LoRA rank 8 became 6 without anyone noticing. Each such field of the window gets a filter: it no
+longer takes focus from the wheel (StrongFocus), and a wheel turned over it while it has no focus scrolls the scroll
+area around it instead. Once clicked or tabbed into, the wheel changes it as before.
+
+The filter sits on the fields themselves, not on the application: a Python filter on the application is called for
+every event of every widget and cost the window 0.45 s of its start-up. Fields are found when the window is built,
+whenever the focus moves or a tab changes, and every SWEEP_MS (a form rebuilt under a still pointer, e.g. a method's
+options after choosing the method, is guarded before a hand reaches the wheel).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSlider,
@@ -21,23 +25,30 @@ from PySide6.QtWidgets import (
 )
 
 GUARDED = (QAbstractSpinBox, QComboBox, QAbstractSlider)
-_installed: list[QObject] = []  # the one filter, kept alive with the application
+SWEEP_MS = 700
+_TAG = "azrWheelGuarded"
+_installed: list[WheelGuard] = []  # the one guard, kept alive with the application
 
 
 class WheelGuard(QObject):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        kind = event.type()
-        if not guarded(watched):
-            return False
-        if kind == QEvent.Type.Polish and watched.focusPolicy() & Qt.FocusPolicy.WheelFocus == \
-                Qt.FocusPolicy.WheelFocus:
-            watched.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # a turn of the wheel gives it no focus
-        if kind == QEvent.Type.Wheel and not watched.hasFocus():
+        if event.type() == QEvent.Type.Wheel and isinstance(watched, QWidget) and not watched.hasFocus():
             area = _scroll_area_of(watched)
             if area is not None:
                 QApplication.sendEvent(area.viewport(), event)  # the form scrolls; the value stays
             return True
         return False
+
+    def sweep(self) -> None:
+        """Guard every field not guarded yet (new forms, dialogs)."""
+        for widget in QApplication.allWidgets():
+            if guarded(widget) and not widget.property(_TAG):
+                widget.setProperty(_TAG, True)
+                widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # a turn of the wheel gives it no focus
+                widget.installEventFilter(self)
+
+    def sweep_soon(self, *_args: object) -> None:
+        QTimer.singleShot(0, self.sweep)  # after the change that prompted it has built its widgets
 
 
 def guarded(widget: QObject) -> bool:
@@ -53,14 +64,17 @@ def _scroll_area_of(widget: QWidget) -> QAbstractScrollArea | None:
     return parent
 
 
-def install() -> None:
-    """Guard every spin box, combo box and slider of the application (once)."""
+def install() -> WheelGuard | None:
+    """The guard of the application (made once): its fields guarded now, and again as focus moves."""
     app = QApplication.instance()
-    if app is None or _installed:
-        return
-    guard = WheelGuard(app)
-    app.installEventFilter(guard)
-    _installed.append(guard)
-    for widget in app.allWidgets():  # those made before the guard: polished already
-        if guarded(widget) and isinstance(widget, QWidget):
-            widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+    if app is None:
+        return None
+    if not _installed:
+        guard = WheelGuard(app)
+        app.focusChanged.connect(guard.sweep_soon)
+        timer = QTimer(guard)
+        timer.timeout.connect(guard.sweep)
+        timer.start(SWEEP_MS)
+        _installed.append(guard)
+    _installed[0].sweep()
+    return _installed[0]

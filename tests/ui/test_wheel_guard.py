@@ -38,6 +38,7 @@ def test_the_wheel_scrolls_the_form_and_leaves_unfocused_fields_alone(window, qt
     qtbot.waitExposed(area)
     bar = area.verticalScrollBar()
     assert bar.maximum() > 0 and bar.value() == 0
+    qtbot.waitUntil(lambda: all(b.focusPolicy() == Qt.FocusPolicy.StrongFocus for b in boxes), timeout=3000)
     wheel(boxes[1])
     assert boxes[1].value() == 8 and bar.value() > 0  # scrolled, not changed
     assert not boxes[1].hasFocus() and boxes[1].focusPolicy() == Qt.FocusPolicy.StrongFocus
