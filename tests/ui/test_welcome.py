@@ -16,14 +16,6 @@ def test_train_the_sample_model_pretrains_whatever_method_was_shown(window, qtbo
     qtbot.waitUntil(lambda: not tab.running, timeout=120000)
 
 
-def test_the_banner_does_not_greet_a_workspace_that_has_runs(qtbot, populated_workspace, settings):
-    from desktop_app.ui.main_window import MainWindow
-
-    win = MainWindow(populated_workspace, settings=settings, preload=False)
-    win.ctx.dialogs_enabled = False
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    assert not win.banner.isVisibleTo(win)
-    win.shutdown()
-    win.close()
+def test_the_banner_does_not_greet_a_workspace_that_has_runs(populated_workspace, window):
+    # populated_workspace comes first: the window opens on a workspace that already holds a run
+    assert not window.banner.isVisibleTo(window)
