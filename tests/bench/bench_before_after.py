@@ -74,22 +74,13 @@ def generate_figures(output: str) -> dict[str, float]:
 
 
 def _startup(tree: Path, times: int) -> str:
-    """`window shown` lines of `times` fresh smoke-test processes of the app in `tree` (wall seconds, then the
-    in-process seconds the app prints), one per line."""
+    """`times` start-ups of the app in `tree` (bench_ui.window_times), one "wall in-process" line each."""
     import os
 
+    from bench_ui import window_times
+
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    lines = []
-    for _ in range(times):
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "desktop_app", "--smoke-test"], cwd=tree, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if line.startswith("window shown in"):
-                lines.append(f"{time.perf_counter() - t0:.3f} {float(line.split()[3]):.3f}")
-                break
-        proc.wait(120)
-    return "\n".join(lines)
+    return "\n".join(f"{wall:.3f} {inside:.3f}" for wall, inside in window_times(times, env, tree))
 
 
 def startup_figures(output: str) -> dict[str, float]:
