@@ -19,7 +19,7 @@ Knobs: `drop_after(n)` closes the connection after n body bytes of the next down
 throttles bodies, `ignore_ranges` answers a Range with the whole file, `token_required(repo)` demands TOKEN for a
 repository's files, `tamper(repo, file)` serves other bytes than the hashes the listing announces, `add_repo` serves
 one more repository, `add_dataset` one more dataset repository, and `requests` logs every request (once its
-body ended).
+body ended; `settled()` waits for those under way).
 The repositories are built once per test session (`build_repos`): a tiny Llama with a chat template (ChatML) that the
 app's loaders open, its GGUF files in two quantizations, a gated copy, a remote-code repository and size-only
 repositories for search and fit tests.
@@ -211,6 +211,8 @@ class HubServer:
         self.ignore_ranges = False  # answer a Range with the whole file (200), as some proxies and CDNs do
         self.drops: list[int] = []
         self.lock = threading.Lock()
+        self.in_flight = 0
+        self.idle = threading.Condition()
         self.stopping = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
@@ -220,6 +222,14 @@ class HubServer:
     def start(self) -> HubServer:
         self.thread.start()
         return self
+
+    def settled(self, timeout: float = 10.0) -> list[Request]:
+        """The request log once every request under way has been logged. A request is logged when its body has
+        ended, which can be a moment after the client has read it all: counting `requests` right after a download
+        could miss that download."""
+        with self.idle:
+            self.idle.wait_for(lambda: self.in_flight == 0, timeout)
+        return list(self.requests)
 
     def stop(self) -> None:
         """Stop answering (the port closes: later requests are refused)."""
@@ -316,6 +326,16 @@ class _HubHandler(BaseHTTPRequestHandler):
         self.route("POST")
 
     def route(self, method: str) -> None:
+        with self.hub.idle:
+            self.hub.in_flight += 1
+        try:
+            self.answer(method)
+        finally:
+            with self.hub.idle:
+                self.hub.in_flight -= 1
+                self.hub.idle.notify_all()
+
+    def answer(self, method: str) -> None:
         self.sent, self.status, self.kind = 0, 0, "models"
         parts = urlsplit(self.path)
         path, query = unquote(parts.path), parse_qs(parts.query)

@@ -164,7 +164,7 @@ def test_cancel_then_resume_fetches_only_what_is_missing(window, view, hub_serve
     hub_server.slow(0)
     # the cancelled pull's thread winds down after its last event (a Resume pressed before that waits its turn)
     qtbot.waitUntil(lambda: view.downloads.task is None, timeout=WAIT)
-    before = len(hub_server.requests)
+    before = len(hub_server.settled())
     row.resume_btn.click()
     events = []
     view.downloads.task.produced.connect(events.append)
@@ -250,7 +250,7 @@ def test_a_lost_connection_says_so_and_resume_finishes_the_file(window, view, hu
     assert window.ctx.errors[-1] == (row.message, "")
     assert row.resume_btn.text() == "Resume" and row.resume_btn.isVisibleTo(row)
     assert hub_server.drops == []  # the connection is back
-    before = len(hub_server.requests)
+    before = len(hub_server.settled())
     row.resume_btn.click()
     qtbot.waitUntil(lambda: row.state in ("done", "failed"), timeout=WAIT)
     assert row.state == "done", row.message

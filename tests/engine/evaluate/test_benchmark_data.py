@@ -59,7 +59,7 @@ def test_fetch_reports_download_progress_then_the_task_loads_offline_with_no_req
         "tiny_arc_easy": "ready", "tiny_arc_hard": "missing", "tiny_arc": "missing"}
     check_benchmark_data(["tiny_arc_easy"], folder)
 
-    before = len(server.requests)
+    before = len(server.settled())
     from lm_eval.tasks import TaskManager
 
     with datasets_offline():
@@ -67,15 +67,16 @@ def test_fetch_reports_download_progress_then_the_task_loads_offline_with_no_req
         task = tasks["tiny_arc_easy"]
         docs = list(task.test_docs())
     assert [d["question"] for d in docs] == [f"what is {i} plus 0?" for i in range(8)]
-    assert len(server.requests) == before  # offline: the cache, never the network
+    assert len(server.settled()) == before  # offline: the cache, never the network
 
 
 def test_fetching_again_fetches_nothing(dataset_hub):
     server, folder = dataset_hub
     list(fetch_benchmark_data(["tiny_arc"], folder))
-    fetched, requests = server.fetched(), len(server.requests)
+    requests = len(server.settled())
+    fetched = server.fetched()
     assert list(fetch_benchmark_data(["tiny_arc"], folder)) == [BenchmarkDataFetched(["tiny_arc"])]
-    assert (server.fetched(), len(server.requests)) == (fetched, requests)
+    assert (len(server.settled()), server.fetched()) == (requests, fetched)
 
 
 def test_a_full_evaluation_by_the_harness_runs_offline_after_the_fetch(dataset_hub, hub_repos, tmp_path):

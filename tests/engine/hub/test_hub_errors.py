@@ -98,7 +98,7 @@ def test_a_lost_connection_says_so_and_pulling_again_resumes(hub_server, no_retr
     assert partial.stat().st_size == 2 * CHUNK_BYTES  # whole chunks kept
     plan = plan_pull(REPO)
     missing = plan.total - plan.have
-    before = len(hub_server.requests)
+    before = len(hub_server.settled())
     end = next(e for e in pull(REPO) if isinstance(e, DownloadFinished))
     fetched = sum(r.sent for r in hub_server.requests[before:] if r.method == "GET")
     assert end.fetched == fetched <= missing + CHUNK_BYTES and end.verified and not partials()
@@ -192,7 +192,7 @@ def test_offline_huggingface_hub_is_lifted_only_for_the_apps_own_calls(hub_serve
     end = next(e for e in pull(GGUF_REPO, ["*Q8_0.gguf"]) if isinstance(e, DownloadFinished))
     assert end.verified and constants.HF_HUB_OFFLINE is True
     network.set_network_allowed(False)  # the setting off: nothing is lifted, nothing is sent
-    before = len(hub_server.requests)
+    before = len(hub_server.settled())
     with pytest.raises(NetworkOff):
         search_models("tiny")
-    assert len(hub_server.requests) == before
+    assert len(hub_server.settled()) == before

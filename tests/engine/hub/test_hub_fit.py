@@ -92,7 +92,7 @@ def test_verdicts_need_no_network_once_the_details_are_known(hub_server):
     from desktop_app.engine.hub import network
 
     details = repo_details("tiny-org/tiny-chat")
-    before = len(hub_server.requests)
+    before = len(hub_server.settled())
     network.set_network_allowed(False)  # the config.json the details fetched is in the cache
     found = by_use(details, "safetensors", LAPTOP)
-    assert len(hub_server.requests) == before and "parameter count" not in found["chat"].reason
+    assert len(hub_server.settled()) == before and "parameter count" not in found["chat"].reason

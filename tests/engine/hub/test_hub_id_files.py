@@ -33,7 +33,7 @@ def offline(hub_server, monkeypatch) -> int:
     the number of requests the server has answered, to prove none came after."""
     monkeypatch.setenv("AZR_NETWORK", "off")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return len(hub_server.requests)
+    return len(hub_server.settled())
 
 
 def error_line(capsys, argv: list[str]) -> str:
@@ -144,7 +144,7 @@ def test_a_pattern_needs_a_hub_id_and_not_a_tag_as_well(both_quants, capsys, tmp
 # --- every verb, offline ----------------------------------------------------------------------------------------
 
 def test_generate_takes_the_file_by_pattern_and_by_tag(both_quants, hub_server, capsys):
-    before = len(hub_server.requests)
+    before = len(hub_server.settled())
     texts = []
     for argv in ([GGUF_REPO, "--file", "*Q8_0.gguf"], [f"{GGUF_REPO}:q8_0"]):
         code = main(["generate", *argv, "--prompt", "the cat", "--max-new-tokens", "4", "--temperature", "0",
@@ -152,7 +152,7 @@ def test_generate_takes_the_file_by_pattern_and_by_tag(both_quants, hub_server, 
         captured = capsys.readouterr()
         assert code == 0, captured.err
         texts.append(json.loads(captured.out.strip().splitlines()[-1])["token_ids"])
-    assert texts[0] == texts[1] and len(hub_server.requests) == before  # the same file; the Hub never asked
+    assert texts[0] == texts[1] and len(hub_server.settled()) == before  # the same file; the Hub never asked
 
 
 def test_serve_eval_and_export_open_the_model_by_its_id(both_quants, hub_server, capsys, tmp_path):

@@ -77,7 +77,7 @@ def test_cancel_keeps_the_partial_file_and_pulling_again_resumes(hub_server):
     assert len(progress) <= 12 * span + 2  # about 10 a second at most
     hub_server.slow(0)
     settled(hub_server)
-    first = len(hub_server.requests)
+    first = len(hub_server.settled())
     end = finished(list(pull(REPO)))
     assert end.fetched <= cancelled.total - cancelled.done + CHUNK_BYTES
     resumed = [r for r in hub_server.requests[first:] if r.method == "GET" and r.path.endswith(WEIGHTS)]
@@ -94,7 +94,7 @@ def test_a_server_that_ignores_the_range_still_gives_a_verified_file(hub_server)
     hub_server.slow(0)
     settled(hub_server)
     hub_server.ignore_ranges = True  # huggingface_hub then starts the file again (its seek and truncate)
-    first = len(hub_server.requests)
+    first = len(hub_server.settled())
     end = finished(list(pull(REPO)))
     again = [r for r in hub_server.requests[first:] if r.method == "GET" and r.path.endswith(WEIGHTS)]
     assert again[0].range and again[0].status == 200 and end.verified
