@@ -5,6 +5,7 @@ kernels); fitted to a dataset, a preset takes the tokenizer's size rounded up th
 
 from __future__ import annotations
 
+from desktop_app.engine.errors import UserError
 from desktop_app.engine.specs import ModelSpec
 
 PRESETS: dict[str, tuple[str, ModelSpec]] = {
@@ -32,7 +33,6 @@ DEFAULT_PRESET = "tiny"
 
 def preset(name: str) -> ModelSpec:
     """A copy of the named preset (callers may change it freely)."""
-    from desktop_app.engine.errors import UserError
 
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from desktop_app.engine.events import Event, History, RunFolder
 from desktop_app.engine.methods import method_of
+from desktop_app.engine.pipeline_folder import DONE, STAGES_DIR, is_pipeline_dir, read_state
 from desktop_app.engine.run_folder import (
     METRICS_FILE,
     RUN_FILE,
@@ -90,7 +91,6 @@ def is_live(run_dir: str | Path, *, within_s: float = 120.0, now: float | None =
 
 def pipeline_root(path: str | Path) -> Path | None:
     """The pipeline folder `path` is, or whose stage folder (OUT/stages/NN-name) it is; None otherwise."""
-    from desktop_app.engine.pipeline_folder import STAGES_DIR, is_pipeline_dir
 
     p = Path(path)
     if is_pipeline_dir(p):
@@ -102,7 +102,6 @@ def pipeline_root(path: str | Path) -> Path | None:
 
 def pipeline_resumable(path: str | Path) -> bool:
     """A pipeline folder with stages still to run (none started, one interrupted, or later ones waiting)."""
-    from desktop_app.engine.pipeline_folder import DONE, is_pipeline_dir, read_state
 
     if not is_pipeline_dir(path):
         return False
@@ -116,7 +115,6 @@ def nested_runs(folder: str | Path) -> list[Path]:
     """The runs inside a folder that holds several: a pipeline's stage folders (OUT/stages/NN-name, in stage order)
     or the phases of a recipe such as the self-play demo (DEMO/pretrain, DEMO/selfplay, in the order they started).
     [] for a run folder itself, or a folder with no run inside."""
-    from desktop_app.engine.pipeline_folder import STAGES_DIR, is_pipeline_dir
 
     p = Path(folder)
     if is_pipeline_dir(p):

@@ -28,9 +28,11 @@ from desktop_app.engine.train import preflight as checks
 from desktop_app.engine.train.launcher import (
     LaunchControls,
     ProcessFailed,
+    launch_config,
     launched_processes,
     launched_torchrun,
     processes_of,
+    resume_launch,
     resume_processes,
     stop_launched,
 )
@@ -198,7 +200,6 @@ def _new_run_events(session: Session, controls: Controls, interactive: bool) -> 
             yield Log("info", f"model: {note}")
         config = config.check()
     if session.processes > 1 and not under_torchrun():
-        from desktop_app.engine.train.launcher import launch_config
 
         yield from launch_config(config, run_dir, controls)
         return
@@ -211,7 +212,6 @@ def _resume_events(session: Session, controls: Controls, interactive: bool) -> I
     what = session.what
     assert isinstance(what, ResumeRun) and session.config is not None
     if session.processes > 1 and not under_torchrun():
-        from desktop_app.engine.train.launcher import resume_launch
 
         yield from resume_launch(session.run_dir, controls, nproc=session.processes)
         return

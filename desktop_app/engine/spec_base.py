@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.fileio import atomic_write_text
 
 SpecT = TypeVar("SpecT")
 
@@ -112,7 +113,6 @@ def _coerce(key: str, value: Any, default: Any, problems: list[str]) -> Any:
 
 def save_json(data: dict[str, Any], path: str | Path) -> None:
     """Write JSON atomically (temp sibling, fsync, rename) so a crash never leaves half a file."""
-    from desktop_app.engine.fileio import atomic_write_text
 
     atomic_write_text(Path(path), json.dumps(data, indent=2, sort_keys=False) + "\n")
 

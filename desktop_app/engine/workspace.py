@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from desktop_app.engine import run_folder
+from desktop_app.engine.model.gguf_file import is_gguf_file
+from desktop_app.engine.os_faults import DiskFault, check_writable
+
 KINDS = ("datasets", "tokenizers", "models", "runs", "exports")
 APP_NAME = "AZR Model Trainer"
 
@@ -39,7 +43,6 @@ def startup_root(explicit: str | Path = "", last: str | Path = "") -> Path:
 def workspace_problem(root: str | Path) -> str | None:
     """Why `root` cannot be the workspace (one sentence: read-only media, no permission, not a folder), or None when
     the app can create its folders and files there. Makes the folder when it is missing."""
-    from desktop_app.engine.os_faults import DiskFault, check_writable
 
     try:
         check_writable(root, "the workspace")
@@ -103,7 +106,6 @@ def remembered_gguf_files(paths: Iterable[str | Path], exclude: Iterable[str | P
     """The GGUF files among `paths` (models the window remembers opening) that still exist, each once and in the
     order given, less those in `exclude` (listed elsewhere already, such as the workspace's own .gguf files).
     A folder, a missing file or a file that is not GGUF (its first bytes are not the GGUF magic) is left out."""
-    from desktop_app.engine.model.gguf_file import is_gguf_file  # reads 4 bytes; no torch, no gguf package
 
     def key(p: str | Path) -> str:
         return os.path.normcase(os.path.abspath(os.path.expanduser(str(p))))
@@ -136,7 +138,6 @@ def list_generatable(workspace: Workspace | str | Path) -> list[ModelCandidate]:
 
     `workspace` is a Workspace or its root path. Cheap: no checksum is verified and no weights read.
     """
-    from desktop_app.engine import run_folder
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     found: list[ModelCandidate] = []

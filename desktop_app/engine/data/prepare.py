@@ -52,6 +52,7 @@ from desktop_app.engine.data.token_store import (
 from desktop_app.engine.data.tokenizer_sample import train_on_sample
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, FileVerdict, Finished, Log, Progress
+from desktop_app.engine.fileio import fsync_dir
 from desktop_app.engine.specs import DataSpec
 
 BATCH_CHARS = 1 << 20  # text per encode_batch call: big enough to keep every core busy
@@ -462,7 +463,6 @@ def _new_manifest(tmp: Path, tokenizer: dict[str, Any], spec: DataSpec, encoded:
 
 def _publish(tmp: Path, out: Path, manifest: dict[str, Any]) -> None:
     """Commit the manifest, then rename the finished folder into place (durably)."""
-    from desktop_app.engine.fileio import fsync_dir
 
     write_manifest(tmp, manifest)
     if out.exists():

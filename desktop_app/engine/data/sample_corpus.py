@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from desktop_app.engine.paths import sample_corpus_dir
+
 SEED = 20240611
 NAMES = ["Anna", "Ben", "Clara", "Dan", "Ella", "Finn", "Grace", "Hugo", "Ivy", "Jack", "Kira", "Leo", "Mia",
          "Noah", "Olga", "Pablo", "Quinn", "Rosa", "Sam", "Tara", "Umar", "Vera", "Will", "Xena", "Yuki", "Zoe",
@@ -249,7 +251,6 @@ def write_corpus(folder: str | Path, seed: int = SEED) -> list[Path]:
 
 def sample_corpus_files() -> list[Path]:
     """The embedded corpus's text files (without its README)."""
-    from desktop_app.engine.paths import sample_corpus_dir
 
     return sorted(sample_corpus_dir().glob("*.txt"))
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.fileio import atomic_write_text
 from desktop_app.engine.os_faults import DiskFault, size_text
 
 CHECKSUM = "blake2b"
@@ -98,7 +99,6 @@ def _remembered(folder: Path) -> dict[str, Any]:
 
 
 def _remember(folder: Path, verified: dict[str, Any]) -> None:
-    from desktop_app.engine.fileio import atomic_write_text
 
     # A read-only dataset (shared media) is fine: the next run simply hashes again.
     with contextlib.suppress(OSError):

@@ -35,6 +35,7 @@ from desktop_app.engine.data.store_check import (
     verify_files,
 )
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.fileio import atomic_write_bytes, atomic_write_text
 
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_NAME = "tokenizer.json"
@@ -55,7 +56,6 @@ def num_windows(n_tokens: int, context_length: int, stride: int) -> int:
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """manifest.json, atomically: the commit marker of a prepared (or appended) dataset."""
-    from desktop_app.engine.fileio import atomic_write_text
 
     atomic_write_text(folder / MANIFEST_NAME, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
@@ -256,7 +256,6 @@ class TokenWriter:
         return np.concatenate([self._old_docs[split], np.frombuffer(self._new_docs[split], dtype=np.int64)])
 
     def close(self) -> None:
-        from desktop_app.engine.fileio import atomic_write_bytes
 
         for split in SPLITS:
             fh = self._files.pop(split, None)

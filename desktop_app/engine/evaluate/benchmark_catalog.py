@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.benchmark_files import resolve_data_files
 
 # The datasets library's own file-based loaders: a task with one of these as dataset_path reads local files.
 LOCAL_LOADERS = ("json", "csv", "parquet", "text", "arrow")
@@ -277,7 +278,6 @@ def task_datasets(names: list[str], include_dir: str = "") -> list[DatasetRef]:
 def _local_files(kwargs: dict[str, Any], yaml_path: Any) -> list[str]:
     """The data files of a local-loader task, absolute: relative ones are read beside the task's YAML (as the app
     runs them: benchmark_files.resolve_data_files)."""
-    from desktop_app.engine.evaluate.benchmark_files import resolve_data_files
 
     folder = Path(yaml_path).parent if yaml_path else Path.cwd()
     resolved = resolve_data_files(kwargs, folder).get("data_files")

@@ -39,6 +39,7 @@ from desktop_app.engine.events import Controls, Event, Progress
 from desktop_app.engine.hub.download import DownloadCancelled, relay_progress, small_chunks
 from desktop_app.engine.hub.errors import hub_error
 from desktop_app.engine.hub.network import hub_endpoint, online
+from desktop_app.engine.model.hub_cache import hub_cache_dir
 from desktop_app.engine.os_faults import check_free_space
 
 FETCH_BUTTON = 'the Evaluate view\'s "Fetch data" button'
@@ -338,7 +339,6 @@ def fetch_benchmark_data(names: list[str], include_dir: str = "", controls: Cont
 
 
 def _planned(todo: list[DatasetRef]) -> FetchPlan:
-    from desktop_app.engine.model.hub_cache import hub_cache_dir
 
     try:
         plan = plan_fetch(todo)

@@ -27,6 +27,8 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.evaluate.benchmark_catalog import HARNESS_MISSING, check_names, check_task_folder
+from desktop_app.engine.evaluate.benchmark_code import take_over_code_tasks
+from desktop_app.engine.evaluate.benchmark_data import check_benchmark_data, datasets_offline
 from desktop_app.engine.evaluate.benchmark_files import has_relative_files, resolve_data_files
 from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Event, Progress
@@ -203,7 +205,6 @@ def in_thread(work: Callable[[Callable[[Progress], None], threading.Event], Any]
 def check_benchmarks(spec: EvalSpec) -> list[str]:
     """The spec's benchmark names, checked before any model loads: UserError (one sentence) when the harness is
     missing, a name is unknown or a task's data is not here (what to fetch, and how)."""
-    from desktop_app.engine.evaluate.benchmark_data import check_benchmark_data
 
     if (missing := harness_missing()) is not None:
         raise UserError(missing)
@@ -219,8 +220,6 @@ def run_benchmarks(loaded: Any, spec: EvalSpec, controls: Controls | None = None
     UserError (one sentence) for a missing harness, an unknown name or missing data; BenchmarksStoppedEarly when
     the user stops."""
     names = check_benchmarks(spec)
-    from desktop_app.engine.evaluate.benchmark_code import take_over_code_tasks
-    from desktop_app.engine.evaluate.benchmark_data import datasets_offline
     from desktop_app.engine.evaluate.benchmark_lm import BenchmarksStopped, Tracker
 
     controls = controls or Controls()

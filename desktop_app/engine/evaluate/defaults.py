@@ -22,6 +22,8 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.method_options import TASK_TYPES, WORLDS
+from desktop_app.engine.model.folders import folder_chat_template
+from desktop_app.engine.model.gguf_file import is_gguf_file, read_header
 from desktop_app.engine.model.hub_cache import cache_repo_of, resolve_model_reference
 from desktop_app.engine.run_folder import CHECKPOINTS_DIR, RUN_FILE, read_json
 
@@ -59,8 +61,6 @@ def _has_own_chat_template(path: Path) -> bool:
     """A base that brings a chat template of its own (an instruct model); the template every tokenizer trained
     here gets is no sign that the model can hold a conversation."""
     from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
-    from desktop_app.engine.model.folders import folder_chat_template
-    from desktop_app.engine.model.gguf_file import is_gguf_file, read_header
 
     if path.is_file():
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from desktop_app.engine import run_folder
+from desktop_app.engine.devices import busy_cores, choose_precision, cpu_cores
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.evaluate.benchmarks import BenchmarksStoppedEarly, check_benchmarks, run_benchmarks
 from desktop_app.engine.evaluate.heldout import HeldoutSettings, mean_rate, solve_heldout
@@ -24,6 +25,9 @@ from desktop_app.engine.evaluate.qa import QASettings, ask_questions, read_quest
 from desktop_app.engine.evaluate.results import append_result, results_folder
 from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
+from desktop_app.engine.generate.prompts import context_length
+from desktop_app.engine.generate.threads import torch_threads
+from desktop_app.engine.model.loading import load_model
 from desktop_app.engine.os_faults import DiskFault
 from desktop_app.engine.selfplay.prompting import default_world, make_prompter
 from desktop_app.engine.tasks.base import Task, TaskWorld, get_world
@@ -115,7 +119,6 @@ def eval_threads(requested: int) -> tuple[int | None, str]:
     """Torch threads for an evaluation on the CPU, and why: as asked, else the cores other programs leave idle
     right now (a torch thread on a busy core waits on it, and decoding slows down several times), else all cores
     (None: torch's own default)."""
-    from desktop_app.engine.devices import busy_cores, cpu_cores
 
     if requested:
         return requested, f"{requested} CPU thread(s) as asked"
@@ -151,7 +154,6 @@ def eval_precision(requested: str, model: Any) -> str:
     """fp32 or bf16 for this model: as asked, else bf16 where the hardware runs it fast and the model is big."""
     import torch
 
-    from desktop_app.engine.devices import choose_precision
 
     if requested != "auto":
         return requested
@@ -161,8 +163,6 @@ def eval_precision(requested: str, model: Any) -> str:
 
 
 def _evaluate_one(path: str, spec: EvalSpec, sets: HeldoutSets, save: bool) -> Generator[Event, None, ModelEvaluated]:
-    from desktop_app.engine.generate.threads import torch_threads
-    from desktop_app.engine.model.loading import load_model
 
     start = time.perf_counter()
     loaded = load_model(path, device=spec.device)
@@ -198,7 +198,6 @@ def _heldout_in_training(loaded: Any, heldout: dict[str, list[Task]], metrics: d
 
 def _measure(loaded: Any, spec: EvalSpec, sets: HeldoutSets, threads: str) -> Generator[Event, None, dict[str, Any]]:
     """The figures the spec asks for (held-out tasks, questions, text) of one loaded model."""
-    from desktop_app.engine.generate.prompts import context_length
 
     model, tokenizer = loaded.model, loaded.tokenizer
     prompter = make_prompter(tokenizer, spec.prompt_style, model)

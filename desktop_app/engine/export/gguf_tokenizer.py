@@ -26,6 +26,7 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.export.gguf_pretokenizers import SPM_SPACE, SpmShape, llama_pre_name, spm_shape
+from desktop_app.engine.model.gguf_file import ArrayValue, read_header
 
 _COPIED_TOKENIZER_KEYS = ("tokenizer.ggml.", )
 _AS_HF = "export it as a Hugging Face folder instead"
@@ -253,7 +254,6 @@ def copy_tokenizer_metadata(source: Path, writer: Any, vocab_size: int) -> bool:
     model of `vocab_size` rows. False (nothing written) when it does not fit."""
     import gguf
 
-    from desktop_app.engine.model.gguf_file import ArrayValue, read_header
 
     header = read_header(source)  # refuses a damaged file before gguf's reader maps it
     tokens = header.metadata.get("tokenizer.ggml.tokens")

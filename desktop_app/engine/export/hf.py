@@ -22,9 +22,22 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
+from desktop_app.engine.export.gguf_quantize import INSTALL_HINT, LLAMA_CPP_TYPES, llama_cpp_available, quantize
+from desktop_app.engine.export.gguf_tokenizer import (
+    GGUFTokenizer,
+    added_around_text,
+    read_tokenizer_json,
+    tokenizer_metadata,
+)
+from desktop_app.engine.export.modelfile import modelfile_text
 from desktop_app.engine.export.space import check_export_space
 from desktop_app.engine.fault_report import said_as_faults
 from desktop_app.engine.fileio import fsync_dir
+from desktop_app.engine.model.architecture import spec_from_hf_config
+from desktop_app.engine.model.families import family_of, no_gguf_reason
+from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder, resolve_base, resolve_model_folder
+from desktop_app.engine.model.gguf_file import is_gguf_file, model_type_of, read_header
+from desktop_app.engine.model.loading import load_model
 from desktop_app.engine.os_faults import check_writable
 from desktop_app.engine.run_folder import METRICS_FILE, MetricsSummary, read_json, read_metrics
 
@@ -38,7 +51,6 @@ DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 def resolve_source(source: str | Path) -> Path:
     """The model folder to export: the folder itself, or a run folder's newest verified checkpoint."""
-    from desktop_app.engine.model.folders import resolve_model_folder
 
     return resolve_model_folder(source)[0]
 
@@ -47,7 +59,6 @@ def _load(path: Path) -> tuple[Any, Any]:
     """(model in fp32 on CPU, transformers tokenizer) of a model folder (same rules as generation)."""
     import torch
 
-    from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(path, device="cpu", dtype=torch.float32)
     return loaded.model.eval(), loaded.tokenizer
@@ -57,7 +68,6 @@ def gguf_problem(source: str | Path) -> str | None:
     """Why `source` cannot be exported as GGUF (a sentence for the UI to show next to a disabled option),
     or None when it can. Cheap: reads configs and tokenizer.json only, loads no weights."""
     from desktop_app.engine.export.gguf_families import family_of
-    from desktop_app.engine.export.gguf_tokenizer import read_tokenizer_json, tokenizer_metadata
 
     try:
         folder = resolve_source(source)
@@ -76,8 +86,6 @@ def gguf_problem(source: str | Path) -> str | None:
 def gguf_origin(folder: Path) -> Path | None:
     """The GGUF file a model's weights came from: the file itself, or (following run.json's base_model, and an
     adapter's base, up a chain of fine-tunes) the GGUF its first base was. None when it was not made from one."""
-    from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
-    from desktop_app.engine.model.gguf_file import is_gguf_file
 
     current: Path | None = folder
     for _ in range(8):
@@ -101,11 +109,9 @@ def gguf_origin(folder: Path) -> Path | None:
 
 def _source_model_type(folder: Path) -> str:
     """The model_type of what `folder` (a model folder, adapter or GGUF file) holds, without loading weights."""
-    from desktop_app.engine.model.gguf_file import is_gguf_file, model_type_of, read_header
 
     if is_gguf_file(folder):
         return model_type_of(read_header(folder))
-    from desktop_app.engine.model.folders import is_adapter_folder, resolve_base
 
     if is_adapter_folder(folder):
         base = resolve_base(folder).adapter_base
@@ -122,7 +128,6 @@ def _source_model_type(folder: Path) -> str:
 
 def _source_config(folder: Path) -> dict[str, Any]:
     """config.json of a model folder; for an adapter folder (LoRA run), its base's."""
-    from desktop_app.engine.model.folders import is_adapter_folder, resolve_base
 
     if is_adapter_folder(folder):
         info = resolve_base(folder)
@@ -285,7 +290,6 @@ def _write_hf(model: Any, tokenizer: Any, source: Path, folder: Path, max_shard_
     from transformers import GenerationConfig
 
     from desktop_app.engine.data.tokenization import save_hf_tokenizer
-    from desktop_app.engine.model.architecture import spec_from_hf_config
 
     folder.mkdir(parents=True)
     ids = _special_ids(tokenizer)
@@ -405,8 +409,6 @@ def _write_gguf_and_modelfile(job: _Export, model: Any, tokenizer: Any) -> Itera
     """The GGUF at job.tmp (k-quants: our f32/f16 file, then llama.cpp's quantizer) and its Modelfile at a temporary
     sibling (job.result["modelfile_tmp"])."""
     from desktop_app.engine.export.gguf import GGUFFile, write_gguf
-    from desktop_app.engine.export.gguf_quantize import LLAMA_CPP_TYPES, quantize
-    from desktop_app.engine.export.gguf_tokenizer import GGUFTokenizer, added_around_text, read_tokenizer_json
 
     src, tmp, gguf_type = job.src, job.tmp, job.settings.gguf_type
     state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
@@ -438,7 +440,6 @@ def _write_gguf_and_modelfile(job: _Export, model: Any, tokenizer: Any) -> Itera
 
 def _write_modelfile(job: _Export, model: Any, tokenizer: Any) -> Iterator[Event]:
     """The Ollama Modelfile, at a temporary sibling of the output (job.result["modelfile_tmp"])."""
-    from desktop_app.engine.export.modelfile import modelfile_text
 
     context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     made = modelfile_text(job.out.name, tokenizer, context)
@@ -499,7 +500,6 @@ def _export(source: str | Path, fmt: str, out: str | Path, controls: Controls | 
 def _checked_export(source: str | Path, fmt: str, out: Path, controls: Controls | None,
                     settings: ExportSettings) -> _Export:
     """The export asked for, its mistakes refused before anything is loaded or written."""
-    from desktop_app.engine.model.folders import is_adapter_folder
 
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -524,8 +524,6 @@ def _checked_export(source: str | Path, fmt: str, out: Path, controls: Controls 
 
 def _refuse_gguf_early(job: _Export) -> None:
     """Refuse what cannot become GGUF before the weights are loaded."""
-    from desktop_app.engine.export.gguf_quantize import INSTALL_HINT, LLAMA_CPP_TYPES, llama_cpp_available
-    from desktop_app.engine.model.families import family_of, no_gguf_reason
 
     model_type = _source_model_type(job.src)
     family = family_of(model_type)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.model import families
+from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
+from desktop_app.engine.run_folder import CheckpointError, is_run_folder, list_committed, read_json
 
 if TYPE_CHECKING:
     from desktop_app.engine.protocols import CausalLM
@@ -31,8 +33,6 @@ def family_targets(path: str | Path) -> list[str]:
     """The linear layers LoRA can target in the model at `path` (a run, checkpoint, export, adapter or HF folder), by
     its family (config.json's model_type, from the family table), without loading or hashing anything; [] when
     unknown."""
-    from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
-    from desktop_app.engine.run_folder import is_run_folder, list_committed, read_json
 
     folder = Path(path).expanduser()
     if is_run_folder(folder):
@@ -197,14 +197,12 @@ def load_adapter_state(model: CausalLM, state: dict[str, Any]) -> None:
 
     unexpected = [k for k in getattr(result, "unexpected_keys", []) or [] if not tied_copy(k)]
     if unexpected:
-        from desktop_app.engine.run_folder import CheckpointError
 
         raise CheckpointError(f"the checkpoint's adapter does not fit this model (unexpected {unexpected[:5]}): "
                               "was the run's adapter configuration changed?")
     missing = [k for k in getattr(result, "missing_keys", []) or []
                if ("lora_" in k or "trainable_tokens" in k) and not tied_copy(k)]
     if missing:
-        from desktop_app.engine.run_folder import CheckpointError
 
         raise CheckpointError(f"the checkpoint's adapter lacks weights of this model ({missing[:5]})")
 

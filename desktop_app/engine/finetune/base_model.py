@@ -23,6 +23,7 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event
+from desktop_app.engine.hub.download import DownloadFinished, pull
 from desktop_app.engine.model.families import folder_attention
 from desktop_app.engine.model.folders import BaseModelInfo, looks_like_hub_id, weight_files
 from desktop_app.engine.model.loading import load_full, load_tokenizer, quiet_transformers
@@ -46,7 +47,6 @@ def download_base(repo_id: str, revision: str | None = None,
     download, the Hub's hashes and its sentences for every failure (gated, missing, lost connection, full disk).
     `on_event` sees each event (progress) as it comes. Models that need remote code are refused by resolve_base
     afterwards, as any local folder is."""
-    from desktop_app.engine.hub.download import DownloadFinished, pull
 
     if not looks_like_hub_id(repo_id):
         raise UserError(f"{repo_id!r} is not a Hugging Face Hub id (expected organisation/name)")

@@ -25,6 +25,9 @@ from desktop_app.engine.data.chat import (
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.finetune.formats import RecordError, normalise_record
 from desktop_app.engine.method_options import LOSS_ON
+from desktop_app.engine.model.folders import resolve_model_folder
+from desktop_app.engine.model.gguf_file import is_gguf_file
+from desktop_app.engine.model.loading import load_tokenizer
 
 if TYPE_CHECKING:
     from desktop_app.engine.protocols import CausalLM, ChatTokenizer
@@ -43,14 +46,11 @@ def as_hf_tokenizer(obj_or_path: Any) -> Any:
     elif isinstance(obj_or_path, Tokenizer):
         tok = hf_tokenizer(obj_or_path)
     else:
-        from desktop_app.engine.model.gguf_file import is_gguf_file
 
         p = Path(obj_or_path).expanduser()
         if p.is_file() and not is_gguf_file(p):
             tok = hf_tokenizer(p)
         else:
-            from desktop_app.engine.model.folders import resolve_model_folder
-            from desktop_app.engine.model.loading import load_tokenizer
 
             tok = load_tokenizer(resolve_model_folder(p)[0])
     if not getattr(tok, "is_fast", False):

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from desktop_app.engine.fileio import atomic_write_bytes
+
 CACHE_FILE = "reference_logps.safetensors"
 
 
@@ -71,7 +73,6 @@ def load_cache(run_dir: Path, sig: str) -> dict[str, torch.Tensor] | None:
 def save_cache(run_dir: Path, sig: str, tables: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save
 
-    from desktop_app.engine.fileio import atomic_write_bytes
 
     data = save({k: v.contiguous() for k, v in tables.items()}, metadata={"signature": sig})
     atomic_write_bytes(run_dir / CACHE_FILE, data)

@@ -17,7 +17,9 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.hub.errors import hub_error
-from desktop_app.engine.hub.network import hub_api, online
+from desktop_app.engine.hub.network import hub_api, hub_endpoint, online
+from desktop_app.engine.model.folders import check_causal_lm, looks_like_hub_id
+from desktop_app.engine.model.hub_cache import hub_cache_dir
 
 SAFETENSORS_LABEL = "Safetensors (full precision)"
 # What a causal LM needs beside its weights: configs, tokenizer files, chat template (never pickles)
@@ -75,7 +77,6 @@ def repo_details(repo_id: str, revision: str | None = None) -> RepoDetails:
 
 def check_repo_id(repo_id: str) -> None:
     """UserError (before any request) for what cannot be a repository id."""
-    from desktop_app.engine.model.folders import looks_like_hub_id
 
     if not looks_like_hub_id(repo_id):
         raise UserError(f"{repo_id!r} is not a Hugging Face Hub model id: write it as organisation/name, e.g. "
@@ -89,8 +90,6 @@ def fetch_config(repo_id: str, revision: str | None) -> dict[str, Any] | None:
 
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-    from desktop_app.engine.hub.network import hub_endpoint
-    from desktop_app.engine.model.hub_cache import hub_cache_dir
 
     try:
         path = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir(), revision=revision)
@@ -176,7 +175,6 @@ def iso_date(value: Any) -> str:
 
 def problem_of(repo_id: str, config: dict[str, Any], sets: tuple[FileSet, ...], sizes: dict[str, int]) -> str | None:
     """Why the app cannot use this repository: the same rules as for a local folder (model/folders.py)."""
-    from desktop_app.engine.model.folders import check_causal_lm
 
     if config.get("model_type") and any(s.kind == "safetensors" for s in sets):
         try:

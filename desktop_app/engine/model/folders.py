@@ -31,8 +31,16 @@ from typing import Any
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.model import gguf_file
+from desktop_app.engine.model.gguf_file import is_gguf_file, read_header
 from desktop_app.engine.model.hub_cache import NotCached, cache_repo_of, hub_reference, resolve_model_reference
-from desktop_app.engine.run_folder import ADAPTER_WEIGHTS, read_json, recorded_checksum, sha256_file
+from desktop_app.engine.run_folder import (
+    ADAPTER_WEIGHTS,
+    is_run_folder,
+    list_committed,
+    read_json,
+    recorded_checksum,
+    sha256_file,
+)
 
 KINDS = ("run", "checkpoint", "gguf", "export", "hf")
 ADAPTER_CONFIG = "adapter_config.json"
@@ -281,7 +289,6 @@ def weights_sha256(info: BaseModelInfo) -> str:
 def gguf_chat_template(path: str | Path) -> str:
     """The chat template in a GGUF file's metadata (tokenizer.chat_template); "" when it has none or the file
     cannot be read as GGUF."""
-    from desktop_app.engine.model.gguf_file import read_header
 
     try:
         return (read_header(path).chat_template or "").strip()
@@ -295,8 +302,6 @@ def folder_chat_template(path: str | Path) -> str:
     "" when it has none, or `path` is no model (another file, or not a valid path at all)."""
     import json
 
-    from desktop_app.engine.model.gguf_file import is_gguf_file
-    from desktop_app.engine.run_folder import is_run_folder, list_committed
 
     folder = Path(path).expanduser()
     try:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.architecture import spec_from_hf_config
 from desktop_app.engine.model.families import attention_of, folder_attention
 from desktop_app.engine.model.folders import (
     BaseModelInfo,
@@ -37,6 +38,7 @@ from desktop_app.engine.model.folders import (
     weight_files,
     weights_sha256,
 )
+from desktop_app.engine.model.gguf_file import check_loadable, read_header
 from desktop_app.engine.model.gguf_reading import parse_once
 from desktop_app.engine.run_folder import read_json
 from desktop_app.engine.specs import ModelSpec
@@ -129,7 +131,6 @@ def load_gguf_tokenizer(file: Path) -> Any:
     """The fast tokenizer (with its chat template) built from a GGUF file's metadata by transformers."""
     from transformers import AutoTokenizer
 
-    from desktop_app.engine.model.gguf_file import check_loadable, read_header
 
     check_loadable(read_header(file))  # never hand an unchecked file to the parsers
     try:
@@ -149,7 +150,6 @@ def load_gguf_weights(file: Path, dtype: Any = None) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from desktop_app.engine.model.gguf_file import check_loadable, read_header
 
     header = read_header(file)
     check_loadable(header)
@@ -319,7 +319,6 @@ def _load_adapter(folder: Path, kind: str, name: str, device: Any, dtype: Any) -
     assert info.adapter_base is not None
     spec = None
     with contextlib.suppress(UserError):
-        from desktop_app.engine.model.architecture import spec_from_hf_config
 
         spec = spec_from_hf_config(model.config)
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, kind=kind, path=folder,
@@ -327,7 +326,6 @@ def _load_adapter(folder: Path, kind: str, name: str, device: Any, dtype: Any) -
 
 
 def _spec_of(folder: Path, model: Any) -> ModelSpec | None:
-    from desktop_app.engine.model.architecture import spec_from_hf_config
 
     spec_file = folder / "model_spec.json"
     if spec_file.is_file():

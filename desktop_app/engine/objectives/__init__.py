@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from desktop_app.engine.errors import UserError
+
 if TYPE_CHECKING:
     from desktop_app.engine.objectives.base import Objective
 
@@ -22,7 +24,6 @@ def make_objective(name: str) -> Objective:
     import importlib
 
     if name not in REGISTRY:
-        from desktop_app.engine.errors import UserError
 
         raise UserError(f"unknown training objective {name!r}; available: {', '.join(REGISTRY)}")
     module, cls = REGISTRY[name]

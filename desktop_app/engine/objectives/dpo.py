@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from desktop_app.engine.data.batches import IndexBatchSource
 from desktop_app.engine.events import Log
 from desktop_app.engine.finetune import reference as ref_mod
+from desktop_app.engine.finetune.examples import build_preference_examples
 from desktop_app.engine.model.training_forward import next_token_logps, uses_fused_loss
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.objectives.sft import (
@@ -108,7 +109,6 @@ class DPOObjective(FineTuneObjective):
     # --- setup -----------------------------------------------------------------------------------------------
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-        from desktop_app.engine.finetune.examples import build_preference_examples
 
         opts = ctx.config.options()
         tok = ctx.tokenizer

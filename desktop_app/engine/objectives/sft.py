@@ -31,9 +31,12 @@ import torch
 import torch.nn.functional as F
 
 from desktop_app.engine.data.batches import IndexBatchSource
+from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Log
-from desktop_app.engine.finetune.examples import IGNORE_INDEX
+from desktop_app.engine.fileio import atomic_write_text
+from desktop_app.engine.finetune.examples import IGNORE_INDEX, build_sft_examples, pack_examples
+from desktop_app.engine.generate.prompts import context_length
 from desktop_app.engine.model import fused_llama
 from desktop_app.engine.model.fast_forward import block_causal_mask
 from desktop_app.engine.model.fused_loss import linear_cross_entropy
@@ -70,7 +73,6 @@ def held_out_split(n: int, fraction: float, seed: int) -> tuple[list[int], list[
 
 def max_len_for(model: Any, requested: int) -> int:
     """The longest example: `requested`, or the model's context length when 0 (refused when it exceeds it)."""
-    from desktop_app.engine.generate.prompts import context_length
 
     ctx = context_length(model)
     if requested:
@@ -84,7 +86,6 @@ def verdict_events(groups: list[tuple[str, list[Any]]], run_dir: Path) -> list[L
     """Log events for the data verdicts of each (label, verdicts) group: every record problem with its file and
     line (up to a cap), then one summary per file. Every verdict also goes to data_verdicts.jsonl in the run
     folder (atomically), so nothing is dropped without a trace."""
-    from desktop_app.engine.fileio import atomic_write_text
 
     lines = [json.dumps({"set": what, "path": v.path, "line": v.line, "status": v.status, "reason": v.reason},
                         ensure_ascii=False) for what, verdicts in groups for v in verdicts]
@@ -208,8 +209,6 @@ def chat_samples(model: Any, ctx: TrainContext, prompts: list[list[int]]) -> lis
     tok = ctx.tokenizer
     if not spec.sample_tokens or tok is None or not prompts or not hasattr(model, "generate"):
         return []
-    from desktop_app.engine.data.chat import stop_token_ids
-    from desktop_app.engine.generate.prompts import context_length
 
     stops = stop_token_ids(tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (stops[0] if stops else 0)
@@ -280,7 +279,6 @@ class SFTObjective(FineTuneObjective):
         self._rows: list[tuple[list[int], list[int], list[int] | None]] = []
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-        from desktop_app.engine.finetune.examples import build_sft_examples, pack_examples
 
         opts = ctx.config.options()
         tok = ctx.tokenizer
@@ -315,7 +313,6 @@ class SFTObjective(FineTuneObjective):
         wanted = val[:opts.sample_count]
         if opts.loss_on != "all" or not wanted:
             return [p for p in (prompt_of(e) for e in wanted) if p]
-        from desktop_app.engine.finetune.examples import build_sft_examples
 
         files = opts.val_data if val_idx is None else ctx.config.data
         try:

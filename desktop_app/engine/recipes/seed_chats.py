@@ -10,6 +10,8 @@ from typing import Any
 
 from desktop_app.engine.fileio import atomic_write_text
 from desktop_app.engine.method_options import SelfPlayOptions
+from desktop_app.engine.model.folders import resolve_model_folder
+from desktop_app.engine.model.loading import load_tokenizer
 from desktop_app.engine.selfplay.prompting import ASK, default_world
 from desktop_app.engine.tasks.base import TaskWorld, get_world
 from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol
@@ -33,8 +35,6 @@ def chat_record(world: TaskWorld, task: Any) -> dict[str, Any]:
 def write_seed_chats(path: Path, base: str, options: dict[str, Any], seed: int,
                      per_type: int = TASKS_PER_TYPE) -> Path:
     """Write `per_type` seed tasks of each of the options' task types as chat JSONL; returns the file."""
-    from desktop_app.engine.model.folders import resolve_model_folder
-    from desktop_app.engine.model.loading import load_tokenizer
 
     o = SelfPlayOptions.from_dict(options)
     name = o.world

@@ -30,9 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
-from desktop_app.engine.method_options import TASK_TYPES
-from desktop_app.engine.tasks.heldout_protocol import REPORTED_SEED, SELECTION_SEED
+from desktop_app.engine.method_options import TASK_TYPES, SelfPlayOptions
+from desktop_app.engine.run_folder import tail_records
+from desktop_app.engine.specs import DataSpec, RunConfig, TrainSpec
+from desktop_app.engine.tasks import get_world
+from desktop_app.engine.tasks.heldout_protocol import REPORTED_SEED, SELECTION_SEED, HeldoutProtocol
 
 DEMO_WORLD = {"references": 2}  # mini's default depth (2): programs a tiny model learns within minutes
 HELDOUT_SEEDS = [SELECTION_SEED, REPORTED_SEED]  # programs of both sets stay out of every training stream
@@ -147,7 +151,6 @@ class Demo:
     """One demo's folder, clock and settings; each phase is a method that yields its events."""
 
     def __init__(self, out: Path, controls: Controls, deadline: float, settings: DemoSettings):
-        from desktop_app.engine.method_options import SelfPlayOptions
 
         self.out, self.controls, self.deadline, self.settings = out, controls, deadline, settings
         self.seed = settings.seed
@@ -255,8 +258,6 @@ class Demo:
 
     # -- phases ----------------------------------------------------------------------------------------
     def corpus(self, count: int) -> Iterator[Event]:
-        from desktop_app.engine.tasks import get_world
-        from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol
 
         world = get_world("mini", **DEMO_WORLD)
         protocol = HeldoutProtocol(world, (REPORTED_SEED,), SELECTION_SEED, int(self.eval_options["per_type"]),
@@ -276,7 +277,6 @@ class Demo:
 
     def prepare(self) -> Iterator[Event]:
         from desktop_app.engine.data.prepare import prepare_dataset
-        from desktop_app.engine.specs import DataSpec
 
         spec = DataSpec(tokenizer="bpe", vocab_size=160, context_length=256, val_fraction=0.02, seed=self.seed)
         for event in prepare_dataset([self.out / "corpus"], self.out / "dataset", spec, self.controls):
@@ -321,7 +321,6 @@ class Demo:
         return best
 
     def selfplay(self, base: str, budget_s: float) -> Iterator[Event]:
-        from desktop_app.engine.specs import RunConfig, TrainSpec
 
         spec = TrainSpec.from_dict({**self.selfplay_train,
                                     "time_budget_s": phase_budget(budget_s, self.selfplay_train)})
@@ -336,7 +335,6 @@ class Demo:
     def solver_only(self, base: str, budget_s: float) -> Iterator[Event]:
         """Solver-only RL: self-play's run with no proposer (the solver practises the world's generated tasks),
         the same start, settings and wall time; returns its final checkpoint."""
-        from desktop_app.engine.specs import RunConfig, TrainSpec
 
         spec = TrainSpec.from_dict({**self.selfplay_train, "time_budget_s": phase_budget(budget_s, {})})
         config = RunConfig(base_model=base, dataset=str(self.dataset or ""), objective="selfplay",
@@ -347,7 +345,6 @@ class Demo:
 
     def control(self, base: str, budget_s: float, overrides: dict[str, Any]) -> Iterator[Event]:
         """The same wall time spent on plain training from the same start; returns its final checkpoint."""
-        from desktop_app.engine.specs import RunConfig, TrainSpec
 
         steps = self.selfplay_train["steps"]
         if self.dataset is not None:  # continued pretraining on the seed corpus, annealed over the time it gets
@@ -372,7 +369,6 @@ class Demo:
     def evaluate(self, label: str, models: list[str]) -> Iterator[Event]:
         """The held-out figures of one model (kept in self.results[label] and its run folder's evaluations)."""
         from desktop_app.engine.evaluate.runner import evaluate_models
-        from desktop_app.engine.evaluate.spec import EvalSpec
 
         world = self.world or ("mini" if self.dataset is not None else self.selfplay_options.get("world", "auto"))
         spec = EvalSpec.from_dict({"world": world, "world_options": self.selfplay_options.get("world_options", {}),
@@ -407,7 +403,6 @@ def _passing_controls(events: Iterator[Event], controls: Controls, outer: Contro
 
 def _steps_per_second(run_dir: Path) -> float:
     """The pace of a finished run's training steps (its last step record), for planning a schedule by time."""
-    from desktop_app.engine.run_folder import tail_records
 
     steps = [r for r in tail_records(run_dir) if r.get("type") == "step" and r.get("elapsed_s")]
     return float(steps[-1]["step"]) / float(steps[-1]["elapsed_s"]) if steps else 0.0

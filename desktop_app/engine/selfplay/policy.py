@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from desktop_app.engine.errors import UserError
 from desktop_app.engine.model.training_forward import next_token_logps, uses_fused_loss
 from desktop_app.engine.selfplay.rewards import grouped_advantages
 
@@ -55,7 +56,6 @@ def make_reference(adapter: bool, load_reference: Callable[[], torch.nn.Module] 
     if adapter:
         return ADAPTER_OFF
     if load_reference is None:
-        from desktop_app.engine.errors import UserError
 
         raise UserError("a KL penalty (kl_coef > 0) or the likelihood reward needs a base model to compare with: "
                         "train from a base model, or set kl_coef to 0")

@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from desktop_app.engine.data.chat import CHATML_TEMPLATE, stop_token_ids
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.generate.prompts import encode_messages
 from desktop_app.engine.method_options import PROMPT_STYLES
 from desktop_app.engine.selfplay.rollout import TextCodec
 from desktop_app.engine.tasks.answers import answer_block, extract_answer
@@ -40,7 +42,6 @@ def has_chat_template(tokenizer: Any) -> bool:
 def is_chat_model(tokenizer: Any) -> bool:
     """A model that brings its own chat template (not one of the app's defaults, which every tokenizer the app
     trains carries): an instruct model, asked through its template when the prompt style is auto."""
-    from desktop_app.engine.data.chat import CHATML_TEMPLATE
     from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
 
     template = getattr(tokenizer, "chat_template", None)
@@ -79,7 +80,6 @@ class TaskPrompter:
     def _ids(self, text: str) -> list[int]:
         if not self.chat:
             return self.codec.encode(text)
-        from desktop_app.engine.generate.prompts import encode_messages
 
         return encode_messages(self.codec.tokenizer, [{"role": "user", "content": text}])
 
@@ -136,7 +136,6 @@ def make_prompter(tokenizer: Any, style: str = "auto", model: Any = None) -> Tas
     chat = resolve_style(style, tokenizer) == "chat"
     codec = TextCodec(tokenizer)
     if chat:
-        from desktop_app.engine.data.chat import stop_token_ids
 
         stops = set(stop_token_ids(tokenizer, model, chat=True))
     else:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from desktop_app.engine.fileio import atomic_write_text
 from desktop_app.engine.sandbox.literal import LiteralError, LiteralLimits, parse_literal, same_value, to_literal
 from desktop_app.engine.tasks.base import (
     TASK_TYPES,
@@ -270,7 +271,6 @@ class MiniWorld(SeededWorld):
         With `proposals`, also a quarter as many propose examples (a propose prompt and a new task), so a
         model learns to write tasks too. The tasks per type are `generate(type, n, seed)` less any program in
         `exclude` (pass a held-out set's programs to keep them out of the corpus); they are returned."""
-        from desktop_app.engine.fileio import atomic_write_text
 
         kinds = [check_type(self, t) for t in types]
         rng = random.Random(f"mini-corpus-{seed}")

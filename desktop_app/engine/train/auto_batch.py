@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from desktop_app.engine.generate.prompts import context_length
+from desktop_app.engine.model.sizing import estimate_memory
+
 if TYPE_CHECKING:
     from desktop_app.engine.train.distributed import DistContext
     from desktop_app.engine.train.setup import Parts
@@ -65,7 +68,6 @@ def estimate_cpu_bytes(model_spec: Any, model: Any, *, seq_len: int, precision: 
     """(fixed bytes of this process, activation bytes per sequence). With a ModelSpec the sizing model; without
     one (a base model of another family) a rough per-parameter rule."""
     if model_spec is not None:
-        from desktop_app.engine.model.sizing import estimate_memory
 
         one = estimate_memory(model_spec, batch_size=1, seq_len=seq_len, precision=precision)
         fixed = one["weights"] + (one["gradients"] + one["optimizer"]) * trainable_share
@@ -106,7 +108,6 @@ def choose_micro_batch(parts: Parts, dist: DistContext | None, rows: int, curren
     if device.type != "cuda":
         import psutil
 
-        from desktop_app.engine.generate.prompts import context_length
 
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

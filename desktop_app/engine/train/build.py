@@ -21,6 +21,7 @@ from desktop_app.engine.events import Event, Log
 from desktop_app.engine.model import fast_path
 from desktop_app.engine.model.fast_path import KernelRequest
 from desktop_app.engine.model.training_forward import TrainingModel
+from desktop_app.engine.objectives import make_objective
 from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train import distributed as dist_mod
@@ -57,7 +58,6 @@ def build_parts(run: Run, found: Found) -> list[Event]:
     forward_model, found_kernels = _kernels(run, prepared, device)
     notes += found_kernels
     if run.objective is None:
-        from desktop_app.engine.objectives import make_objective
 
         run.objective = make_objective(config.objective)
     objective = run.objective

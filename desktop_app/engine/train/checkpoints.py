@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 
 from desktop_app.engine import os_faults
 from desktop_app.engine.fileio import fsync_dir
+from desktop_app.engine.finetune.adapters import adapter_state, load_adapter_state, save_adapter
 from desktop_app.engine.run_folder import (
     ADAPTER_WEIGHTS,
     CHECKPOINT_FORMAT_VERSION,
@@ -123,7 +124,6 @@ def _unique_tensors(model: torch.nn.Module) -> dict[Any, torch.Tensor]:
 def estimate_checkpoint_bytes(payload: CheckpointPayload) -> int:
     """About how many bytes the checkpoint takes on disk (weights, optimizer state, a generous rest)."""
     if _is_adapter_model(payload.model):
-        from desktop_app.engine.finetune.adapters import adapter_state
 
         state = adapter_state(payload.model, payload.model_state)
     else:  # the tensors' sizes, without copying them off a GPU (shared storage counted once)
@@ -210,7 +210,6 @@ def _stage(staging: Path, p: CheckpointPayload) -> None:
     if _is_adapter_model(p.model):
         # Only the adapter (PEFT's files); no config.json, so transformers' own from_pretrained(folder) also
         # sees an adapter folder and loads its base from adapter_config.json.
-        from desktop_app.engine.finetune.adapters import save_adapter
 
         save_adapter(p.model, staging, state=p.model_state)
     else:
@@ -296,7 +295,6 @@ def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> 
     """Load weights saved by `model_state_for_saving` (only tied duplicates may be absent), or a PEFT model's
     adapter tensors saved with it."""
     if _is_adapter_model(model):
-        from desktop_app.engine.finetune.adapters import load_adapter_state
 
         load_adapter_state(model, state)
         return

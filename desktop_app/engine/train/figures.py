@@ -19,6 +19,7 @@ import statistics
 from collections import deque
 
 from desktop_app.engine.events import Progress
+from desktop_app.engine.model.sizing import flops_per_token
 from desktop_app.engine.specs import ModelSpec, TrainSpec
 
 ETA_AFTER_STEPS = 3  # steps of a session before it gives an ETA (the first one holds allocation, compilation)
@@ -67,7 +68,6 @@ def training_flops_per_token(spec: ModelSpec | None, seq_len: float, *, adapter:
     are frozen (`adapter`), weight gradients. Without a spec (or a length), `fallback` (the setup's figure)."""
     if spec is None or seq_len <= 0:
         return fallback
-    from desktop_app.engine.model.sizing import flops_per_token
 
     length = max(1, round(seq_len))
     full = float(flops_per_token(spec, length))

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.finetune.base_model import quantization_config
 from desktop_app.engine.hub.details import FileSet, RepoDetails, fetch_config
 from desktop_app.engine.hub.errors import size_text
 from desktop_app.engine.model.families import attention_of
-from desktop_app.engine.model.sizing import TrainingShape, estimate_memory, estimate_training_memory
-from desktop_app.engine.specs import ModelSpec
+from desktop_app.engine.model.sizing import TrainingShape, estimate_memory, estimate_training_memory, spec_for_estimate
+from desktop_app.engine.specs import AdapterSpec, ModelSpec
 from desktop_app.engine.train.preflight import ASSUMED_EXAMPLE_TOKENS, FITS_SHARE, Machine, this_machine
 
 USES = ("chat", "lora", "qlora", "full")
@@ -71,8 +72,6 @@ def qlora_refusal(machine: Machine) -> str | None:
     must load; never on Apple GPUs); None where it can: on a CUDA GPU, or on the CPU (4-bit base, fp32 compute)."""
     import torch
 
-    from desktop_app.engine.finetune.base_model import quantization_config
-    from desktop_app.engine.specs import AdapterSpec
 
     # A CUDA machine is checked as the CPU is (its branch only picks the compute dtype, which needs the GPU itself)
     mps = not machine.gpu_total and torch.backends.mps.is_available()
@@ -134,7 +133,6 @@ def model_shape(details: RepoDetails) -> tuple[ModelSpec | None, bool]:
 def spec_from_config(config: dict[str, Any]) -> ModelSpec | None:
     """The ModelSpec of a config.json: exact for llama and gpt2, the same shapes for the many families that name
     them as Llama does (qwen2, mistral, gemma, phi3, ...), None when the shapes are not there."""
-    from desktop_app.engine.model.sizing import spec_for_estimate
 
     return spec_for_estimate(config)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Finished, Log
 from desktop_app.engine.model.sizing import estimate_training_memory, human_bytes
 from desktop_app.engine.specs import RunConfig
 from desktop_app.engine.train.preflight import (
@@ -190,7 +191,6 @@ def moment_of(run: Any) -> OomMoment:
 def report_out_of_memory(run: Any, exc: BaseException) -> Iterator[Any]:
     """In train(): an out-of-memory during the steps ends the run with the report (a Log and Finished("failed"),
     through run.emit, like other failures in training); during the setup it is raised as the UserError it is."""
-    from desktop_app.engine.events import Finished, Log
 
     error = out_of_memory_error(run.config, moment_of(run))
     if run.parts is None:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from desktop_app.engine.errors import UserError
 from desktop_app.engine.specs import TrainSpec
 
 
@@ -57,7 +58,6 @@ def build_optimizer(model: nn.Module, spec: TrainSpec, device: torch.device | No
                     kind: str = "adamw") -> torch.optim.Optimizer:
     """AdamW over the trainable parameters (decay groups as param_groups); kind adamw | adamw8bit |
     paged_adamw8bit (bitsandbytes; same update rule with 8-bit blockwise-quantized moments)."""
-    from desktop_app.engine.errors import UserError
 
     groups = param_groups(model, spec.weight_decay)
     for g in groups:

@@ -22,7 +22,15 @@ from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event, Log
+from desktop_app.engine.finetune.adapters import apply_adapter
+from desktop_app.engine.finetune.base_model import load_base
+from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
+from desktop_app.engine.generate.prompts import context_length
 from desktop_app.engine.method_options import method_options
+from desktop_app.engine.model.architecture import build_model, spec_from_hf_config
+from desktop_app.engine.model.folders import resolve_base as resolve
+from desktop_app.engine.model.folders import weights_sha256
+from desktop_app.engine.model.sizing import flops_per_token as spec_flops
 from desktop_app.engine.objectives.base import Objective, TrainContext
 from desktop_app.engine.run_folder import RUN_FILE, MetricsWriter
 from desktop_app.engine.specs import AdapterSpec, DistributedSpec, ModelSpec, RunConfig, TrainSpec
@@ -77,8 +85,6 @@ def canonical_config(config_dict: dict[str, Any]) -> dict[str, Any]:
 def resolve_base(config: RunConfig, resume: bool) -> tuple[RunConfig, BaseModelInfo]:
     """Resolve config.base_model to the folder holding its weights, checksum them, and record both in the config
     it returns. A base that changed since the config recorded it is refused."""
-    from desktop_app.engine.model.folders import resolve_base as resolve
-    from desktop_app.engine.model.folders import weights_sha256
 
     try:
         info = resolve(config.base_model)
@@ -240,7 +246,6 @@ def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: Tok
         model, model_spec = build_from_spec(config, store, tokenizer)
         return Prepared(model, model_spec, tokenizer, store_tokenizer_writer(store), [])
 
-    from desktop_app.engine.finetune.base_model import load_base
 
     adapter = config.adapter_spec()
     base = load_base(base_info, device, quantize=adapter if adapter.kind == "qlora" else None)
@@ -251,11 +256,9 @@ def prepare_model(config: RunConfig, base_info: BaseModelInfo | None, store: Tok
     tokenizer, write_tokenizer, new_ids = _base_tokenizer(config, base, base_info, store, notes)
     model_spec = None
     with contextlib.suppress(Exception):
-        from desktop_app.engine.model.architecture import spec_from_hf_config
 
         model_spec = spec_from_hf_config(model.config)
     if adapter.kind != "none":
-        from desktop_app.engine.finetune.adapters import apply_adapter
 
         model, adapter_notes = apply_adapter(model, adapter, seed=config.seed, new_token_ids=new_ids,
                                              quantized=base.quantized,
@@ -270,12 +273,9 @@ def _base_tokenizer(config: RunConfig, base: Any, base_info: BaseModelInfo, stor
     """The tokenizer a run on a base model speaks, its writer, and the ids of chat tokens it added (notes appended):
     the base's own with chat tokens for fine-tuning, the base's own for RL rollouts, the dataset's for continued
     pretraining."""
-    from desktop_app.engine.finetune.chat_template import as_hf_tokenizer
-    from desktop_app.engine.generate.prompts import context_length
 
     model = base.model
     if config.is_finetune:
-        from desktop_app.engine.finetune.chat_template import ensure_chat_tokens
 
         tokenizer = as_hf_tokenizer(base.tokenizer)
         before = len(tokenizer)
@@ -295,11 +295,9 @@ def _base_tokenizer(config: RunConfig, base: Any, base_info: BaseModelInfo, stor
 def _reference_loader(config: RunConfig, base_info: BaseModelInfo, device: torch.device) -> Callable[[], Any]:
     def load_reference() -> Any:
         """A second, frozen copy of the base prepared the same way (full-model DPO's reference)."""
-        from desktop_app.engine.finetune.base_model import load_base
 
         ref = load_base(base_info, device)
         if config.is_finetune:
-            from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
 
             ensure_chat_tokens(as_hf_tokenizer(ref.tokenizer), ref.model)
         ref.model.eval().requires_grad_(False)
@@ -347,7 +345,6 @@ def build_from_spec(config: RunConfig, store: TokenStore, tokenizer: TextTokeniz
         raise UserError(f"the model's context_length {spec.context_length} is shorter than the dataset's windows "
                         f"of {store.context_length} tokens: set context_length to {store.context_length} or "
                         "prepare the dataset with a shorter context")
-    from desktop_app.engine.model.architecture import build_model
 
     return build_model(spec, seed=config.seed, **special_ids(tokenizer)), spec
 
@@ -375,7 +372,6 @@ def hf_tokenizer_writer(tokenizer: ChatTokenizer, context_length: int | None) ->
 def flops_per_token(model: CausalLM, spec: ModelSpec | None, *, adapter: bool = False) -> float:
     """Training FLOPs per token (the MFU numerator); a frozen base (adapters) has no weight gradients."""
     if spec is not None:
-        from desktop_app.engine.model.sizing import flops_per_token as spec_flops
 
         full = float(spec_flops(spec))
     else:
