@@ -13,6 +13,7 @@ import importlib
 import sys
 
 from desktop_app import __version__
+from desktop_app.engine.errors import UserError
 
 # verb -> (module, one-line help). Modules are imported only when their verb runs (fast start-up).
 VERBS: dict[str, tuple[str, str]] = {
@@ -62,8 +63,6 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from desktop_app.engine.errors import UserError
-
     argv = sys.argv[1:] if argv is None else argv
     if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
         print(unknown_verb_message(argv[0]), file=sys.stderr)

@@ -17,6 +17,17 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from desktop_app.cli.models import CancelOnSignal, report_download
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.benchmark_catalog import (
+    HARNESS_MISSING,
+    folder_tasks,
+    popular_benchmarks,
+    require_harness,
+    task_names,
+)
+from desktop_app.engine.evaluate.benchmark_data import data_state, fetch_benchmark_data
+from desktop_app.engine.events import Controls
 from desktop_app.engine.paths import cli_exe
 
 _STATE_WORDS = {"ready": "fetched", "local": "local files", "missing": "not fetched", "unknown": "unknown"}
@@ -45,15 +56,6 @@ def split_names(text: str) -> list[str]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.evaluate.benchmark_catalog import (
-        HARNESS_MISSING,
-        folder_tasks,
-        popular_benchmarks,
-        require_harness,
-        task_names,
-    )
-
     descriptions = {b.name: b.description for b in popular_benchmarks()}
     try:
         require_harness()
@@ -63,7 +65,6 @@ def _list(args: argparse.Namespace) -> int:
         _print_rows([(name, "", text) for name, text in descriptions.items()], args.json)
         print(HARNESS_MISSING, file=sys.stderr)
         return 0
-    from desktop_app.engine.evaluate.benchmark_data import data_state
 
     if args.all:
         names = task_names(args.dir)
@@ -91,10 +92,6 @@ def _print_rows(rows: list[tuple[str, str, str]], as_json: bool) -> None:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from desktop_app.cli.models import CancelOnSignal, report_download
-    from desktop_app.engine.evaluate.benchmark_data import fetch_benchmark_data
-    from desktop_app.engine.events import Controls
-
     names = split_names(args.names)
     controls = Controls()
     seen: list[Any] = []

@@ -11,6 +11,7 @@ from typing import Any
 from desktop_app.engine.run_commands import TRAIN_FLAGS
 from desktop_app.engine.spec_base import default_of
 from desktop_app.engine.specs import TRACKERS, SpecError, TrainSpec
+from desktop_app.engine.train.tracking import parse_trackers
 
 
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +30,6 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _trackers_flag(text: str) -> list[str]:
-    from desktop_app.engine.train.tracking import parse_trackers
-
     try:
         return parse_trackers(text)
     except SpecError as exc:
@@ -38,8 +37,6 @@ def _trackers_flag(text: str) -> list[str]:
 
 
 def _trackers_flag(text: str) -> list[str]:
-    from desktop_app.engine.train.tracking import parse_trackers
-
     try:
         return parse_trackers(text)
     except SpecError as exc:

@@ -15,6 +15,10 @@ import time
 import traceback
 from pathlib import Path
 
+from desktop_app import __version__
+from desktop_app.engine.os_faults import fault_error, fixable
+from desktop_app.engine.workspace import default_workspace_root
+
 EXIT_CRASH = 1  # a failure, not a usage mistake (UserError and argparse exit 2)
 EXIT_FAULT = 2  # an OS fault the person can fix: like a UserError
 
@@ -30,7 +34,6 @@ VERB_WORK = {
 
 def log_folder(workspace: str | os.PathLike[str] | None = None) -> Path:
     """The workspace's logs folder (the --workspace given, else $AZR_WORKSPACE or the user data folder)."""
-    from desktop_app.engine.workspace import default_workspace_root
 
     root = Path(workspace).expanduser() if workspace else default_workspace_root()
     return root / "logs"
@@ -41,7 +44,6 @@ def write_crash_log(exc: BaseException, argv: list[str], workspace: str | os.Pat
 
     Falls back to the temporary folder when the workspace cannot be written (a read-only or missing drive).
     """
-    from desktop_app import __version__
 
     header = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} cli: azr-trainer {' '.join(argv)}\n"
               f"AZR Model Trainer {__version__}, Python {sys.version.split()[0]}, {sys.platform}"
@@ -81,7 +83,6 @@ def crash_line(exc: BaseException, argv: list[str], workspace: str | os.PathLike
 def fault_line(exc: BaseException, verb: str) -> str | None:
     """The one line for an OS fault the person can fix ("error: exporting the model failed: the disk is full
     (/data/out; 12 MB free): free some space or choose a folder on another disk"), or None when `exc` is not one."""
-    from desktop_app.engine.os_faults import fault_error, fixable
 
     if not fixable(exc):
         return None

@@ -26,6 +26,13 @@ import json
 import sys
 from typing import Any
 
+from desktop_app.cli.reporting import StopSignals
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.baselines import differences
+from desktop_app.engine.evaluate.defaults import default_measures
+from desktop_app.engine.evaluate.spec import EvalSpec
+from desktop_app.engine.events import Controls
+
 TYPES = ("deduction", "abduction", "induction")
 MATCH_WORDS = {"contains": "the reply contains an expected answer",
                "exact": "the reply's answer equals an expected one"}
@@ -88,8 +95,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def chosen_measures(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The evaluations asked for, or (none named) those that fit the models, and the reason in words ("" when
     asked): EvalSpec fields."""
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.evaluate.defaults import default_measures
 
     fitting = default_measures(args.models, qa=args.qa)
     match = args.qa_match or fitting.fields["qa_match"]
@@ -108,8 +113,6 @@ def benchmark_names(args: argparse.Namespace) -> list[str]:
 
 def spec_from_args(args: argparse.Namespace, measures: dict[str, Any] | None = None) -> Any:
     """The EvalSpec of the arguments; `measures`: chosen_measures' fields (read from the models when None)."""
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.evaluate.spec import EvalSpec
 
     data: dict[str, Any] = {"prompt_style": args.prompt_style, "device": args.device, "samples": args.samples,
                             "per_type": args.per_type, "max_new_tokens": args.max_new_tokens,
@@ -135,9 +138,7 @@ def spec_from_args(args: argparse.Namespace, measures: dict[str, Any] | None = N
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.cli.reporting import StopSignals
     from desktop_app.engine.evaluate.runner import evaluate_models
-    from desktop_app.engine.events import Controls
 
     measures, why = chosen_measures(args)
     spec = spec_from_args(args, measures)
@@ -178,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
 def with_difference(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A JSON row with "compared_with" (the model it is compared with: its base when in the table, else the first)
     and "difference" {figure: value minus that model's}; the reference row as it is."""
-    from desktop_app.engine.evaluate.baselines import differences
 
     found = differences(rows).get(str(row["model"]))
     return row if found is None else {**row, "compared_with": found[0], "difference": found[1]}
@@ -214,7 +214,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The models side by side: one row each, a column per figure that any of them has; with benchmarks, under each
     model compared with another (its base when that is in the table, else the first model) a "Δ vs NAME" row of
     differences."""
-    from desktop_app.engine.evaluate.baselines import differences
 
     columns = _columns(rows)
     names = {str(r["model"]): str(r["name"]) for r in rows}

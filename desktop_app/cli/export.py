@@ -13,6 +13,8 @@ import json
 import sys
 
 from desktop_app.cli.model_file import add_file_argument, chosen_model
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.export.hf import export_model
 
 FORMATS = ("hf", "zip", "gguf")
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")  # export/hf.py's, without importing it
@@ -41,9 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.export.hf import export_model
-
     if args.fmt != "gguf" and args.gguf_type is not None:
         raise UserError("--gguf-type only applies to --format gguf")
     try:  # transformers' own bars would interleave with ours

@@ -24,12 +24,14 @@ import sys
 from typing import Any
 
 from desktop_app.cli.model_file import add_file_argument, chosen_model
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.generate.prompts import context_length, fit_messages
+from desktop_app.engine.model.loading import load_model
+from desktop_app.engine.spec_base import help_text
+from desktop_app.engine.specs import GenerateSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from desktop_app.engine.spec_base import help_text
-    from desktop_app.engine.specs import GenerateSpec
-
     d = GenerateSpec()
     parser.epilog = ("Without --json the text of sample 0 streams to stdout as it is generated; with --samples N "
                      "the other samples follow it, each under a '--- sample i ---' line. With --json one JSON "
@@ -75,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
     import threading
 
     spec = _spec(args)
-    from desktop_app.engine.errors import UserError
 
     if args.threads < 0:
         raise UserError(f"--threads must be 0 (automatic) or more, got {args.threads}")
@@ -83,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--system needs --chat (a system message only exists in a chat conversation)")
 
     from desktop_app.engine.generate.decode import stream_text
-    from desktop_app.engine.model.loading import load_model
 
     loaded = load_model(chosen_model(args.model, args.file), device=args.device)
     for warning in loaded.warnings:
@@ -113,7 +113,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _spec(args: argparse.Namespace) -> Any:
     """The checked GenerateSpec of the arguments."""
-    from desktop_app.engine.specs import GenerateSpec
 
     temperature = args.temperature
     if temperature is None:  # beam search is deterministic: its default is 0, sampling's is the spec's
@@ -130,7 +129,6 @@ def _prompt(args: argparse.Namespace, loaded: Any, spec: Any) -> Any:
     that the system prompt is never cut."""
     if args.system is None:
         return args.prompt
-    from desktop_app.engine.generate.prompts import context_length, fit_messages
 
     messages = [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
     return [fit_messages(loaded.tokenizer, messages, context_length(loaded.model),

@@ -6,6 +6,12 @@ import argparse
 import json
 from typing import Any
 
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.model import sizing
+from desktop_app.engine.model.architecture import spec_from_hf_config
+from desktop_app.engine.presets import PRESETS, preset
+from desktop_app.engine.specs import ModelSpec, load_json
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
@@ -23,9 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _load_spec(args: argparse.Namespace) -> tuple[str, Any]:
     from pathlib import Path
 
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.presets import preset
-    from desktop_app.engine.specs import ModelSpec, load_json
 
     if args.preset:
         return args.preset, preset(args.preset).check()
@@ -34,7 +37,6 @@ def _load_spec(args: argparse.Namespace) -> tuple[str, Any]:
         path = path / "config.json"
     data = load_json(path)
     if "model_type" in data:  # a Hugging Face config.json
-        from desktop_app.engine.model.architecture import spec_from_hf_config
 
         return str(args.spec), spec_from_hf_config(data)
     if "model" in data and isinstance(data["model"], dict) and "family" not in data:  # a run.json
@@ -47,7 +49,6 @@ def _load_spec(args: argparse.Namespace) -> tuple[str, Any]:
 
 def report(spec: Any, *, batch_size: int = 1, seq_len: int | None = None, precision: str = "fp32") -> dict[str, Any]:
     """Everything `model --json` prints (also handy for the UI)."""
-    from desktop_app.engine.model import sizing
 
     return {
         "spec": spec.to_dict(),
@@ -66,10 +67,6 @@ def report(spec: Any, *, batch_size: int = 1, seq_len: int | None = None, precis
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.model import sizing
-    from desktop_app.engine.presets import PRESETS
-
     if args.list_presets:
         rows = [{"name": name, "params": sizing.count_parameters(spec), "family": spec.family, "description": desc}
                 for name, (desc, spec) in PRESETS.items()]

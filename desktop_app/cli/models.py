@@ -27,13 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.cli.reporting import SignalScope
-from desktop_app.engine.model.hub_cache import hub_reference, resolve_model_reference
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls
+from desktop_app.engine.hub.download import plan_pull, pull
+from desktop_app.engine.hub.errors import size_text
+from desktop_app.engine.hub.network import network_allowed, off_by_environment, set_network_allowed
+from desktop_app.engine.hub.search import FORMATS, SIZES, SORTS, search_models
+from desktop_app.engine.model.hub_cache import cached_models, hub_cache_dir, hub_reference, resolve_model_reference
+from desktop_app.engine.model.sizing import human_count
 from desktop_app.engine.paths import cli_exe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from desktop_app.engine.hub.search import FORMATS, SORTS
-
     parser.epilog = ("Only search and pull use the network (when `models network` says on). Downloads go into the "
                      "Hugging Face cache; Ctrl+C cancels a pull and the same command resumes it.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -67,7 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _size(text: str) -> str:
     """--size as the engine names it ('under 1B', '1B-3B', ...), given with any case, spaces, '-' or '_'."""
-    from desktop_app.engine.hub.search import SIZES
 
     key = re.sub(r"[\s_-]", "", text.lower())
     for size in SIZES:
@@ -84,9 +88,6 @@ def run(args: argparse.Namespace) -> int:
 # --- search --------------------------------------------------------------------------------------------------------
 
 def _search(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.hub.search import search_models
-
     if args.limit < 1:
         raise UserError(f"--limit must be 1 or more, got {args.limit}")
     models = search_models(args.query, sort=args.sort, size=args.size, file_format=args.file_format, limit=args.limit)
@@ -105,8 +106,6 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _search_row(model: Any) -> list[str]:
-    from desktop_app.engine.model.sizing import human_count
-
     return [model.repo_id, human_count(model.parameters) if model.parameters else "?", human_count(model.downloads),
             str(model.likes), model.last_modified[:10] or "?", "GGUF" if model.has_gguf else "",
             "gated" if model.gated else "open"]
@@ -153,8 +152,6 @@ def pull_base(reference: str, pattern: str | None, *, as_json: bool) -> str:
 def download(repo_id: str, patterns: list[str] | None, revision: str | None, *, as_json: bool) -> Any:
     """The engine's pull shown as it goes (a plan line and a bar on stderr, or JSON lines); its DownloadFinished, or
     None when Ctrl+C cancelled it. The engine raises its UserErrors (network off, missing, gated, disk...)."""
-    from desktop_app.engine.events import Controls
-    from desktop_app.engine.hub.download import plan_pull, pull
 
     if not as_json:
         _say_plan(plan_pull(repo_id, patterns, revision))
@@ -164,8 +161,6 @@ def download(repo_id: str, patterns: list[str] | None, revision: str | None, *, 
 
 
 def _say_plan(plan: Any) -> None:
-    from desktop_app.engine.hub.errors import size_text
-
     files = len(plan.files)
     have = f" ({size_text(plan.have)} already in the cache)" if plan.have else ""
     print(f"{plan.repo_id} @ {plan.revision[:10]}: {files} file{'s' if files != 1 else ''}, "
@@ -173,8 +168,6 @@ def _say_plan(plan: Any) -> None:
 
 
 def _say_finished(finished: Any) -> None:
-    from desktop_app.engine.hub.errors import size_text
-
     check = ("verified: every file matches the Hub's checksums" if finished.verified
              else "not verified: the Hub gave no checksums to compare with")
     print(f"{check}; {size_text(finished.fetched)} fetched", file=sys.stderr)
@@ -184,7 +177,6 @@ def _say_finished(finished: Any) -> None:
 def report_download(events: Iterator[Any], *, as_json: bool) -> Any:
     """Show a download's events (a tqdm bar on stderr, or JSON lines on stdout); its DownloadFinished, or None when it
     was cancelled (after a line saying how to resume). Errors are raised by the engine as UserError."""
-    from desktop_app.engine.hub.errors import size_text
 
     bar = None
     finished = None
@@ -212,7 +204,6 @@ def report_download(events: Iterator[Any], *, as_json: bool) -> Any:
 
 def _advance(bar: Any, event: Any) -> Any:
     """The bar of a download: bytes done of the whole pull, the engine's smoothed speed and time left."""
-    from desktop_app.engine.hub.errors import size_text
 
     if bar is None:
         bar = _download_bar(event.repo_id, event.total, event.done)
@@ -269,9 +260,6 @@ class CancelOnSignal(SignalScope):
 # --- list and network ----------------------------------------------------------------------------------------------
 
 def _list(args: argparse.Namespace) -> int:
-    from desktop_app.engine.hub.errors import size_text
-    from desktop_app.engine.model.hub_cache import cached_models, hub_cache_dir
-
     models = cached_models()
     if args.json:
         for model in models:
@@ -288,8 +276,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _network(args: argparse.Namespace) -> int:
-    from desktop_app.engine.hub.network import network_allowed, off_by_environment, set_network_allowed
-
     if args.state is not None:
         set_network_allowed(args.state == "on")
     allowed = network_allowed()

@@ -13,6 +13,11 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from desktop_app.engine.column_roles import parse_columns
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls, FileVerdict, Finished, Log, Progress
+from desktop_app.engine.specs import DataSpec
+
 TOKENIZER_CHOICES = ("byte-bpe", "bpe", "wordpiece", "unigram")
 
 
@@ -48,21 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec(args: argparse.Namespace) -> Any:
-    from desktop_app.engine.specs import DataSpec
-
     values = {"tokenizer": args.tokenizer, "tokenizer_file": args.tokenizer_file, "vocab_size": args.vocab_size,
               "min_frequency": args.min_frequency, "context_length": args.context, "overlap": args.overlap,
               "val_fraction": args.val_fraction, "seed": args.seed}
     if args.columns is not None:
-        from desktop_app.engine.column_roles import parse_columns
 
         values["columns"] = parse_columns(args.columns)
     return DataSpec(**{k: v for k, v in values.items() if v is not None}).check()
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.events import Controls
-
     controls = Controls()
     events = _events(args, controls)
 
@@ -86,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _events(args: argparse.Namespace, controls: Any) -> Iterator[Any]:
     """The engine's events for these arguments: a new dataset, or files appended to one (its own settings)."""
-    from desktop_app.engine.errors import UserError
 
     if args.append:
         from desktop_app.engine.data.prepare import append_to_dataset
@@ -104,7 +103,6 @@ def _events(args: argparse.Namespace, controls: Any) -> Iterator[Any]:
 def _show(events: Iterator[Any], args: argparse.Namespace) -> Any:
     """Run the events: a progress bar per stage on stderr (unless --quiet), skipped files and warnings as lines;
     returns the Finished event (None if there was none)."""
-    from desktop_app.engine.events import FileVerdict, Finished, Log, Progress
 
     bar = _StageBar()
     finished: Finished | None = None

@@ -15,6 +15,8 @@ import argparse
 import json
 from typing import Any
 
+from desktop_app.engine.run_compare import compare_runs, number_text, value_text
+
 WORDS = {"min": "best (lowest)", "max": "best (highest)"}
 
 
@@ -30,8 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.run_compare import compare_runs
-
     result = compare_runs(args.runs, metric=args.metric)
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -53,7 +53,6 @@ def comparison_text(result: Any) -> str:
             rows.append(["", WORDS[metric.better], *(_figure(c.best(metric.better)) for c in metric.curves)])
     lines += ["", table(["metric", "", *heads], rows)]
     if result.differences:
-        from desktop_app.engine.run_compare import value_text
 
         diff_rows = [[key, *(value_text(v) for v in values)] for key, values in result.differences.items()]
         lines += ["", table(["setting that differs (run.json)", *heads], diff_rows)]
@@ -63,8 +62,6 @@ def comparison_text(result: Any) -> str:
 
 
 def _figure(point: tuple[int, float] | None) -> str:
-    from desktop_app.engine.run_compare import number_text
-
     return "—" if point is None else f"{number_text(point[1])} (step {point[0]})"
 
 

@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.sandbox import Executor, Job, Limits
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("programs", nargs="+", metavar="PROGRAM.py", help="Python files to run as untrusted code")
@@ -17,9 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.sandbox import Executor, Job, Limits
-
     if args.timeout <= 0 or args.memory_mb < 16:
         raise UserError("--timeout must be > 0 and --memory-mb at least 16")
     sources = []

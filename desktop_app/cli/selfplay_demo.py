@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import argparse
 
+from desktop_app.cli.reporting import StopSignals, consume
+from desktop_app.engine.events import Controls
+from desktop_app.engine.recipes.selfplay_demo import run_demo
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder for the demo's files")
@@ -32,10 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.cli.reporting import StopSignals, consume
-    from desktop_app.engine.events import Controls
-    from desktop_app.engine.recipes.selfplay_demo import run_demo
-
     controls = Controls()
     with StopSignals(controls):
         return consume(run_demo(args.out, minutes=args.minutes, seed=args.seed, controls=controls,

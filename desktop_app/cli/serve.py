@@ -20,6 +20,9 @@ import threading
 from typing import Any
 
 from desktop_app.cli.model_file import add_file_argument, chosen_model
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.workspace import Workspace
+from desktop_app.server.monitor import Monitor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from desktop_app.engine.errors import UserError
     from desktop_app.server.security import check_bind
 
     if not 0 <= args.port <= 65535:
@@ -111,9 +113,7 @@ def _serve(args: argparse.Namespace, on_main: bool) -> int:
     try:
         from transformers.utils import logging as hf_logging
 
-        from desktop_app.engine.workspace import Workspace
         from desktop_app.server.app import create_app
-        from desktop_app.server.monitor import Monitor
         from desktop_app.server.security import is_loopback
         from desktop_app.server.state import ServerSettings
 

@@ -9,6 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.fileio import atomic_write_text
+from desktop_app.engine.tasks import get_world
+from desktop_app.engine.tasks.heldout_protocol import REPORTED_SEED, HeldoutProtocol, heldout_tasks
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world", choices=("mini", "python"), default="mini", help="task world (default mini)")
@@ -24,11 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.fileio import atomic_write_text
-    from desktop_app.engine.tasks import get_world
-    from desktop_app.engine.tasks.heldout_protocol import REPORTED_SEED, HeldoutProtocol, heldout_tasks
-
     if not 1 <= args.count <= 1_000_000:
         raise UserError("--count must be between 1 and 1,000,000")
     world = get_world(args.world)

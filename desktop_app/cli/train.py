@@ -40,10 +40,19 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.command_line import add_train_flags
 from desktop_app.cli.model_file import add_file_argument, chosen_model
+from desktop_app.cli.models import pull_base
 from desktop_app.cli.reporting import SignalScope, StopSignals, consume, consume_quietly
+from desktop_app.engine.column_roles import parse_columns
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.events import Controls, Log
+from desktop_app.engine.method_options import parse_option
 from desktop_app.engine.methods import FINETUNE_METHODS
+from desktop_app.engine.model.folders import resolve_base
 from desktop_app.engine.model.hub_cache import NotCached
+from desktop_app.engine.pipeline_folder import is_pipeline_dir
 from desktop_app.engine.run_commands import TRAIN_FLAGS
+from desktop_app.engine.session import PipelineRun, ResumeRun, open_session
+from desktop_app.engine.specs import load_json
 from desktop_app.engine.train.request import RunRequest
 
 if TYPE_CHECKING:
@@ -115,8 +124,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def build_request(args: argparse.Namespace) -> tuple[What, Path | None]:
     """What the flags ask the engine's session for (a new run, a resume, a pipeline) and its folder; UserError on
     flags that do not go together. Nothing is planned here: the session plans, fits, defaults and checks."""
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.session import ResumeRun
 
     _check_flag_combinations(args)
     if args.pipeline or (args.resume and _is_pipeline(args.resume)):
@@ -136,9 +143,6 @@ def build_request(args: argparse.Namespace) -> tuple[What, Path | None]:
 
 
 def _pipeline_request(args: argparse.Namespace) -> tuple[What, Path | None]:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.session import PipelineRun, ResumeRun
-
     if args.preset or args.base or _overrides(args) or args.seed is not None or args.accept_config_change:
         raise UserError("a pipeline takes its settings from the pipeline file; only --out and --json go with it")
     if args.resume:
@@ -152,7 +156,6 @@ def _pipeline_request(args: argparse.Namespace) -> tuple[What, Path | None]:
 
 def _check_flag_combinations(args: argparse.Namespace) -> None:
     """Flags that only go with others, named in the words of the command line."""
-    from desktop_app.engine.errors import UserError
 
     if args.preset and not args.dataset:
         raise UserError("--preset goes with --dataset; a run config or a resumed run already has its model")
@@ -169,7 +172,6 @@ def _check_flag_combinations(args: argparse.Namespace) -> None:
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The engine's request for `--config run.json` or `--dataset DIR [--preset P]` (the flags translated, nothing
     decided: the engine fits, defaults and checks)."""
-    from desktop_app.engine.specs import load_json
 
     if args.config:
         config_path = Path(args.config)
@@ -180,9 +182,6 @@ def run_request(args: argparse.Namespace) -> RunRequest:
 
 def finetune_request(args: argparse.Namespace) -> RunRequest:
     """The request of `train --method ... --base MODEL --data FILE...` (UserError on bad flags)."""
-    from desktop_app.engine.column_roles import parse_columns
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.method_options import parse_option
 
     if not args.method:
         raise UserError("--base needs --method: sft, lora, qlora, dpo, grpo or selfplay")
@@ -209,7 +208,6 @@ def finetune_request(args: argparse.Namespace) -> RunRequest:
 
 def _adapter(args: argparse.Namespace) -> dict[str, Any]:
     """The adapter flags as an AdapterSpec dict (--method lora / qlora imply theirs)."""
-    from desktop_app.engine.errors import UserError
 
     implied = {"lora": "lora", "qlora": "qlora"}.get(args.method)
     if implied and args.adapter not in (None, implied):
@@ -230,7 +228,6 @@ def _base_folder(args: argparse.Namespace) -> str:
     --file, the cached GGUF file the pattern picks); with --allow-download (the user's explicit choice) a Hub model
     not in the cache is fetched first, as `models pull` fetches it (the network setting, a bar on stderr, resume,
     checksums)."""
-    from desktop_app.engine.model.folders import resolve_base
 
     if Path(args.base).expanduser().exists() and not args.file:
         return str(Path(args.base).expanduser())
@@ -241,15 +238,11 @@ def _base_folder(args: argparse.Namespace) -> str:
     except NotCached:
         if not getattr(args, "allow_download", False):
             raise
-    from desktop_app.cli.models import pull_base
 
     return pull_base(args.base, args.file, as_json=args.json)
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.events import Controls
-    from desktop_app.engine.session import ResumeRun, open_session
     from desktop_app.engine.train.distributed import launched_world_size
 
     what, run_dir = build_request(args)
@@ -270,7 +263,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _findings_first(findings: list[Finding], events: Iterator[Event]) -> Iterator[Event]:
     """The run's events after one log line per finding (a warning, or an error started anyway with --force)."""
-    from desktop_app.engine.events import Log
 
     for finding in findings:
         yield Log(finding.level, f"check before start: {finding.message}")
@@ -294,8 +286,6 @@ def _other_process() -> bool:
 
 
 def _is_pipeline(path: str) -> bool:
-    from desktop_app.engine.pipeline_folder import is_pipeline_dir
-
     return is_pipeline_dir(path)
 
 
@@ -332,7 +322,6 @@ class BlockedSave(SignalScope):
 
     def events(self, events: Iterator[Event]) -> Iterator[Event]:
         """The run's events, a blocked save said as two lines (the fault; how to go on)."""
-        from desktop_app.engine.events import Log
 
         for event in events:
             if event.type != "save_blocked":

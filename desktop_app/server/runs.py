@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from desktop_app.engine import run_folder
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls
 from desktop_app.server.errors import ApiError
@@ -82,7 +83,6 @@ class LiveRun:
 
 def disk_status(run_dir: Path) -> dict[str, Any]:
     """What a run's folder says about it (for runs this server did not start)."""
-    from desktop_app.engine import run_folder
 
     summary = run_folder.MetricsSummary.of(run_folder.read_metrics(run_dir))
     last = summary.last_step

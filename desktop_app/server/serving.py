@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.model.loading import load_model
 
 GRACEFUL_SHUTDOWN_S = 10
 
@@ -119,7 +120,6 @@ class ServerThread:
 
 def load_served(model_path: str, *, device: str = "auto", max_batch: int = 32, threads: int | None = None) -> Any:
     """Load a model folder (run, checkpoint, export, HF) and its batcher, ready to serve."""
-    from desktop_app.engine.model.loading import load_model
     from desktop_app.server.batcher import Batcher
     from desktop_app.server.state import ServedModel, model_id_for
 

@@ -29,8 +29,13 @@ from pydantic import BaseModel, ConfigDict
 from starlette.background import BackgroundTask
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.export.hf import export_model
+from desktop_app.engine.model.sizing import count_parameters
+from desktop_app.engine.presets import preset
+from desktop_app.engine.session import open_session
+from desktop_app.engine.specs import DataSpec, ModelSpec, load_json, save_json
 from desktop_app.engine.train.request import RunRequest
-from desktop_app.engine.workspace import slugify
+from desktop_app.engine.workspace import list_generatable, slugify
 from desktop_app.server.errors import ApiError, error_body
 from desktop_app.server.state import get_state
 from desktop_app.server.uploads import prepare_uploads, store_uploads
@@ -68,10 +73,6 @@ class ModelCreate(BaseModel):
 
 @router.post("/models", status_code=201, summary="Create a model from a preset or a spec")
 def create_model(body: ModelCreate, request: Request) -> dict[str, Any]:
-    from desktop_app.engine.model.sizing import count_parameters
-    from desktop_app.engine.presets import preset
-    from desktop_app.engine.specs import ModelSpec, save_json
-
     ws = get_state(request).workspace
     if (body.preset is None) == (body.spec is None):
         raise ApiError(400, "give exactly one of 'preset' (a preset name) or 'spec' (a model spec object)",
@@ -88,8 +89,6 @@ def create_model(body: ModelCreate, request: Request) -> dict[str, Any]:
 
 @router.get("/models", summary="List models: trained ones (downloadable) and saved specs")
 def list_models(request: Request) -> dict[str, Any]:
-    from desktop_app.engine.workspace import list_generatable
-
     ws = get_state(request).workspace
     models = [{"name": c.path.name, "kind": c.kind, "label": c.name, "path": str(c.path), "downloadable": True}
               for c in list_generatable(ws)]
@@ -112,8 +111,6 @@ def _model_source(workspace: Any, name: str) -> Path:
 
 
 def _export(source: Path, fmt: str, out: Path) -> None:
-    from desktop_app.engine.export.hf import export_model
-
     last = None
     for event in export_model(source, fmt, out):
         last = event
@@ -154,8 +151,6 @@ async def upload_dataset(request: Request,
                                                           "\"context_length\": 256}"),
                          append_to: str = Form("", description="add the files to this existing dataset instead")
                          ) -> JSONResponse:
-    from desktop_app.engine.specs import DataSpec
-
     ws = get_state(request).workspace
     data_spec = None
     if spec:
@@ -223,8 +218,6 @@ MAX_NPROC = 64
 
 
 def _load_spec(ws: Any, name: str) -> Any:
-    from desktop_app.engine.specs import ModelSpec, load_json
-
     path = _inside(ws, "models", name, "model")
     file = path / "model_spec.json" if path.is_dir() else path
     if not file.is_file():
@@ -286,8 +279,6 @@ def _notes(session: Any, force: bool) -> list[str]:
 
 @router.post("/runs", status_code=201, summary="Start a training run; returns its id")
 def start_run(body: RunCreate, request: Request) -> dict[str, Any]:
-    from desktop_app.engine.session import open_session
-
     state = get_state(request)
     session = open_session(build_run_request(state.workspace, body))
     notes = _notes(session, body.force)

@@ -23,6 +23,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from desktop_app.engine.events import Controls
+from desktop_app.engine.fault_report import error_parts
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,6 @@ class _Worker(QObject):
                     break
                 self.produced.emit(item)
         except BaseException as exc:
-            from desktop_app.engine.fault_report import error_parts
 
             # a UserError or an OS fault the person can fix (full disk, read-only folder): one sentence, no traceback
             self.failed.emit(*error_parts(exc))

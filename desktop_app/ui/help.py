@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QTextDocument
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTextBrowser, QVBoxLayout, QWidget
 
+from desktop_app.engine.paths import resources_dir
 from desktop_app.ui.context import AppContext
 
 NOT_SHIPPED = ("The documentation (README.md) is not shipped with this build: it is the README.md at the top of the "
@@ -25,7 +26,6 @@ WIDGET_KEYS = (
 
 def docs_file() -> Path | None:
     """The README of a source checkout (the app's documentation), when it is there."""
-    from desktop_app.engine.paths import resources_dir
 
     readme = resources_dir().parent / "README.md"
     return readme if readme.is_file() else None

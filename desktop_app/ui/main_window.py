@@ -30,10 +30,12 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import __version__
+from desktop_app.engine.paths import resources_dir
 from desktop_app.engine.workspace import Workspace, workspace_problem
 from desktop_app.ui import gc_guard, wheel_guard
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.exception_hooks import ExceptionRouter
+from desktop_app.ui.help import ShortcutsDialog, open_docs
 from desktop_app.ui.tabs.data_tab import DataTab
 from desktop_app.ui.tabs.generate_sources import checkpoint_folders
 from desktop_app.ui.tabs.generate_tab import GenerateTab
@@ -44,6 +46,7 @@ from desktop_app.ui.welcome_banner import WelcomeBanner
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.elided_label import ElidedLabel
 from desktop_app.ui.widgets.hub_access import hub_routes
+from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
 from desktop_app.ui.window_size import PREFERRED_SIZE, fit_to_screen
 
 log = logging.getLogger(__name__)
@@ -354,13 +357,9 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.train_tab)
 
     def open_docs(self) -> None:
-        from desktop_app.ui.help import open_docs
-
         self.docs_dialog = open_docs(self.ctx, self)  # shown in the window where no browser opens it
 
     def show_shortcuts(self) -> None:
-        from desktop_app.ui.help import ShortcutsDialog
-
         where = {act: place for act, _tab, place in self.scoped_actions}
         actions = [(a, where.get(a, "")) for a in (
             self.act_train, self.act_pause, self.act_save_now, self.act_stop, self.act_generate, self.act_add_files,
@@ -469,8 +468,6 @@ class MainWindow(QMainWindow):
         _open_folder(self.ctx.workspace.root)
 
     def show_sandbox_status(self) -> None:
-        from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
-
         task = self.ctx.runner.start("sandbox-probe", probe_sandbox)
 
         def show(state: dict) -> None:
@@ -558,8 +555,6 @@ def _open_folder(path: Path) -> None:
 
 
 def _app_icon() -> QIcon | None:
-    from desktop_app.engine.paths import resources_dir
-
     icons = resources_dir() / "icons"
     if not icons.is_dir():
         return None

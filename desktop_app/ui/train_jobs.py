@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.events import Controls, Event, Progress
+from desktop_app.engine.recipes.selfplay_demo import run_demo
 from desktop_app.engine.session import Session
 
 
@@ -30,7 +31,6 @@ def demo_job(out: Path, controls: Controls, minutes: float,
     """The self-play CPU demo (seed corpus -> pretraining -> self-play). Each phase is a run of its own whose
     RunFolder event (with its method: pretraining, self-play) starts fresh curves; `train_overrides`: TrainSpec
     fields both of its runs take (e.g. a time_budget_s), passed to the recipe as they are."""
-    from desktop_app.engine.recipes.selfplay_demo import run_demo
 
     options = {"train_overrides": dict(train_overrides)} if train_overrides else {}
     yield from run_demo(out, minutes=minutes, controls=controls, **options)

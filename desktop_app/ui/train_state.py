@@ -11,6 +11,7 @@ from pathlib import Path
 
 from desktop_app.engine.events import Event, RunFolder, StageStarted, StepMetrics
 from desktop_app.engine.methods import PIPELINE, Method
+from desktop_app.engine.pipeline_folder import is_pipeline_dir, read_state
 from desktop_app.engine.specs import RunConfig
 
 RUN, PIPELINE_JOB, DEMO = "run", "pipeline", "demo"  # the jobs the tab starts
@@ -105,7 +106,6 @@ def start_hint(method: Method) -> str:
 def folder_to_watch(run_dir: Path) -> tuple[Path, str]:
     """The run folder to follow for `run_dir`, and a note: a pipeline writes its metrics per stage, so its current
     stage is followed. ValueError (in words) when no stage has started."""
-    from desktop_app.engine.pipeline_folder import is_pipeline_dir, read_state
 
     if not is_pipeline_dir(run_dir):
         return run_dir, ""

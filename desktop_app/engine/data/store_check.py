@@ -99,7 +99,6 @@ def _remembered(folder: Path) -> dict[str, Any]:
 
 
 def _remember(folder: Path, verified: dict[str, Any]) -> None:
-
     # A read-only dataset (shared media) is fine: the next run simply hashes again.
     with contextlib.suppress(OSError):
         atomic_write_text(folder / VERIFIED_NAME, json.dumps(verified, indent=1) + "\n")

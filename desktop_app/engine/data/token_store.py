@@ -256,7 +256,6 @@ class TokenWriter:
         return np.concatenate([self._old_docs[split], np.frombuffer(self._new_docs[split], dtype=np.int64)])
 
     def close(self) -> None:
-
         for split in SPLITS:
             fh = self._files.pop(split, None)
             if fh is None:

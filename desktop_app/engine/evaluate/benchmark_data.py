@@ -339,7 +339,6 @@ def fetch_benchmark_data(names: list[str], include_dir: str = "", controls: Cont
 
 
 def _planned(todo: list[DatasetRef]) -> FetchPlan:
-
     try:
         plan = plan_fetch(todo)
     except Exception as exc:

@@ -163,7 +163,6 @@ def eval_precision(requested: str, model: Any) -> str:
 
 
 def _evaluate_one(path: str, spec: EvalSpec, sets: HeldoutSets, save: bool) -> Generator[Event, None, ModelEvaluated]:
-
     start = time.perf_counter()
     loaded = load_model(path, device=spec.device)
     precision = eval_precision(spec.precision, loaded.model)

@@ -326,7 +326,6 @@ def _load_adapter(folder: Path, kind: str, name: str, device: Any, dtype: Any) -
 
 
 def _spec_of(folder: Path, model: Any) -> ModelSpec | None:
-
     spec_file = folder / "model_spec.json"
     if spec_file.is_file():
         try:

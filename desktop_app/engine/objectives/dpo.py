@@ -109,7 +109,6 @@ class DPOObjective(FineTuneObjective):
     # --- setup -----------------------------------------------------------------------------------------------
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-
         opts = ctx.config.options()
         tok = ctx.tokenizer
         self._pad = pad_id_of(tok)

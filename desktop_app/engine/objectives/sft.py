@@ -279,7 +279,6 @@ class SFTObjective(FineTuneObjective):
         self._rows: list[tuple[list[int], list[int], list[int] | None]] = []
 
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
-
         opts = ctx.config.options()
         tok = ctx.tokenizer
         self._pad = pad_id_of(tok)

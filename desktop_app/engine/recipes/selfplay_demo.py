@@ -151,7 +151,6 @@ class Demo:
     """One demo's folder, clock and settings; each phase is a method that yields its events."""
 
     def __init__(self, out: Path, controls: Controls, deadline: float, settings: DemoSettings):
-
         self.out, self.controls, self.deadline, self.settings = out, controls, deadline, settings
         self.seed = settings.seed
         self.train_overrides: dict[str, Any] = settings.train_overrides or {}
@@ -258,7 +257,6 @@ class Demo:
 
     # -- phases ----------------------------------------------------------------------------------------
     def corpus(self, count: int) -> Iterator[Event]:
-
         world = get_world("mini", **DEMO_WORLD)
         protocol = HeldoutProtocol(world, (REPORTED_SEED,), SELECTION_SEED, int(self.eval_options["per_type"]),
                                    int(self.selfplay_options["heldout_per_type"]))
@@ -321,7 +319,6 @@ class Demo:
         return best
 
     def selfplay(self, base: str, budget_s: float) -> Iterator[Event]:
-
         spec = TrainSpec.from_dict({**self.selfplay_train,
                                     "time_budget_s": phase_budget(budget_s, self.selfplay_train)})
         config = RunConfig(base_model=base, dataset=str(self.dataset or ""), objective="selfplay",

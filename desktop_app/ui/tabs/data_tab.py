@@ -29,15 +29,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.engine.data.dataset_stats import dataset_stats
+from desktop_app.engine.data.extract import scan_sources
 from desktop_app.engine.data.items import FileProgress
+from desktop_app.engine.data.prepare import prepare_dataset
+from desktop_app.engine.data.preview import preview_source
+from desktop_app.engine.data.sample_corpus import sample_corpus_files
 from desktop_app.engine.data.tables import table_kind
 from desktop_app.engine.events import Controls, FileVerdict, Finished, Log, Progress
+from desktop_app.engine.paths import sample_corpus_dir
 from desktop_app.engine.specs import DataSpec
 from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.drop_zone import DropZone
 from desktop_app.ui.widgets.fitting import ColumnScroll, show_rows
 from desktop_app.ui.widgets.layouts import add_items, button, labeled_row, note_label, progress_bar, splitter
+from desktop_app.ui.widgets.live_plot import pg
+from desktop_app.ui.widgets.live_plot import pg as _pg
 from desktop_app.ui.widgets.source_preview import SourcePreviewPanel
 from desktop_app.ui.widgets.spec_form import SpecForm
 
@@ -55,32 +63,23 @@ def human_size(n: float) -> str:
 
 
 def _scan(paths: list[str], columns: dict[str, str]):
-    from desktop_app.engine.data.extract import scan_sources
-
     for item in scan_sources(paths, columns=columns or None):
         yield item if isinstance(item, FileProgress) else item.to_event()
 
 
 def _preview(path: str, columns: dict[str, str]):
-    from desktop_app.engine.data.preview import preview_source
-
     yield preview_source(path, columns or None)
 
 
 def _prepare(paths: list[str], out_dir: Path, spec: DataSpec, controls: Controls):
-    from desktop_app.engine.data.prepare import prepare_dataset
-
     yield from prepare_dataset(paths, out_dir, spec, controls=controls)
     # Stats computed here, in the worker, so the GUI never tokenizes or reads big files.
-    from desktop_app.engine.data.dataset_stats import dataset_stats
 
     if (out_dir / "manifest.json").exists():
         yield ("stats", str(out_dir), dataset_stats(out_dir, preview_chunks=3))
 
 
 def _stats(path: str):
-    from desktop_app.engine.data.dataset_stats import dataset_stats
-
     yield ("stats", path, dataset_stats(Path(path), preview_chunks=3))
 
 
@@ -188,9 +187,6 @@ class DataTab(QWidget):
 
     # --- files ---
     def add_sample_corpus(self, _checked: bool = False) -> None:
-        from desktop_app.engine.data.sample_corpus import sample_corpus_files
-        from desktop_app.engine.paths import sample_corpus_dir
-
         files = [str(p) for p in sample_corpus_files()]
         if not files:
             self.ctx.report_error(f"The bundled sample corpus is missing ({sample_corpus_dir()}).")
@@ -447,7 +443,6 @@ class DataTab(QWidget):
 
     def _ensure_hist(self) -> Any:
         if self.hist is None:
-            from desktop_app.ui.widgets.live_plot import pg
 
             self.hist = pg().PlotWidget()
             self.hist.setObjectName("lengthHistogram")
@@ -459,8 +454,6 @@ class DataTab(QWidget):
         return self.hist
 
     def _draw_histogram(self, hist: dict[str, Any]) -> None:
-        from desktop_app.ui.widgets.live_plot import pg as _pg
-
         pg = _pg()
         self._ensure_hist().clear()
         edges, counts = list(hist.get("edges") or []), list(hist.get("counts") or [])

@@ -6,10 +6,11 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from desktop_app.engine.methods import METHOD_BY_KEY
+from desktop_app.engine.methods import METHOD_BY_KEY, method_of
 from desktop_app.engine.model.families import family_words, works_here
 from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committed, read_json, tail_records
 from desktop_app.engine.runs import is_live
+from desktop_app.engine.specs import TrainSpec
 from desktop_app.ui.widgets.run_view import run_method_key
 
 STATUS_WORDS = {"completed": "completed", "stopped": "stopped", "early_stopped": "stopped early", "failed": "failed",
@@ -46,7 +47,6 @@ def rows_html(rows: list[tuple[str, str]]) -> str:
 def run_details_html(run: Path) -> str:
     """What a person asks of a run: its method and status, where it got to, its losses and checkpoints, what it
     started from and the settings that differ from the defaults (run.json has the rest)."""
-    from desktop_app.engine.specs import TrainSpec
 
     summary = MetricsSummary.of(tail_records(run))
     last, finished = summary.last_step, summary.finished
@@ -154,7 +154,6 @@ def resumable(run: Path) -> bool:
 
 def recorded_method(run: Path) -> str:
     """The method the run's run.json names (not guessed from its files)."""
-    from desktop_app.engine.methods import method_of
 
     config = read_json(run / RUN_FILE)
     return method_of(config).key if isinstance(config, dict) else ""

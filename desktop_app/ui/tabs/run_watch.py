@@ -9,6 +9,7 @@ from pathlib import Path
 
 from desktop_app.engine.events import Controls
 from desktop_app.engine.methods import method_of
+from desktop_app.engine.runs import watch_run
 from desktop_app.engine.specs import RunConfig, SpecError
 from desktop_app.ui.background import Task
 from desktop_app.ui.context import AppContext
@@ -32,7 +33,6 @@ class RunWatch:
         if not run_dir.is_dir():
             self.ctx.report_error(f"{run_dir} is not a folder.", title="Cannot watch this run")
             return False
-        from desktop_app.engine.runs import watch_run
 
         try:
             run_dir, note = folder_to_watch(run_dir)

@@ -32,9 +32,12 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.methods import PIPELINE
+from desktop_app.engine.pipeline_folder import PIPELINE_FILE, is_pipeline_dir, read_state, stage_dir
 from desktop_app.engine.recipes.selfplay_demo import demo_plan
+from desktop_app.engine.runs import pipeline_root, replay_run
 from desktop_app.engine.session import PipelineRun, ProcessFailed, ResumeRun, Session, open_session
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError
+from desktop_app.engine.train.data_files import touched_files
 from desktop_app.engine.train.request import RunRequest
 from desktop_app.ui import train_jobs
 from desktop_app.ui.background import Task
@@ -279,7 +282,6 @@ class TrainTab(TrainCommands, QWidget):
         if self.running:
             self.ctx.info("Training is already running.")
             return False
-        from desktop_app.engine.runs import pipeline_root
 
         root = pipeline_root(run_dir)  # a pipeline, or one of its stages: the pipeline goes on from there
         if root is not None:
@@ -347,7 +349,6 @@ class TrainTab(TrainCommands, QWidget):
     def _accept_changed_data(self, config: RunConfig, run_dir: Path) -> bool | None:
         """False when no data file changed since the run started; True when some did and the person continues on
         the new data; None when they keep the run as it is (nothing starts)."""
-        from desktop_app.engine.train.data_files import touched_files
 
         touched = touched_files(run_dir, config)
         if not touched:
@@ -409,7 +410,6 @@ class TrainTab(TrainCommands, QWidget):
 
     def _show_pipeline(self, root: Path) -> bool:
         """The pipeline folder's stages in the editor, with their states (from its pipeline_state.json)."""
-        from desktop_app.engine.pipeline_folder import PIPELINE_FILE, read_state
 
         self.setup.set_method(PIPELINE.key)
         try:
@@ -510,7 +510,6 @@ class TrainTab(TrainCommands, QWidget):
         if last is not None and last.reason in ("completed", "stopped", "early_stopped"):
             self.run_view.offer_next_steps()  # the job is over: what to do with the model it made
         if self.state.pipeline_running and self.pipeline_dir is not None:
-            from desktop_app.engine.pipeline_folder import read_state
 
             # the engine's record of where each stage ended
             self.pipeline.set_engine_states(read_state(self.pipeline_dir), ended=True)
@@ -529,8 +528,6 @@ class TrainTab(TrainCommands, QWidget):
             self.ctx.info("Stop the running training before showing another run.")
             return
         self.stop_watching()
-        from desktop_app.engine.pipeline_folder import is_pipeline_dir, stage_dir
-        from desktop_app.engine.runs import replay_run
 
         if is_pipeline_dir(run_dir):
             if not self._show_pipeline(Path(run_dir)):

@@ -14,7 +14,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 
+from desktop_app.engine.evaluate.benchmark_catalog import popular_benchmarks, task_names
+from desktop_app.engine.evaluate.benchmark_data import BenchmarkDataFetched, data_state, fetch_benchmark_data
+from desktop_app.engine.evaluate.benchmarks import harness_missing
 from desktop_app.engine.events import Controls, Finished, Log, Progress
+from desktop_app.engine.hub.download import DownloadCancelled, DownloadProgress
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.benchmark_picker import BenchmarkPicker
 from desktop_app.ui.widgets.hub_words import size_words
@@ -27,7 +31,6 @@ FETCH_KIND = "benchmark-fetch"
 def harness_sentence() -> str:
     """Why benchmarks cannot run here, in one sentence ("" when the harness is installed, or looks installed: the
     engine's check imports it, seconds of work that the first read of the task list does in the background)."""
-    from desktop_app.engine.evaluate.benchmarks import harness_missing
 
     try:
         found = importlib.util.find_spec("lm_eval") is not None
@@ -37,15 +40,11 @@ def harness_sentence() -> str:
 
 
 def popular() -> Any:
-    from desktop_app.engine.evaluate.benchmark_catalog import popular_benchmarks
-
     return popular_benchmarks()
 
 
 def catalog_job(include_dir: str) -> Iterator[dict[str, Any]]:
     """Runs in the worker thread: every task and group name the harness and the folder know."""
-    from desktop_app.engine.evaluate.benchmark_catalog import task_names
-    from desktop_app.engine.evaluate.benchmarks import harness_missing
 
     missing = harness_missing()  # installed, but does it import?
     yield {"missing": missing} if missing else {"names": task_names(include_dir)}
@@ -53,14 +52,12 @@ def catalog_job(include_dir: str) -> Iterator[dict[str, Any]]:
 
 def states_job(names: list[str], include_dir: str) -> Iterator[dict[str, Any]]:
     """Runs in the worker thread: where the data of `names` stands (ready, missing, local)."""
-    from desktop_app.engine.evaluate.benchmark_data import data_state
 
     yield {"states": data_state(names, include_dir)}
 
 
 def fetch_job(names: list[str], include_dir: str, controls: Controls) -> Iterator[Any]:
     """Runs in the worker thread: the engine's fetch of the named benchmarks' data."""
-    from desktop_app.engine.evaluate.benchmark_data import fetch_benchmark_data
 
     yield from fetch_benchmark_data(names, include_dir, controls)
 
@@ -160,9 +157,6 @@ class BenchmarkSection(QObject):
             self.picker.show_fetch_note("cancelling…")
 
     def _on_fetch_item(self, item: object) -> None:
-        from desktop_app.engine.evaluate.benchmark_data import BenchmarkDataFetched
-        from desktop_app.engine.hub.download import DownloadCancelled, DownloadProgress
-
         if isinstance(item, DownloadProgress):
             self.picker.show_progress(item.done, item.total, item.speed, item.eta_s)
         elif isinstance(item, Progress):  # each dataset prepared once it is here

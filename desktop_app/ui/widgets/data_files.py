@@ -12,6 +12,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QWidget
 
+from desktop_app.engine.data.prompt_files import describe_prompt_file
+from desktop_app.engine.errors import UserError
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.drop_zone import PathDropList
 
@@ -20,13 +22,11 @@ def describe_data_file(path: str, data_kind: str, columns: dict[str, str] | None
     """(format label, problem) of one data file for a method's data kind (a table read through the column mapping
     `columns`, else the guessed one); problem is "" when usable."""
     from desktop_app.engine.data.tables import is_dataset_folder
-    from desktop_app.engine.errors import UserError
 
     p = Path(path).expanduser()
     if not (p.is_file() or is_dataset_folder(p)):
         return "", f"{p} does not exist" if not p.exists() else f"{p} is not a file"
     if data_kind == "grpo":
-        from desktop_app.engine.data.prompt_files import describe_prompt_file
 
         try:
             return describe_prompt_file(p), ""

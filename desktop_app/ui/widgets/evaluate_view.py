@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.evaluate.baselines import differences
 from desktop_app.engine.evaluate.defaults import default_measures, fields_to_refill
 from desktop_app.engine.evaluate.results import latest_result
 from desktop_app.engine.evaluate.spec import EvalSpec
@@ -260,7 +261,6 @@ class EvaluateView(QWidget):
         """(model, its base, metric -> difference) for each model the engine compares with another one shown."""
         if len(self.rows) < 2:
             return []
-        from desktop_app.engine.evaluate.baselines import differences
 
         found = differences([{"model": path, **metrics} for path, metrics in self.rows.items()])
         return [(path, base, changes) for path, (base, changes) in found.items()

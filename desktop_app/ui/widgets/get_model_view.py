@@ -35,10 +35,11 @@ from PySide6.QtWidgets import (
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.hub import network
-from desktop_app.engine.hub.details import FileSet, RepoDetails
-from desktop_app.engine.hub.search import FORMATS, SIZES, SORTS, HubModel
+from desktop_app.engine.hub.details import FileSet, RepoDetails, repo_details
+from desktop_app.engine.hub.search import FORMATS, SIZES, SORTS, HubModel, search_models
 from desktop_app.engine.model.families import family_words, works_here
-from desktop_app.engine.train.fit import USES, FitVerdict
+from desktop_app.engine.train.fit import USES, FitVerdict, fit_verdicts
+from desktop_app.engine.train.preflight import this_machine
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.hub_downloads import STATE_WORDS, DownloadRequest, DownloadRow, DownloadsPanel
 from desktop_app.ui.widgets.hub_words import count_words, date_words, parameters_words, size_words
@@ -66,16 +67,11 @@ class SetFit:
 
 
 def search_job(query: str, sort: str, size: str, file_format: str) -> Iterator[list[HubModel]]:
-    from desktop_app.engine.hub.search import search_models
-
     yield search_models(query, sort=sort, size=size, file_format=file_format)
 
 
 def details_job(repo_id: str) -> Iterator[RepoDetails | SetFit]:
     """The repository's details, then each file set's verdicts (the machine is measured once, here)."""
-    from desktop_app.engine.hub.details import repo_details
-    from desktop_app.engine.train.fit import fit_verdicts
-    from desktop_app.engine.train.preflight import this_machine
 
     details = repo_details(repo_id)
     yield details

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from desktop_app.engine.events import Controls, Event, Log
+from desktop_app.engine.hub.download import DownloadCancelled, DownloadFinished, DownloadProgress, pull
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.hub_words import progress_words, size_words
 from desktop_app.ui.widgets.layouts import add_items, button, note_label, progress_bar, scroll_area
@@ -38,7 +39,6 @@ class DownloadRequest:
 
 def pull_job(request: DownloadRequest, controls: Controls) -> Iterator[Event]:
     """Runs in the worker thread: the engine's pull of one request (huggingface_hub is imported there)."""
-    from desktop_app.engine.hub.download import pull
 
     yield from pull(request.repo_id, list(request.patterns) or None, revision=request.revision, controls=controls)
 
@@ -211,8 +211,6 @@ class DownloadsPanel(QWidget):
         self.task.finished.connect(lambda r=row: self._on_finished(r))
 
     def _on_item(self, row: DownloadRow, item: object) -> None:
-        from desktop_app.engine.hub.download import DownloadCancelled, DownloadFinished, DownloadProgress
-
         if isinstance(item, DownloadProgress):
             row.show_progress(item.done, item.total, item.speed, item.eta_s)
         elif isinstance(item, DownloadFinished):

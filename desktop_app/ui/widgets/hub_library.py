@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
 
+from desktop_app.engine.model.hub_cache import cached_models
 from desktop_app.ui.widgets.hub_words import size_words
 from desktop_app.ui.widgets.tree_groups import group_item
 
@@ -27,7 +28,6 @@ GROUP_TITLE = "Hugging Face cache"
 
 def hub_models() -> list[CachedModel]:
     """The cache's usable models, newest first ([] when the cache cannot be read: listing must never fail)."""
-    from desktop_app.engine.model.hub_cache import cached_models
 
     try:
         return list(cached_models())

@@ -23,6 +23,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QGridLayout, QScrollArea, QWidget
 
+from desktop_app.engine.errors import UserError
 from desktop_app.ui import theme
 
 # Panels the "Log scale" toggle applies to (quantities spanning orders of magnitude).
@@ -419,7 +420,6 @@ class LivePlots(QWidget):
     def export_png(self, path: str | Path) -> None:
         self._redraw()
         if not self.grab().save(str(path)):
-            from desktop_app.engine.errors import UserError
 
             raise UserError(f"could not write the image {path}")
 

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem, QWidget
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.model.families import family_words, works_here
+from desktop_app.engine.model.gguf_file import check_loadable, read_header
 from desktop_app.engine.model.model_stores import StoreModel, lmstudio_root, ollama_root
 from desktop_app.engine.workspace import remembered_gguf_files
 from desktop_app.ui.widgets.gguf_models import store_models
@@ -108,7 +109,6 @@ def add_opened_group(tree: QTreeWidget, paths: Sequence[Path], roles: tuple[int,
 
 def opened_details_html(path: str | Path) -> str:
     """The Library's details of an opened GGUF model: where it lives, its file, and what its header says."""
-    from desktop_app.engine.model.gguf_file import check_loadable, read_header
 
     p = Path(path)
     origin = store_origins([p]).get(str(p))

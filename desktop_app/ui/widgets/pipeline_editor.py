@@ -32,7 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, Method, method_of
-from desktop_app.engine.specs import RunConfig, SpecError, TrainSpec
+from desktop_app.engine.pipeline_folder import load_pipeline
+from desktop_app.engine.specs import RunConfig, SpecError, TrainSpec, save_json
 from desktop_app.engine.train.request import make_run_config
 from desktop_app.ui.widgets.data_columns import DataColumnsBox
 from desktop_app.ui.widgets.data_files import DataFileList, describe_data_file
@@ -232,7 +233,6 @@ class PipelineEditor(QWidget):
     def set_pipeline(self, data: dict[str, Any] | str | Path) -> None:
         """Show a pipeline (a dict or a pipeline JSON file), checked by the engine first: SpecError lists every
         problem of every stage, and the stages shown stay as they were."""
-        from desktop_app.engine.pipeline_folder import load_pipeline
 
         loaded = load_pipeline(data)
         stages = []
@@ -246,7 +246,6 @@ class PipelineEditor(QWidget):
 
     def problems(self) -> list[str]:
         """What stops this pipeline from starting: the engine's checks of every stage, then files and folders."""
-        from desktop_app.engine.pipeline_folder import load_pipeline
 
         if not self.stages:
             return ["add at least one stage"]
@@ -292,8 +291,6 @@ class PipelineEditor(QWidget):
         return True
 
     def save_file(self, path: str | Path) -> bool:
-        from desktop_app.engine.specs import save_json
-
         try:
             save_json(self.pipeline(), path)
         except OSError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTextBrowser, QVBoxLayout, QWidget
 
+from desktop_app.engine.errors import UserError
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.layouts import path_combo
 
@@ -66,7 +67,6 @@ def _messages_text(messages: Any) -> str:
 
 def preview_job(cache: PreviewCache, source: Any, path: str, index: int, loss_on: str):
     """Runs in the worker thread: yields one dict describing record `index` of `path`, rendered."""
-    from desktop_app.engine.errors import UserError
     from desktop_app.engine.finetune.chat_template import preview
 
     with cache.lock:

@@ -52,6 +52,8 @@ from desktop_app.engine.events import (
     Started,
     StepMetrics,
 )
+from desktop_app.engine.methods import method_of
+from desktop_app.engine.run_folder import RUN_FILE, list_committed, read_json
 from desktop_app.engine.train.tracking import has_event_files, installed
 from desktop_app.ui.widgets.layouts import add_items, button, note_label, progress_bar, scroll_area, splitter
 from desktop_app.ui.widgets.method_plots import MethodPlots
@@ -112,8 +114,6 @@ def step_progress(item: StepMetrics) -> tuple[float, str]:
 def run_method_key(run_dir: str | Path) -> str:
     """The method of a run folder (methods.py key), from its run.json; a run that writes self-play rounds is
     self-play even when its run.json does not say so (the demo's, so far)."""
-    from desktop_app.engine.methods import method_of
-    from desktop_app.engine.run_folder import RUN_FILE, read_json
 
     config = read_json(Path(run_dir) / RUN_FILE)
     key = method_of(config).key if isinstance(config, dict) else "pretraining"
@@ -459,7 +459,6 @@ class RunView(QWidget):
         """A run that ended with a model to use: offer to chat with it, export it (merged, for adapters) or
         fine-tune it further (the tab asks once its job is over: a demo's or pipeline's inner runs end before it).
         False when the run has no checkpoint to offer."""
-        from desktop_app.engine.run_folder import RUN_FILE, list_committed, read_json
 
         if not (run_dir or self.run_dir):
             return False

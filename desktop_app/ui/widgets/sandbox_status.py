@@ -6,11 +6,12 @@ from collections.abc import Iterator
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
+from desktop_app.engine.errors import UserError
+from desktop_app.engine.sandbox import Executor
+
 
 def probe_sandbox() -> Iterator[dict]:
     """Runs in a worker thread: start the executor's fork server once and report its layers."""
-    from desktop_app.engine.errors import UserError
-    from desktop_app.engine.sandbox import Executor
 
     try:
         with Executor() as executor:

@@ -26,8 +26,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.engine.data.sample_corpus import sample_corpus_files
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
+from desktop_app.engine.model.sizing import count_parameters, human_count
+from desktop_app.engine.paths import sample_corpus_dir
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
 from desktop_app.engine.train.preflight import ERROR, Finding, Machine, method_defaults, ram_memory, this_machine
 from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run, preflight_request
@@ -40,6 +43,7 @@ from desktop_app.ui.widgets.epochs import EpochsRow, count_records, dataset_wind
 from desktop_app.ui.widgets.layouts import group_column
 from desktop_app.ui.widgets.method_panel import MethodPanel
 from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
+from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
@@ -297,7 +301,6 @@ class TrainSetup(QWidget):
         if self.base_model:
             self.model_label.setText(f"Model: fine-tune {Path(self.base_model).name}")
         elif self.model_spec is not None:
-            from desktop_app.engine.model.sizing import count_parameters, human_count
 
             s = self.model_spec
             self.model_label.setText(f"Model: {s.family}, {human_count(count_parameters(s))} parameters, "
@@ -341,8 +344,6 @@ class TrainSetup(QWidget):
         corpus is missing."""
         if (self.dataset_box.currentData() or SAMPLE_DATASET) != SAMPLE_DATASET:
             return None
-        from desktop_app.engine.data.sample_corpus import sample_corpus_files
-        from desktop_app.engine.paths import sample_corpus_dir
 
         files = [str(p) for p in sample_corpus_files()]
         if not files:
@@ -455,7 +456,6 @@ class TrainSetup(QWidget):
 
     def check_sandbox(self, *, show_dialog: bool = False) -> None:
         """Probe the sandboxed executor in the background; the Self-play fields show its state."""
-        from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
 
         self._sandbox_probed = True
         self.method_panel.set_sandbox_state(None, checking=True)
