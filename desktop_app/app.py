@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from desktop_app.ui.theme import apply_theme
+    from desktop_app.ui.theme import apply_theme  # lazy: PySide6
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("AZR Model Trainer")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationDisplayName("AZR Model Trainer")
     apply_theme(app)
 
-    from desktop_app.ui.main_window import MainWindow, app_settings
+    from desktop_app.ui.main_window import MainWindow, app_settings  # lazy: PySide6
 
     settings = app_settings()
     if args.reset_settings:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("desktop_app").info("window shown in %.3f s", time.perf_counter() - _T0)
 
     if args.smoke_selfplay:
-        from desktop_app.ui.smoke import run as run_selfplay_smoke
+        from desktop_app.ui.smoke import run as run_selfplay_smoke  # lazy: PySide6
 
         return run_selfplay_smoke(window, args.smoke_selfplay, app)
     if args.smoke_test:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 def _checked_workspace(explicit: str, last: str, *, ask: bool):
     """The workspace to open; a read-only or forbidden one is said at once, and (unless `ask` is off: smoke tests)
     a dialog offers another folder. None (the problem printed in one line) when the person quits."""
-    from desktop_app.ui.workspace_check import dialog_ask, startup_workspace
+    from desktop_app.ui.workspace_check import dialog_ask, startup_workspace  # lazy: PySide6
 
     problems: list[str] = []
     asker = dialog_ask() if ask else None

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args._module.run(args) or 0)
     except UserError as exc:
-        from desktop_app.cli.reporting import process_prefix
+        from desktop_app.cli.reporting import process_prefix  # lazy: start-up
 
         print(f"{process_prefix()}error: {exc}", file=sys.stderr)
         return 2
@@ -84,13 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `... | head`: the reader went away; not an error worth a line
-        from desktop_app.cli.crash import silence_stdout
+        from desktop_app.cli.crash import silence_stdout  # lazy: start-up
 
         silence_stdout()
         return 141  # 128 + SIGPIPE, what a shell shows for a command the pipe ended
     except Exception as exc:  # a bug: the traceback goes to the log folder, the user gets one line
-        from desktop_app.cli.crash import EXIT_CRASH, EXIT_FAULT, crash_line, fault_line
-        from desktop_app.cli.reporting import process_prefix
+        from desktop_app.cli.crash import EXIT_CRASH, EXIT_FAULT, crash_line, fault_line  # lazy: start-up
+        from desktop_app.cli.reporting import process_prefix  # lazy: start-up
 
         fault = fault_line(exc, argv[0] if argv else "")
         if fault is not None:  # a full disk, a read-only folder...: the person can fix it; not a bug

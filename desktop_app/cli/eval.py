@@ -138,7 +138,7 @@ def spec_from_args(args: argparse.Namespace, measures: dict[str, Any] | None = N
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.evaluate.runner import evaluate_models
+    from desktop_app.engine.evaluate.runner import evaluate_models  # lazy: torch
 
     measures, why = chosen_measures(args)
     spec = spec_from_args(args, measures)

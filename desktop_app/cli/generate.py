@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise UserError("--system needs --chat (a system message only exists in a chat conversation)")
 
-    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.generate.decode import stream_text  # lazy: torch
 
     loaded = load_model(chosen_model(args.model, args.file), device=args.device)
     for warning in loaded.warnings:

@@ -88,14 +88,14 @@ def _events(args: argparse.Namespace, controls: Any) -> Iterator[Any]:
     """The engine's events for these arguments: a new dataset, or files appended to one (its own settings)."""
 
     if args.append:
-        from desktop_app.engine.data.prepare import append_to_dataset
+        from desktop_app.engine.data.prepare import append_to_dataset  # lazy: numpy
 
         given = [name for name in ("tokenizer", "tokenizer_file", "vocab_size", "min_frequency", "context",
                                    "overlap", "val_fraction", "seed", "columns") if getattr(args, name) is not None]
         if given:
             raise UserError(f"--append uses the dataset's own settings; drop --{given[0].replace('_', '-')}")
         return append_to_dataset(args.out, args.paths, controls)
-    from desktop_app.engine.data.prepare import prepare_dataset
+    from desktop_app.engine.data.prepare import prepare_dataset  # lazy: numpy
 
     return prepare_dataset(args.paths, args.out, _spec(args), controls)
 

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from desktop_app.server.security import check_bind
+    from desktop_app.server.security import check_bind  # lazy: fastapi
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
@@ -107,15 +107,15 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, on_main: bool) -> int:
     import logging
 
-    from desktop_app.server.serving import Server, bind_socket, load_served, url_for
+    from desktop_app.server.serving import Server, bind_socket, load_served, url_for  # lazy: uvicorn
 
     sock = bind_socket(args.host, args.port)  # a busy port fails now, before the slow imports and model load
     try:
         from transformers.utils import logging as hf_logging
 
-        from desktop_app.server.app import create_app
-        from desktop_app.server.security import is_loopback
-        from desktop_app.server.state import ServerSettings
+        from desktop_app.server.app import create_app  # lazy: torch
+        from desktop_app.server.security import is_loopback  # lazy: fastapi
+        from desktop_app.server.state import ServerSettings  # lazy: fastapi
 
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         hf_logging.disable_progress_bar()  # no "Writing model shards" bars in the server's log on each download

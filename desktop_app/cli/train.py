@@ -243,7 +243,7 @@ def _base_folder(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from desktop_app.engine.train.distributed import launched_world_size
+    from desktop_app.engine.train.distributed import launched_world_size  # lazy: torch
 
     what, run_dir = build_request(args)
     session = open_session(what, run_dir)
@@ -280,7 +280,7 @@ def _leave_now(code: int) -> None:
 
 def _other_process() -> bool:
     """A process torchrun started besides process 0: it trains, process 0 reports."""
-    from desktop_app.engine.train.distributed import launched_rank, launched_world_size
+    from desktop_app.engine.train.distributed import launched_rank, launched_world_size  # lazy: torch
 
     return launched_world_size() > 1 and launched_rank() != 0
 

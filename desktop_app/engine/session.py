@@ -139,7 +139,7 @@ def start(what: What, run_dir: str | Path | None, controls: Controls, *, interac
 
 def under_torchrun() -> bool:
     """This process is one of torchrun's: the run trains here, on its share (never launched again)."""
-    from desktop_app.engine.train.distributed import launched_world_size
+    from desktop_app.engine.train.distributed import launched_world_size  # lazy: torch
 
     return launched_world_size() > 1
 
@@ -203,7 +203,7 @@ def _new_run_events(session: Session, controls: Controls, interactive: bool) -> 
 
         yield from launch_config(config, run_dir, controls)
         return
-    from desktop_app.engine.train.loop import train
+    from desktop_app.engine.train.loop import train  # lazy: torch
 
     yield from train(config, run_dir, controls, interactive=interactive)  # it makes the folder, or says why not
 
@@ -215,14 +215,14 @@ def _resume_events(session: Session, controls: Controls, interactive: bool) -> I
 
         yield from resume_launch(session.run_dir, controls, nproc=session.processes)
         return
-    from desktop_app.engine.train.loop import train
+    from desktop_app.engine.train.loop import train  # lazy: torch
 
     yield from train(session.config, session.run_dir, controls, resume=True, accept_config_change=what.accept_change,
                      interactive=interactive)
 
 
 def _pipeline_events(session: Session, controls: Controls, interactive: bool) -> Iterator[Event]:
-    from desktop_app.engine.recipes.pipeline import run_pipeline
+    from desktop_app.engine.recipes.pipeline import run_pipeline  # lazy: torch
 
     if under_torchrun():
         raise UserError("a pipeline runs in one process; under torchrun, run each stage's run.json with train --config")

@@ -216,7 +216,7 @@ class RunManager:
 
     def _restart(self, run_id: str, run_dir: Path) -> dict[str, Any]:
         """resume on a run that is not training: continue it from its newest checkpoint."""
-        from desktop_app.engine.session import ResumeRun, launched_processes, open_session
+        from desktop_app.engine.session import ResumeRun, launched_processes, open_session  # lazy: numpy
 
         state = self.status(run_id)["state"]
         if state == "completed":

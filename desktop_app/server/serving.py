@@ -120,8 +120,8 @@ class ServerThread:
 
 def load_served(model_path: str, *, device: str = "auto", max_batch: int = 32, threads: int | None = None) -> Any:
     """Load a model folder (run, checkpoint, export, HF) and its batcher, ready to serve."""
-    from desktop_app.server.batcher import Batcher
-    from desktop_app.server.state import ServedModel, model_id_for
+    from desktop_app.server.batcher import Batcher  # lazy: torch
+    from desktop_app.server.state import ServedModel, model_id_for  # lazy: fastapi
 
     loaded = load_model(model_path, device=device)
     return ServedModel(id=model_id_for(model_path), loaded=loaded,

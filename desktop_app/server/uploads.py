@@ -47,7 +47,7 @@ def store_uploads(workspace: Any, dataset_name: str, files: list[tuple[str | Non
 def prepare_uploads(workspace: Any, dataset_name: str, stored: list[tuple[str, Path]], spec: Any,
                     append_to: Path | None) -> dict[str, Any]:
     """Build (or extend) the dataset; returns its name, state and one verdict per uploaded file."""
-    from desktop_app.engine.data.prepare import append_to_dataset, prepare_dataset
+    from desktop_app.engine.data.prepare import append_to_dataset, prepare_dataset  # lazy: numpy
 
     paths = [p for _, p in stored]
     if append_to is not None:

@@ -7,9 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from desktop_app.engine.model.folders import folder_chat_template, gguf_chat_template, resolve_model_folder
 from desktop_app.engine.model.gguf_file import is_gguf_file
-from desktop_app.engine.model.loading import load_model
 from desktop_app.engine.run_folder import RUN_FILE
 from desktop_app.ui.widgets.run_view import run_method_key
 
@@ -23,6 +21,9 @@ class ModelCache:
         self.loaded: Any = None
 
     def get(self, path: str) -> Any:
+        from desktop_app.engine.model.folders import resolve_model_folder  # lazy: start-up
+        from desktop_app.engine.model.loading import load_model  # lazy: start-up
+
         # Keyed on the folder a path resolves to: a run's "newest checkpoint" moves on while it trains.
         folder = str(resolve_model_folder(path)[0])
         with self._lock:
@@ -48,7 +49,8 @@ def opens_in_chat(path: str | Path) -> bool:
     """Chat for a model that was taught to chat: a fine-tuning run's (SFT, LoRA, DPO, GRPO) or a model whose tokenizer
     has a chat template of its own. A pretrained or self-played model of ours completes text: the template every
     tokenizer trained here gets is no sign that the model can hold a conversation."""
-    from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
+    from desktop_app.engine.data.tokenization import CHAT_TEMPLATE  # lazy: tokenizers
+    from desktop_app.engine.model.folders import folder_chat_template, gguf_chat_template  # lazy: start-up
 
     if (Path(path) / RUN_FILE).is_file():  # a run of ours, or one of its checkpoints
         return run_method_key(path) not in ("pretraining", "selfplay")

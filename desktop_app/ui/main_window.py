@@ -35,7 +35,6 @@ from desktop_app.engine.workspace import Workspace, workspace_problem
 from desktop_app.ui import gc_guard, wheel_guard
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.exception_hooks import ExceptionRouter
-from desktop_app.ui.help import ShortcutsDialog, open_docs
 from desktop_app.ui.tabs.data_tab import DataTab
 from desktop_app.ui.tabs.generate_sources import checkpoint_folders
 from desktop_app.ui.tabs.generate_tab import GenerateTab
@@ -46,7 +45,6 @@ from desktop_app.ui.welcome_banner import WelcomeBanner
 from desktop_app.ui.widgets.drop_zone import paths_from_mime
 from desktop_app.ui.widgets.elided_label import ElidedLabel
 from desktop_app.ui.widgets.hub_access import hub_routes
-from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
 from desktop_app.ui.window_size import PREFERRED_SIZE, fit_to_screen
 
 log = logging.getLogger(__name__)
@@ -357,9 +355,13 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.train_tab)
 
     def open_docs(self) -> None:
+        from desktop_app.ui.help import open_docs  # lazy: start-up
+
         self.docs_dialog = open_docs(self.ctx, self)  # shown in the window where no browser opens it
 
     def show_shortcuts(self) -> None:
+        from desktop_app.ui.help import ShortcutsDialog  # lazy: start-up
+
         where = {act: place for act, _tab, place in self.scoped_actions}
         actions = [(a, where.get(a, "")) for a in (
             self.act_train, self.act_pause, self.act_save_now, self.act_stop, self.act_generate, self.act_add_files,
@@ -468,6 +470,8 @@ class MainWindow(QMainWindow):
         _open_folder(self.ctx.workspace.root)
 
     def show_sandbox_status(self) -> None:
+        from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox  # lazy: start-up
+
         task = self.ctx.runner.start("sandbox-probe", probe_sandbox)
 
         def show(state: dict) -> None:

@@ -155,15 +155,5 @@ def test_the_check_sees_an_upward_import_inside_a_function(tmp_path) -> None:
     assert engine_imports(tmp_path / "data" / "plain.py") == [("desktop_app.engine.errors", False)]
     assert upward_imports(tmp_path) == {("data/sneaky.py", "desktop_app.engine.train.loop")}
 
-
-# Imports of engine modules inside engine functions, counted: each hides a dependency from a reader of the file's
-# top. They stay only where they keep torch, transformers or another heavy library out of the window's start-up;
-# the count may go down, never up (172 on 2026-11-29).
-MOST_INNER_IMPORTS = 172
-
-
-def test_imports_inside_functions_do_not_grow() -> None:
-    inner = sum(inside for path in ENGINE.rglob("*.py") for _module, inside in engine_imports(path))
-    assert inner <= MOST_INNER_IMPORTS, (f"{inner} imports of engine modules inside functions (at most "
-                                         f"{MOST_INNER_IMPORTS}): import at the top unless it keeps a heavy library "
-                                         "out of start-up")
+# Imports inside functions are checked across the whole app by tests/test_lazy_imports.py: each keeps a heavy
+# library out of its module's start-up and says which.

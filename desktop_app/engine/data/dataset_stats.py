@@ -43,7 +43,7 @@ def dataset_stats(dataset_dir: str | Path, preview_chunks: int = 3, bins: int = 
 
 
 def preview_windows(store: TokenStore, n: int) -> list[dict[str, Any]]:
-    from desktop_app.engine.data.tokenization import load_tokenizer
+    from desktop_app.engine.data.tokenization import load_tokenizer  # lazy: tokenizers
 
     split = "train" if store.num_chunks("train") else "val"
     count = min(n, store.num_chunks(split))

@@ -377,13 +377,13 @@ def _check_request(paths: list[str | Path], out: Path, spec: DataSpec) -> _Token
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists and is not empty: choose a new folder, or append to it")
     if not spec.tokenizer_file:
-        from desktop_app.engine.data.tokenization import min_vocab_size
+        from desktop_app.engine.data.tokenization import min_vocab_size  # lazy: tokenizers
 
         if spec.vocab_size < min_vocab_size(spec.tokenizer):
             raise UserError(f"vocab size {spec.vocab_size} is too small for a {spec.tokenizer} tokenizer: "
                             f"use at least {min_vocab_size(spec.tokenizer)}")
         return None
-    from desktop_app.engine.data.tokenization import eos_id, load_tokenizer
+    from desktop_app.engine.data.tokenization import eos_id, load_tokenizer  # lazy: tokenizers
 
     source = Path(spec.tokenizer_file).expanduser()
     tok = load_tokenizer(source)  # a bad tokenizer fails now, before the long work
@@ -395,7 +395,7 @@ def _dataset_tokenizer(given: _Tokenizer | None, usable: list[SourceInfo], tmp: 
                        controls: Controls) -> Iterator[Event]:
     """The given tokenizer (with its config files), or one trained on the usable files, saved in `tmp`; returns
     it, or None when the user cancelled the training."""
-    from desktop_app.engine.data.tokenization import save_tokenizer
+    from desktop_app.engine.data.tokenization import save_tokenizer  # lazy: tokenizers
 
     if given is not None:
         assert given.source is not None
@@ -416,7 +416,7 @@ def _dataset_tokenizer(given: _Tokenizer | None, usable: list[SourceInfo], tmp: 
 
 def _tokenizer_entry(tokenizer: _Tokenizer, tmp: Path) -> dict[str, Any]:
     """The manifest's "tokenizer": the saved file, its checksum, kind, vocabulary size and special tokens."""
-    from desktop_app.engine.data.tokenization import eos_id, special_tokens_of, tokenizer_sha256
+    from desktop_app.engine.data.tokenization import eos_id, special_tokens_of, tokenizer_sha256  # lazy: tokenizers
 
     eos = eos_id(tokenizer.tok, tmp / TOKENIZER_NAME)
     vocab_size = tokenizer.tok.get_vocab_size(with_added_tokens=True)
@@ -560,7 +560,7 @@ def append_to_dataset(dataset_dir: str | Path, paths: Iterable[str | Path],
 def _open_for_append(folder: Path) -> _Existing:
     """The dataset in `folder`, checked, and cut back to its last committed state: an earlier interrupted append
     may have left a tail on the token streams and record files."""
-    from desktop_app.engine.data.tokenization import load_tokenizer, tokenizer_sha256
+    from desktop_app.engine.data.tokenization import load_tokenizer, tokenizer_sha256  # lazy: tokenizers
 
     manifest = load_manifest(folder)
     spec = DataSpec.from_dict(manifest["spec"])

@@ -47,7 +47,7 @@ def sample_texts(sources: list[SourceInfo], budget: int, stop: threading.Event,
 def train_on_sample(sources: list[SourceInfo], spec: DataSpec, controls: Controls,
                     out: dict[str, Any]) -> Iterator[Event]:
     """Train the tokenizer in a worker thread; yield Progress while it runs (and stay cancellable)."""
-    from desktop_app.engine.data.tokenization import train_tokenizer
+    from desktop_app.engine.data.tokenization import train_tokenizer  # lazy: tokenizers
 
     counter = [0]
     budget = min(TOKENIZER_SAMPLE_CHARS, sum(s.chars + 1 for s in sources))

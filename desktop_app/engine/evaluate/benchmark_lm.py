@@ -162,7 +162,7 @@ class AppLM(HFLM):
                stop: list[str]) -> torch.Tensor:
         """Greedy completions of the left-padded prompts by sample_completions, cut once a stop string appears
         (HFLM's post-processing then cuts the text at it), laid out as [prompts | completions, right-padded]."""
-        from desktop_app.engine.selfplay.rollout import RolloutOptions, sample_completions
+        from desktop_app.engine.selfplay.rollout import RolloutOptions, sample_completions  # lazy: numpy
 
         rows = context.tolist() if mask is None else [
             [t for t, m in zip(r, k, strict=True) if m] for r, k in zip(context.tolist(), mask.tolist(), strict=True)]

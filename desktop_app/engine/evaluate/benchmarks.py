@@ -159,7 +159,7 @@ def _evaluate(loaded: Any, spec: EvalSpec, tasks: list[Any], manager: Any, track
     """simple_evaluate on the loaded model (runs in the worker thread)."""
     import lm_eval
 
-    from desktop_app.engine.evaluate.benchmark_lm import AppLM
+    from desktop_app.engine.evaluate.benchmark_lm import AppLM  # lazy: torch
 
     lm = AppLM(loaded.model, loaded.tokenizer, batch=scoring_batch(int(spec.batch), loaded.device.type),
                generation_batch=generation_batch or scoring_batch(int(spec.batch), loaded.device.type),
@@ -220,7 +220,7 @@ def run_benchmarks(loaded: Any, spec: EvalSpec, controls: Controls | None = None
     UserError (one sentence) for a missing harness, an unknown name or missing data; BenchmarksStoppedEarly when
     the user stops."""
     names = check_benchmarks(spec)
-    from desktop_app.engine.evaluate.benchmark_lm import BenchmarksStopped, Tracker
+    from desktop_app.engine.evaluate.benchmark_lm import BenchmarksStopped, Tracker  # lazy: torch
 
     controls = controls or Controls()
     yield Progress("benchmarks", 0, 0, "requests", f"loading {', '.join(names)}")

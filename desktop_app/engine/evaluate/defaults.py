@@ -60,7 +60,7 @@ def _task_world(files: list[Any]) -> str | None:
 def _has_own_chat_template(path: Path) -> bool:
     """A base that brings a chat template of its own (an instruct model); the template every tokenizer trained
     here gets is no sign that the model can hold a conversation."""
-    from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
+    from desktop_app.engine.data.tokenization import CHAT_TEMPLATE  # lazy: tokenizers
 
     if path.is_file():
         try:

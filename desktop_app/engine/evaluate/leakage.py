@@ -75,8 +75,8 @@ def logged_programs(run_dir: Path) -> set[str]:
 
 def dataset_programs(folder: Path, found: TrainingPrograms) -> None:
     """The programs in a prepared dataset's text (every split: validation documents were read in training too)."""
-    from desktop_app.engine.data.token_store import TokenStore
-    from desktop_app.engine.data.tokenization import load_tokenizer
+    from desktop_app.engine.data.token_store import TokenStore  # lazy: numpy
+    from desktop_app.engine.data.tokenization import load_tokenizer  # lazy: tokenizers
 
     if not folder.is_dir():
         found.skipped.append(f"dataset {folder}: not found")

@@ -53,7 +53,7 @@ def cut_utf8(text: str, max_bytes: int) -> str:
 
 def _whole_file(path: Path, max_bytes: int) -> str:
     """A text file's decoded text (one document), read no further than max_bytes of UTF-8."""
-    from desktop_app.engine.data.ingest import iter_text
+    from desktop_app.engine.data.ingest import iter_text  # lazy: numpy
 
     blocks: list[str] = []
     size = 0
@@ -68,7 +68,7 @@ def _whole_file(path: Path, max_bytes: int) -> str:
 def _item_texts(path: Path) -> Iterator[str]:
     """The text documents of a JSONL file ({"text": ...} records; other records are not text to score), a document
     (PDF, EPUB, DOCX, HTML) or a table's text column, one document each, as the Data tab reads them."""
-    from desktop_app.engine.data.ingest import Doc, read_items
+    from desktop_app.engine.data.ingest import Doc, read_items  # lazy: numpy
 
     parts: list[str] = []
     for item in read_items(path):
@@ -82,7 +82,7 @@ def _item_texts(path: Path) -> Iterator[str]:
 
 
 def _file_documents(path: Path, max_bytes: int) -> Iterator[str]:
-    from desktop_app.engine.data.ingest import TEXT_EXTENSIONS, FileProblem, discover
+    from desktop_app.engine.data.ingest import TEXT_EXTENSIONS, FileProblem, discover  # lazy: numpy
 
     for found, problem in discover([path]):
         if problem is not None:
@@ -98,8 +98,8 @@ def _file_documents(path: Path, max_bytes: int) -> Iterator[str]:
 
 def _dataset_documents(folder: Path) -> Iterator[str]:
     """A prepared dataset's validation documents (its training split when it has none), as text."""
-    from desktop_app.engine.data.token_store import TokenStore
-    from desktop_app.engine.data.tokenization import load_tokenizer
+    from desktop_app.engine.data.token_store import TokenStore  # lazy: numpy
+    from desktop_app.engine.data.tokenization import load_tokenizer  # lazy: tokenizers
 
     store = TokenStore(folder)
     if not store.tokenizer_path.is_file():
@@ -157,7 +157,7 @@ def prefix_token(tokenizer: TextTokenizer) -> int | None:
     from tokenizers import Tokenizer
 
     if isinstance(tokenizer, Tokenizer):
-        from desktop_app.engine.data.tokenization import special_tokens_of
+        from desktop_app.engine.data.tokenization import special_tokens_of  # lazy: tokenizers
 
         specials = special_tokens_of(tokenizer)
         name = specials["bos"] or specials["eos"]

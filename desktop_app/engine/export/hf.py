@@ -67,7 +67,7 @@ def _load(path: Path) -> tuple[Any, Any]:
 def gguf_problem(source: str | Path) -> str | None:
     """Why `source` cannot be exported as GGUF (a sentence for the UI to show next to a disabled option),
     or None when it can. Cheap: reads configs and tokenizer.json only, loads no weights."""
-    from desktop_app.engine.export.gguf_families import family_of
+    from desktop_app.engine.export.gguf_families import family_of  # lazy: numpy
 
     try:
         folder = resolve_source(source)
@@ -289,7 +289,7 @@ def _write_hf(model: Any, tokenizer: Any, source: Path, folder: Path, max_shard_
               name: str) -> Iterator[Event]:
     from transformers import GenerationConfig
 
-    from desktop_app.engine.data.tokenization import save_hf_tokenizer
+    from desktop_app.engine.data.tokenization import save_hf_tokenizer  # lazy: tokenizers
 
     folder.mkdir(parents=True)
     ids = _special_ids(tokenizer)
@@ -408,7 +408,7 @@ class _Export:
 def _write_gguf_and_modelfile(job: _Export, model: Any, tokenizer: Any) -> Iterator[Event]:
     """The GGUF at job.tmp (k-quants: our f32/f16 file, then llama.cpp's quantizer) and its Modelfile at a temporary
     sibling (job.result["modelfile_tmp"])."""
-    from desktop_app.engine.export.gguf import GGUFFile, write_gguf
+    from desktop_app.engine.export.gguf import GGUFFile, write_gguf  # lazy: numpy
 
     src, tmp, gguf_type = job.src, job.tmp, job.settings.gguf_type
     state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}

@@ -39,7 +39,7 @@ def as_hf_tokenizer(obj_or_path: Any) -> Any:
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerBase
 
-    from desktop_app.engine.data.tokenization import hf_tokenizer
+    from desktop_app.engine.data.tokenization import hf_tokenizer  # lazy: tokenizers
 
     if isinstance(obj_or_path, PreTrainedTokenizerBase):
         tok = obj_or_path

@@ -196,7 +196,7 @@ def load_tokenizer(folder: Path) -> Any:
     a GGUF file; pad falls back to eos. UserError when there is none."""
     from transformers import PreTrainedTokenizerFast
 
-    from desktop_app.engine.data.tokenization import hf_tokenizer
+    from desktop_app.engine.data.tokenization import hf_tokenizer  # lazy: tokenizers
 
     if folder.is_file():
         return load_gguf_tokenizer(folder)
@@ -272,7 +272,7 @@ def load_model(path: str | Path, *, device: str = "auto", dtype: Any = None,
     (unless allow_nonfinite) NaN/Inf weights.
     """
 
-    from desktop_app.engine.devices import resolve_device
+    from desktop_app.engine.devices import resolve_device  # lazy: torch
 
     folder, kind, name = resolve_model_folder(path)
     if is_adapter_folder(folder):  # a LoRA/QLoRA run: its base with the adapter merged in memory

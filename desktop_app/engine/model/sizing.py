@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.model.architecture import spec_from_hf_config
 from desktop_app.engine.specs import ModelSpec, SpecError
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -266,6 +265,7 @@ def spec_for_estimate(config: dict[str, Any]) -> ModelSpec | None:
     """The ModelSpec a config.json's memory is estimated with: exact for llama and gpt2; for the many families that
     name their shapes as Llama does (qwen2, mistral, gemma, phi3, ...) a Llama of those shapes (the same weights up
     to biases and norms); None when the shapes are not there (the estimate is then unknown, never invented)."""
+    from desktop_app.engine.model.architecture import spec_from_hf_config  # lazy: start-up
 
     try:
         return spec_from_hf_config(config)

@@ -28,7 +28,7 @@ def eos_id(tokenizer: Any, manifest: dict[str, Any]) -> int | None:
         return recorded
     if tokenizer is None:
         return None
-    from desktop_app.engine.data.tokenization import eos_id as tokenizer_eos_id
+    from desktop_app.engine.data.tokenization import eos_id as tokenizer_eos_id  # lazy: tokenizers
 
     return tokenizer_eos_id(tokenizer)
 

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
 from desktop_app.engine.method_options import TASK_TYPES, SelfPlayOptions
 from desktop_app.engine.run_folder import tail_records
@@ -274,7 +273,7 @@ class Demo:
         return True
 
     def prepare(self) -> Iterator[Event]:
-        from desktop_app.engine.data.prepare import prepare_dataset
+        from desktop_app.engine.data.prepare import prepare_dataset  # lazy: numpy
 
         spec = DataSpec(tokenizer="bpe", vocab_size=160, context_length=256, val_fraction=0.02, seed=self.seed)
         for event in prepare_dataset([self.out / "corpus"], self.out / "dataset", spec, self.controls):
@@ -286,7 +285,7 @@ class Demo:
 
     def _train(self, config: Any, name: str) -> Iterator[Event]:
         """One phase's run (stopped with the demo); returns its Finished, or None when the user stopped it."""
-        from desktop_app.engine.train.loop import train
+        from desktop_app.engine.train.loop import train  # lazy: torch
 
         inner = Controls()
         finished: Finished | None = None
@@ -302,7 +301,7 @@ class Demo:
         return finished
 
     def pretrain(self, budget_s: float, steps: int, overrides: dict[str, Any]) -> Iterator[Event]:
-        from desktop_app.engine.train.request import config_from_preset
+        from desktop_app.engine.train.request import config_from_preset  # lazy: numpy
 
         assert self.dataset is not None
         config, notes = config_from_preset(self.dataset, "tiny", seed=self.seed, steps=steps,
@@ -353,7 +352,7 @@ class Demo:
             config = RunConfig(base_model=base, dataset=str(self.dataset), objective="causal_lm",
                                train=spec.to_dict(), seed=self.seed)
         else:
-            from desktop_app.engine.recipes.seed_chats import write_seed_chats
+            from desktop_app.engine.recipes.seed_chats import write_seed_chats  # lazy: torch
 
             data = write_seed_chats(self.out / "control-data.jsonl", base, self.selfplay_options, self.seed)
             spec = TrainSpec.from_dict({**self.selfplay_train, "lr": 1e-5, "batch_size": 16, "micro_batch_size": 8,
@@ -365,7 +364,8 @@ class Demo:
 
     def evaluate(self, label: str, models: list[str]) -> Iterator[Event]:
         """The held-out figures of one model (kept in self.results[label] and its run folder's evaluations)."""
-        from desktop_app.engine.evaluate.runner import evaluate_models
+        from desktop_app.engine.evaluate.runner import evaluate_models  # lazy: torch
+        from desktop_app.engine.evaluate.spec import EvalSpec  # lazy: start-up
 
         world = self.world or ("mini" if self.dataset is not None else self.selfplay_options.get("world", "auto"))
         spec = EvalSpec.from_dict({"world": world, "world_options": self.selfplay_options.get("world_options", {}),

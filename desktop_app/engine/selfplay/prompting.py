@@ -42,7 +42,7 @@ def has_chat_template(tokenizer: Any) -> bool:
 def is_chat_model(tokenizer: Any) -> bool:
     """A model that brings its own chat template (not one of the app's defaults, which every tokenizer the app
     trains carries): an instruct model, asked through its template when the prompt style is auto."""
-    from desktop_app.engine.data.tokenization import CHAT_TEMPLATE
+    from desktop_app.engine.data.tokenization import CHAT_TEMPLATE  # lazy: tokenizers
 
     template = getattr(tokenizer, "chat_template", None)
     return isinstance(template, str) and bool(template.strip()) and template not in (CHAT_TEMPLATE, CHATML_TEMPLATE)

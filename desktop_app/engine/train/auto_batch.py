@@ -100,8 +100,8 @@ def choose_micro_batch(parts: Parts, dist: DistContext | None, rows: int, curren
     elsewhere. `rows`: this process's rows per step; `current`: the micro-batch the run has now."""
     import torch
 
-    from desktop_app.engine.devices import free_device_memory, is_out_of_memory
-    from desktop_app.engine.train.sync import rows_for_rank
+    from desktop_app.engine.devices import free_device_memory, is_out_of_memory  # lazy: torch
+    from desktop_app.engine.train.sync import rows_for_rank  # lazy: torch
 
     ctx, model = parts.ctx, parts.model
     device, spec = ctx.device, ctx.train_spec

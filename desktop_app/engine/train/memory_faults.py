@@ -60,7 +60,7 @@ class OomMoment:
 def is_out_of_memory(exc: BaseException | None) -> bool:
     """True for an allocator's out-of-memory (CUDA, MPS, the CPU's, Python's MemoryError), also when it is the
     cause of another error (the step's retry giving up at a micro-batch of 1)."""
-    from desktop_app.engine.devices import is_out_of_memory as allocator_error
+    from desktop_app.engine.devices import is_out_of_memory as allocator_error  # lazy: torch
 
     for _ in range(_CHAIN_DEPTH):
         if exc is None:
@@ -117,8 +117,8 @@ def fits_instead(plan: MemoryPlan, free: int) -> str:
 
 def refuse_before_start(config: RunConfig) -> None:
     """`check_fits` on this machine, for the device the run would train on; one process only (see the module)."""
-    from desktop_app.engine.devices import resolve_device
-    from desktop_app.engine.train.distributed import launched_world_size
+    from desktop_app.engine.devices import resolve_device  # lazy: torch
+    from desktop_app.engine.train.distributed import launched_world_size  # lazy: torch
 
     if launched_world_size() > 1:
         return
@@ -180,7 +180,7 @@ def moment_of(run: Any) -> OomMoment:
     parts = getattr(run, "parts", None)
     device = str(parts.ctx.device.type) if parts is not None else str(run.spec.device)
     if device == "auto":
-        from desktop_app.engine.devices import resolve_device
+        from desktop_app.engine.devices import resolve_device  # lazy: torch
 
         device = resolve_device("auto").type
     step = run.state.step + 1 if parts is not None else 0

@@ -32,7 +32,6 @@ from desktop_app.engine.data.tables import table_kind, table_rows
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, method_key
 from desktop_app.engine.model.families import attention_of
-from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder
 from desktop_app.engine.model.sizing import TrainingShape, estimate_training_memory, human_bytes, spec_for_estimate
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError, TrainSpec
 
@@ -416,6 +415,7 @@ def base_config(path: str, depth: int = 0) -> dict[str, Any] | None:
     """The config.json (a dict) of a base model from the folder alone (nothing verified or loaded: this runs while the
     person types): a model folder, a run's newest checkpoint, or the base an adapter sits on. None where it cannot
     be read this way (a GGUF file, no config.json)."""
+    from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder  # lazy: start-up
 
     folder = Path(path).expanduser()
     if not path or not folder.is_dir() or depth > 8:

@@ -21,13 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from desktop_app.engine.data.prepare import prepare_dataset
-from desktop_app.engine.data.token_store import TokenStore
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, DatasetReady, Event, Finished
-from desktop_app.engine.finetune.formats import check_table_columns
 from desktop_app.engine.methods import default_lr
-from desktop_app.engine.model.architecture import VOCAB_MULTIPLE, padded_vocab
 from desktop_app.engine.model.hub_cache import resolve_model_reference
 from desktop_app.engine.presets import preset
 from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
@@ -164,6 +160,7 @@ def check_files(config: RunConfig) -> None:
     if isinstance(reward, str) and reward and not Path(reward).expanduser().is_file():
         raise UserError(f"reward file {Path(reward).expanduser()} does not exist")
     if config.columns and config.data:
+        from desktop_app.engine.finetune.formats import check_table_columns  # lazy: start-up
 
         val_data = options.get("val_data")
         check_table_columns([*config.data, *(val_data if isinstance(val_data, list) else [])], config.columns)
@@ -174,6 +171,7 @@ def fit_to_dataset(config: RunConfig) -> tuple[RunConfig, list[str]]:
     as it is."""
     if not (config.model and config.dataset):
         return config, []
+    from desktop_app.engine.data.token_store import TokenStore  # lazy: start-up
 
     spec, notes = adapt_model_to_dataset(config.model_spec(), TokenStore(config.dataset))
     return config.replace(model=spec.to_dict()), notes
@@ -183,6 +181,7 @@ def adapt_model_to_dataset(spec: ModelSpec, store: Any) -> tuple[ModelSpec, list
     """Fit a (preset) spec to a dataset's TokenStore: vocab_size = the tokenizer's rounded up to a multiple of 64
     (the rows past the tokenizer's are never a target; GPUs multiply such matrices far faster:
     model/architecture.padded_vocab), context_length = the dataset's. Returns the spec and one note per change."""
+    from desktop_app.engine.model.architecture import VOCAB_MULTIPLE, padded_vocab  # lazy: start-up
 
     notes = []
     vocab = padded_vocab(store.vocab_size)
@@ -215,6 +214,7 @@ def fit_pipeline_stages(stages: list[Stage]) -> tuple[list[Stage], list[str]]:
     for stage in stages:
         config = stage.config
         if config.get("model") and config.get("dataset"):
+            from desktop_app.engine.data.token_store import TokenStore  # lazy: start-up
 
             spec, fit = adapt_model_to_dataset(ModelSpec.from_dict(config["model"]), TokenStore(config["dataset"]))
             stage = dataclasses.replace(stage, config={**config, "model": spec.to_dict()})
@@ -227,6 +227,7 @@ def fit_pipeline_stages(stages: list[Stage]) -> tuple[list[Stage], list[str]]:
 
 def prepare_sample(sample: SampleCorpus, controls: Controls) -> Iterator[Event]:
     """Prepare the sample corpus; returns the dataset folder, or None after yielding the Finished that ends the run."""
+    from desktop_app.engine.data.prepare import prepare_dataset  # lazy: start-up
 
     done = None
     for event in prepare_dataset(sample.files, Path(sample.dataset_dir), sample.data_spec, controls=controls):

@@ -310,7 +310,7 @@ def load_dataset_tokenizer(store: TokenStore) -> Any:
     if not store.tokenizer_path.exists():
         return None
     try:
-        from desktop_app.engine.data.tokenization import load_tokenizer
+        from desktop_app.engine.data.tokenization import load_tokenizer  # lazy: tokenizers
 
         return load_tokenizer(store.tokenizer_path)
     except ImportError:  # pragma: no cover - tokenization.py is part of the app
@@ -323,7 +323,7 @@ def special_ids(tokenizer: TextTokenizer) -> dict[str, int | None]:
     if tokenizer is None:
         return {}
     try:
-        from desktop_app.engine.data.tokenization import special_tokens_of
+        from desktop_app.engine.data.tokenization import special_tokens_of  # lazy: tokenizers
 
         names = special_tokens_of(tokenizer)
     except Exception:
@@ -353,7 +353,7 @@ def store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
     def write_tokenizer(folder: Path) -> None:
         # tokenizer.json + tokenizer_config.json (special tokens, chat template): the checkpoint is a
         # complete HF folder. A failure here fails the save loudly, like any other file of it.
-        from desktop_app.engine.data.tokenization import hf_tokenizer
+        from desktop_app.engine.data.tokenization import hf_tokenizer  # lazy: tokenizers
 
         hf_tokenizer(store.tokenizer_path, model_max_length=store.context_length).save_pretrained(str(folder))
 
@@ -362,7 +362,7 @@ def store_tokenizer_writer(store: TokenStore) -> Callable[[Path], None]:
 
 def hf_tokenizer_writer(tokenizer: ChatTokenizer, context_length: int | None) -> Callable[[Path], None]:
     def write_tokenizer(folder: Path) -> None:
-        from desktop_app.engine.data.tokenization import save_hf_tokenizer
+        from desktop_app.engine.data.tokenization import save_hf_tokenizer  # lazy: tokenizers
 
         save_hf_tokenizer(tokenizer, folder, context_length)
 

@@ -29,12 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_app.engine.data.dataset_stats import dataset_stats
-from desktop_app.engine.data.extract import scan_sources
 from desktop_app.engine.data.items import FileProgress
-from desktop_app.engine.data.prepare import prepare_dataset
 from desktop_app.engine.data.preview import preview_source
-from desktop_app.engine.data.sample_corpus import sample_corpus_files
 from desktop_app.engine.data.tables import table_kind
 from desktop_app.engine.events import Controls, FileVerdict, Finished, Log, Progress
 from desktop_app.engine.paths import sample_corpus_dir
@@ -63,6 +59,8 @@ def human_size(n: float) -> str:
 
 
 def _scan(paths: list[str], columns: dict[str, str]):
+    from desktop_app.engine.data.extract import scan_sources  # lazy: start-up
+
     for item in scan_sources(paths, columns=columns or None):
         yield item if isinstance(item, FileProgress) else item.to_event()
 
@@ -72,14 +70,19 @@ def _preview(path: str, columns: dict[str, str]):
 
 
 def _prepare(paths: list[str], out_dir: Path, spec: DataSpec, controls: Controls):
+    from desktop_app.engine.data.prepare import prepare_dataset  # lazy: start-up
+
     yield from prepare_dataset(paths, out_dir, spec, controls=controls)
     # Stats computed here, in the worker, so the GUI never tokenizes or reads big files.
+    from desktop_app.engine.data.dataset_stats import dataset_stats  # lazy: start-up
 
     if (out_dir / "manifest.json").exists():
         yield ("stats", str(out_dir), dataset_stats(out_dir, preview_chunks=3))
 
 
 def _stats(path: str):
+    from desktop_app.engine.data.dataset_stats import dataset_stats  # lazy: start-up
+
     yield ("stats", path, dataset_stats(Path(path), preview_chunks=3))
 
 
@@ -187,6 +190,8 @@ class DataTab(QWidget):
 
     # --- files ---
     def add_sample_corpus(self, _checked: bool = False) -> None:
+        from desktop_app.engine.data.sample_corpus import sample_corpus_files  # lazy: start-up
+
         files = [str(p) for p in sample_corpus_files()]
         if not files:
             self.ctx.report_error(f"The bundled sample corpus is missing ({sample_corpus_dir()}).")

@@ -42,7 +42,6 @@ from PySide6.QtWidgets import (
 
 from desktop_app.engine.events import Controls, GenerationStats, TextDelta
 from desktop_app.engine.generate.choices import newest_finished_run, reply_spec, uses_seed
-from desktop_app.engine.generate.prompts import context_length, fit_messages
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.generate_support import ModelCache, finish_words, opens_in_chat
@@ -65,7 +64,8 @@ BEAM_ONLY = ("length_penalty", "early_stopping")
 def _generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[str, str]], spec: GenerateSpec,
                   controls: Controls):
     """Stream `prompt` (a text, or a chat conversation: a list of {"role", "content"} messages) from each model."""
-    from desktop_app.engine.generate.decode import stream_text
+    from desktop_app.engine.generate.decode import stream_text  # lazy: torch
+    from desktop_app.engine.generate.prompts import context_length, fit_messages  # lazy: start-up
 
     for column, path in enumerate(paths):
         if controls.stop.is_set():

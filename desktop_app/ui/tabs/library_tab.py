@@ -34,7 +34,6 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.events import Controls, Finished, Log, Progress
-from desktop_app.engine.export.hf import export_model
 from desktop_app.engine.methods import METHOD_BY_KEY
 from desktop_app.engine.pipeline_folder import is_pipeline_dir
 from desktop_app.engine.run_folder import MetricsSummary, list_committed, tail_records
@@ -54,7 +53,6 @@ from desktop_app.ui.tabs.library_details import (
 )
 from desktop_app.ui.widgets.base_picker import RECENT_KEY
 from desktop_app.ui.widgets.compare_view import COMPARE_TIP, open_compare
-from desktop_app.ui.widgets.evaluate_view import EvaluateDialog
 from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html, workspace_ggufs
 from desktop_app.ui.widgets.hub_access import open_get_model_view
 from desktop_app.ui.widgets.hub_library import HUB_KIND, add_hub_group, hub_details_html
@@ -84,6 +82,8 @@ OUTSIDE_KINDS = (STORE_KIND, GGUF_KIND, HUB_KIND)  # models kept outside the wor
 
 
 def _export_job(source: str, fmt: str, out: Path, controls: Controls, merge: bool = False):
+    from desktop_app.engine.export.hf import export_model  # lazy: start-up
+
     yield from export_model(source, fmt, out, controls=controls, merge=merge)
 
 
@@ -453,6 +453,8 @@ class LibraryTab(QWidget):
         return task
 
     def open_evaluate(self) -> Any:
+        from desktop_app.ui.widgets.evaluate_view import EvaluateDialog  # lazy: start-up
+
         path = self.selected_path()
         target = self.run_inside(path, "checkpoint") if path and self.selected_kind() == "runs" else path
         self.evaluate_dialog = EvaluateDialog(self.ctx, [target] if target else [], self)

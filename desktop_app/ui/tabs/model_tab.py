@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
 
 from desktop_app.engine import presets
 from desktop_app.engine.model import sizing
-from desktop_app.engine.model.architecture import model_spec_from_folder
 from desktop_app.engine.specs import ModelSpec, SpecError, load_json, save_json
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.fitting import show_rows
@@ -267,6 +266,8 @@ class ModelTab(QWidget):
     def use_hf_folder(self, folder: str | Path) -> bool:
         """Read the folder's config.json (no torch needed) and start training from it."""
         try:
+            # lazy: start-up
+            from desktop_app.engine.model.architecture import model_spec_from_folder  # imports torch: only on demand
             spec = model_spec_from_folder(folder)
         except SpecError as exc:
             self.ctx.report_error(f"{folder} cannot be used: {exc}", title="Unsupported model folder")

@@ -55,7 +55,7 @@ class RunWatch:
         self.task.produced.connect(self.run_view.show)
         self.task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Cannot watch this run"))
         self.task.finished.connect(self._finished)
-        from desktop_app.engine.session import launched_torchrun
+        from desktop_app.engine.session import launched_torchrun  # lazy: numpy
 
         self.run_view.show_watching(run_dir, stoppable=launched_torchrun(run_dir) is not None)
         self.run_view.log("info", f"watching {run_dir} (launched outside the window)")
@@ -75,7 +75,7 @@ class RunWatch:
     def stop_run(self) -> bool:
         """Stop the watched run's processes (the window launched them: RUN/launch.json), after asking; the watch
         goes on until they have saved and ended. True when they were asked to stop."""
-        from desktop_app.engine.session import stop_launched
+        from desktop_app.engine.session import stop_launched  # lazy: numpy
 
         run_dir = self.state.watched_dir
         if run_dir is None or not self.active:

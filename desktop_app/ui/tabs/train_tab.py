@@ -37,7 +37,6 @@ from desktop_app.engine.recipes.selfplay_demo import demo_plan
 from desktop_app.engine.runs import pipeline_root, replay_run
 from desktop_app.engine.session import PipelineRun, ProcessFailed, ResumeRun, Session, open_session
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError
-from desktop_app.engine.train.data_files import touched_files
 from desktop_app.engine.train.request import RunRequest
 from desktop_app.ui import train_jobs
 from desktop_app.ui.background import Task
@@ -349,6 +348,7 @@ class TrainTab(TrainCommands, QWidget):
     def _accept_changed_data(self, config: RunConfig, run_dir: Path) -> bool | None:
         """False when no data file changed since the run started; True when some did and the person continues on
         the new data; None when they keep the run as it is (nothing starts)."""
+        from desktop_app.engine.train.data_files import touched_files  # lazy: start-up
 
         touched = touched_files(run_dir, config)
         if not touched:

@@ -34,7 +34,7 @@ class DataColumnsBox(QGroupBox):
 
     def show_for(self, data_list: DataFileList | None) -> None:
         """Follow `data_list` (the method's, None for a method without data files): its first table, or hidden."""
-        from desktop_app.engine.data.preview import preview_source
+        from desktop_app.engine.data.preview import preview_source  # lazy: numpy
 
         self.data_list = data_list
         tables = data_list.tables() if data_list is not None else []

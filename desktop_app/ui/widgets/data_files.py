@@ -12,7 +12,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QWidget
 
-from desktop_app.engine.data.prompt_files import describe_prompt_file
 from desktop_app.engine.errors import UserError
 from desktop_app.ui import theme
 from desktop_app.ui.widgets.drop_zone import PathDropList
@@ -21,18 +20,19 @@ from desktop_app.ui.widgets.drop_zone import PathDropList
 def describe_data_file(path: str, data_kind: str, columns: dict[str, str] | None = None) -> tuple[str, str]:
     """(format label, problem) of one data file for a method's data kind (a table read through the column mapping
     `columns`, else the guessed one); problem is "" when usable."""
-    from desktop_app.engine.data.tables import is_dataset_folder
+    from desktop_app.engine.data.tables import is_dataset_folder  # lazy: numpy
 
     p = Path(path).expanduser()
     if not (p.is_file() or is_dataset_folder(p)):
         return "", f"{p} does not exist" if not p.exists() else f"{p} is not a file"
     if data_kind == "grpo":
+        from desktop_app.engine.data.prompt_files import describe_prompt_file  # lazy: start-up
 
         try:
             return describe_prompt_file(p), ""
         except (UserError, OSError) as exc:
             return "", f"{p.name}: {exc}"
-    from desktop_app.engine.finetune.formats import FORMAT_NAMES, detect_format
+    from desktop_app.engine.finetune.formats import FORMAT_NAMES, detect_format  # lazy: numpy
 
     try:
         fmt = detect_format(p, columns or None)
@@ -50,7 +50,7 @@ def describe_data_file(path: str, data_kind: str, columns: dict[str, str] | None
 def expand_data_paths(paths: list[str]) -> list[str]:
     """Files as given; folders replaced by the data files inside them: the engine's one rule (training reads
     exactly what the list shows), without its checks (a missing path is listed with its problem)."""
-    from desktop_app.engine.finetune.formats import expand_data_paths as engine_rule
+    from desktop_app.engine.finetune.formats import expand_data_paths as engine_rule  # lazy: numpy
 
     return [str(p) for p in engine_rule(paths, check=False)]
 
@@ -137,7 +137,7 @@ class DataFileList(PathDropList):
 
     def tables(self) -> list[str]:
         """The files that are tables (CSV, TSV, Parquet, Arrow, a datasets folder): what the mapping applies to."""
-        from desktop_app.engine.data.tables import table_kind
+        from desktop_app.engine.data.tables import table_kind  # lazy: numpy
 
         return [p for p in self.files() if table_kind(Path(p))]
 

@@ -48,7 +48,7 @@ COLUMN_ORDER = ("solve_rate", "solve_rate/deduction", "solve_rate/abduction", "s
 
 
 def _evaluate_job(models: list[str], spec: EvalSpec, controls: Controls) -> Any:
-    from desktop_app.engine.evaluate.runner import evaluate_models
+    from desktop_app.engine.evaluate.runner import evaluate_models  # lazy: torch
 
     yield from evaluate_models(models, spec, controls)
 

@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_app.engine.finetune.adapters import family_targets
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS
 from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import AdapterSpec
@@ -225,6 +224,7 @@ class MethodPanel(QWidget):
 
     def _on_base_changed(self, path: str) -> None:
         """The adapter's layer list follows the base model's family (read from its config, nothing loaded)."""
+        from desktop_app.engine.finetune.adapters import family_targets  # lazy: start-up
 
         editor = self.adapter_form.editors.get("target_modules")
         if editor is not None:

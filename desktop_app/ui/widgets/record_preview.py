@@ -40,7 +40,7 @@ class PreviewCache:
     def tokenizer(self, source: Any) -> tuple[Any, list[str]]:
         key = source if isinstance(source, str) else id(source)
         if key != self._tok_key:
-            from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens
+            from desktop_app.engine.finetune.chat_template import as_hf_tokenizer, ensure_chat_tokens  # lazy: numpy
 
             tok = as_hf_tokenizer(source)
             notes = ensure_chat_tokens(tok)  # as training does: ChatML added when the tokenizer has no template
@@ -52,7 +52,7 @@ class PreviewCache:
         st = p.stat()
         key = (str(p), st.st_mtime_ns, st.st_size)
         if key != self._rec_key:
-            from desktop_app.engine.finetune.formats import read_records
+            from desktop_app.engine.finetune.formats import read_records  # lazy: numpy
 
             self._records = read_records([p])
             self._rec_key = key
@@ -67,7 +67,7 @@ def _messages_text(messages: Any) -> str:
 
 def preview_job(cache: PreviewCache, source: Any, path: str, index: int, loss_on: str):
     """Runs in the worker thread: yields one dict describing record `index` of `path`, rendered."""
-    from desktop_app.engine.finetune.chat_template import preview
+    from desktop_app.engine.finetune.chat_template import preview  # lazy: numpy
 
     with cache.lock:
         records, verdicts = cache.records(path)

@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop_app.engine.data.sample_corpus import sample_corpus_files
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
 from desktop_app.engine.model.sizing import count_parameters, human_count
@@ -43,7 +42,6 @@ from desktop_app.ui.widgets.epochs import EpochsRow, count_records, dataset_wind
 from desktop_app.ui.widgets.layouts import group_column
 from desktop_app.ui.widgets.method_panel import MethodPanel
 from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
-from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
@@ -344,6 +342,7 @@ class TrainSetup(QWidget):
         corpus is missing."""
         if (self.dataset_box.currentData() or SAMPLE_DATASET) != SAMPLE_DATASET:
             return None
+        from desktop_app.engine.data.sample_corpus import sample_corpus_files  # lazy: start-up
 
         files = [str(p) for p in sample_corpus_files()]
         if not files:
@@ -456,6 +455,7 @@ class TrainSetup(QWidget):
 
     def check_sandbox(self, *, show_dialog: bool = False) -> None:
         """Probe the sandboxed executor in the background; the Self-play fields show its state."""
+        from desktop_app.ui.widgets.sandbox_status import SandboxStatusDialog, probe_sandbox  # lazy: start-up
 
         self._sandbox_probed = True
         self.method_panel.set_sandbox_state(None, checking=True)
