@@ -317,7 +317,7 @@ def test_selfplay_shows_the_sandbox_state_and_a_live_task_browser(window, qtbot,
 def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, qtbot, monkeypatch, tmp_path):
     # The engine's demo itself is tested in tests/engine/selfplay/test_selfplay_demo.py; here a short stand-in
     # with the same phase messages checks the window's side: start, fresh curves per phase, live task browser.
-    import desktop_app.engine.recipes.selfplay_demo as demo
+    import desktop_app.ui.train_jobs as demo  # the window runs the demo through train_jobs.run_demo
     from desktop_app.engine.events import Finished, Log, RunFolder, StepMetrics
 
     def short_demo(out, *, minutes, controls):
@@ -464,7 +464,7 @@ def test_epochs_follow_steps_and_batch_and_warn_of_many(window, qtbot, tmp_path,
 
 
 def test_the_demo_job_passes_its_runs_settings_to_the_recipe(monkeypatch, tmp_path):
-    import desktop_app.engine.recipes.selfplay_demo as demo
+    import desktop_app.ui.train_jobs as demo  # the window runs the demo through train_jobs.run_demo
     from desktop_app.engine.events import Controls, Finished
     from desktop_app.ui.train_jobs import demo_job
 
@@ -483,7 +483,7 @@ def test_the_demo_job_passes_its_runs_settings_to_the_recipe(monkeypatch, tmp_pa
 def test_the_demo_shows_what_it_runs_in_place_of_the_form(window, qtbot, monkeypatch):
     """The CPU demo runs its own recipe: while it runs the column says what (seed corpus, pretraining, self-play),
     not the form's settings it does not use; the form comes back when it ends."""
-    import desktop_app.engine.recipes.selfplay_demo as demo
+    import desktop_app.ui.train_jobs as demo  # the window runs the demo through train_jobs.run_demo
     from desktop_app.engine.events import Finished
 
     def waiting_demo(out, *, minutes, controls):

@@ -2,7 +2,7 @@
 
 Why not `model.generate()`: decoding a small model on a CPU is a long chain of tiny ops, and every
 Python-level call costs microseconds. transformers' forward + generate() add module calls, mask and
-cache objects and a list of logits processors per token; the loop below, on the lean runners
+cache objects and a list of logits processors per token; token_loop.py's loop, on the lean runners
 (runners.py), needs about half the calls.
 
 - The runner (runners.py) computes one forward of one position per new token over a KV cache, through
@@ -22,8 +22,9 @@ cache objects and a list of logits processors per token; the loop below, on the 
 - Prompts (prompts.py) are token ids of plain text or of a conversation rendered by the chat template.
 - On CUDA, llama and gpt2 models take the static path instead (static_decode.py: a kept static KV cache,
   steps replayed as CUDA graphs, sampling and stop checks on the GPU, tokens read every few steps);
-  `_decode_static` turns its chunks of tokens into the same events. The CPU keeps the loop below.
-- Both loops keep their per-row bookkeeping (stops, budget, text, timing, stats) in rows.py's `Rows`, which the
+  `_decode_static` turns its chunks of tokens into the same events. Elsewhere the steps come from token_loop.py,
+  the loop the RL methods' rollouts run too.
+- Both paths keep their per-row bookkeeping (stops, budget, text, timing, stats) in rows.py's `Rows`, which the
   rollouts and the server's batcher share.
 """
 
@@ -34,17 +35,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from desktop_app.engine.data.chat import stop_token_ids
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import GenerationStats, TextDelta
 from desktop_app.engine.generate.beam_search import BeamSearch, stream_beams
-from desktop_app.engine.generate.prefill import prefill_rows
 from desktop_app.engine.generate.prompts import context_length, encode_prompt
 from desktop_app.engine.generate.rows import Rows
-from desktop_app.engine.generate.runners import BACKENDS, Runner
-from desktop_app.engine.generate.sampling import Sampler
+from desktop_app.engine.generate.runners import BACKENDS
 from desktop_app.engine.generate.settings import BeamSettings, DecodeLimits, PromptRows, SamplingSettings, Vocab
 from desktop_app.engine.generate.static_decode import StaticGeneration, log_choice, use_static_path
 from desktop_app.engine.generate.text_stream import text_decoder
@@ -56,6 +53,7 @@ from desktop_app.engine.generate.threads import (
     thread_tuner,
     torch_threads,
 )
+from desktop_app.engine.generate.token_loop import LoopOptions, token_steps
 from desktop_app.engine.specs import GenerateSpec
 
 if TYPE_CHECKING:
@@ -173,47 +171,26 @@ def _encode(loaded: LoadedModel, prompt: str | Sequence[str], spec: GenerateSpec
     return _Call(model, tokenizer, encoded, spec, budget, stop_event, t0)
 
 
-def _prefill(call: _Call, backend: str) -> tuple[Sampler, Runner, torch.Tensor]:
-    """The sampler, and the runner after the prompts' prefill with their first logits. Each distinct prompt is
-    prefilled once, then its cache rows are repeated for its samples."""
-    model, rows = call.model, call.batch
-    device = next(model.parameters()).device
-    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
-    sampler = Sampler(call.sampling, seed=call.spec.seed, batch=rows.count, vocab_size=vocab, device=device)
-    sampler.observe_prompt(rows.rows())
-    runner, logits = prefill_rows(model, rows, call.budget, backend)
-    return sampler, runner, logits
-
-
 def _decode(call: _Call, backend: str, tuner: ThreadTuner | None) -> Iterator[TextDelta | GenerationStats]:
-    rows, budget = call.rows(), call.budget
-    with torch.inference_mode():
-        sampler, runner, logits = _prefill(call, backend)
+    """The lean / transformers runners' stream: token_loop.py's steps turned into text events."""
+    rows = call.rows()
+    options = LoopOptions(backend, call.spec.seed, tuner=tuner)
+    steps = token_steps(call.model, call.batch, call.budget, call.sampling,
+                        lambda b: rows.rows[b].reason is None, options)
     cancelled = False
     try:
-        for step in range(budget):
+        for step in steps:
             if call.cancelled():
                 cancelled = True
                 break
-            with torch.inference_mode():
-                next_ids = sampler(logits)
-                chosen = next_ids.tolist()
             now = time.perf_counter()
-            for b in rows.active:
-                yield from rows.push(b, (chosen[b],), now)
-            if not rows.settle() or step == budget - 1:
-                break
-            with torch.inference_mode():
-                if tuner is None:
-                    logits = runner.step(next_ids)
-                else:
-                    tuner.apply()
-                    t_step = time.perf_counter()
-                    logits = runner.step(next_ids)
-                    tuner.record(time.perf_counter() - t_step)
+            for b, token in zip(step.rows, step.tokens, strict=True):
+                if rows.rows[b].reason is None:
+                    yield from rows.push(b, (token,), now)
+            rows.settle()
         yield from rows.end("cancelled" if cancelled else "length")
     finally:
-        del runner  # free the KV cache promptly even when the consumer abandons the stream
+        steps.close()  # frees the KV cache promptly even when the consumer abandons the stream
 
 
 def _decode_static(call: _Call) -> Iterator[TextDelta | GenerationStats]:

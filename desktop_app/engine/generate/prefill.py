@@ -1,6 +1,6 @@
 """The prefill every decode loop starts with: prompts left-padded into one batch, prefilled into a lean (or
-transformers) runner, and each prompt's cache rows repeated for its samples. One function for the streaming decoder
-(decode.py) and the rollouts of the RL methods (selfplay/rollout.py), so the two cannot drift apart.
+transformers) runner, and each prompt's cache rows repeated for its samples. It starts token_loop.py's
+loop, which the streaming decoder (decode.py) and the RL methods' rollouts (selfplay/rollout.py) both run.
 
 A prefix that every prompt shares (a chat template, a task's instructions) can be prefilled once for all of them
 (`share_prefix`): the rollouts' batches are many prompts behind one long instruction.

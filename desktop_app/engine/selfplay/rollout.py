@@ -14,11 +14,10 @@ from typing import Any
 import torch
 
 from desktop_app.engine.data.batches import BatchSource
-from desktop_app.engine.generate.prefill import prefill_rows
 from desktop_app.engine.generate.rows import Check, Row
-from desktop_app.engine.generate.sampling import Sampler
 from desktop_app.engine.generate.settings import DecodeLimits, PromptRows, SamplingSettings
 from desktop_app.engine.generate.static_decode import log_choice, static_completions, use_static_path
+from desktop_app.engine.generate.token_loop import LoopOptions, token_steps
 
 
 @dataclass
@@ -121,29 +120,13 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
 
 def _decode_rows(model: torch.nn.Module, rows: PromptRows, limits: DecodeLimits, checks: list[Check | None],
                  options: RolloutOptions) -> list[list[int]]:
-    """The lean / transformers runners' rollout loop: every row's ids until its Row (rows.py) says it ended."""
-    device, budget = next(model.parameters()).device, limits.budget
+    """The lean / transformers runners' rollouts: token_loop.py's steps until each row's Row (rows.py) ends it."""
     states = [Row(limits, check=check) for check in checks]
-    sampler = Sampler(options.sampling, seed=options.seed, batch=rows.count,
-                      vocab_size=int(getattr(model.config, "vocab_size", 0) or 0), device=device)
-    runner, logits = prefill_rows(model, rows, budget, options.backend, share_prefix=True)
-    order = list(range(rows.count))  # the completion each of the runner's rows writes
-    for step in range(budget):
-        next_ids = sampler(logits)
-        for b, token in zip(order, next_ids.tolist(), strict=True):
+    loop = LoopOptions(options.backend, options.seed, share_prefix=True, prune_finished=True)
+    for step in token_steps(model, rows, limits.budget, options.sampling, lambda b: states[b].reason is None, loop):
+        for b, token in zip(step.rows, step.tokens, strict=True):
             if states[b].reason is None:
                 states[b].push(token)
-        if all(s.reason is not None for s in states) or step == budget - 1:
-            break
-        live = [i for i, b in enumerate(order) if states[b].reason is None]
-        if sampler.greedy and len(live) <= len(order) // 2:
-            # half the rows have finished: stop decoding them (a chat model's long replies otherwise
-            # keep a whole batch of short ones running). Greedy only: a sampled row's draws would change.
-            keep = torch.tensor(live, dtype=torch.long, device=device)
-            runner.reorder(keep)
-            next_ids, order = next_ids.index_select(0, keep), [order[i] for i in live]
-        logits = runner.step(next_ids)
-    del runner
     return [s.ids for s in states]
 
 

@@ -118,17 +118,18 @@ def test_the_automatic_batch_evens_out_about_a_hundred_prompts_on_a_cpu() -> Non
 
 def test_an_evaluation_takes_the_cores_other_programs_leave_idle(monkeypatch) -> None:
     from desktop_app.engine import devices
+    from desktop_app.engine.evaluate import runner
     from desktop_app.engine.evaluate.runner import eval_threads
 
     busy = devices.busy_cores(0.05)
     assert busy is None or 0.0 <= busy <= (os.cpu_count() or 1)
-    monkeypatch.setattr(devices, "cpu_cores", lambda: 4)
+    monkeypatch.setattr(runner, "cpu_cores", lambda: 4)
     for others, threads in [(0.2, None), (1.1, 3), (2.6, 1), (7.0, 1)]:
-        monkeypatch.setattr(devices, "busy_cores", lambda seconds=0.25, others=others: others)
+        monkeypatch.setattr(runner, "busy_cores", lambda seconds=0.25, others=others: others)
         got, why = eval_threads(0)
         assert got == threads, (others, why)
         assert (why == "4 CPU threads") if threads is None else ("of 4 cores busy" in why)
     assert eval_threads(3) == (3, "3 CPU thread(s) as asked")
-    monkeypatch.setattr(devices, "busy_cores", lambda seconds=0.25: None)  # no counters: the load average
+    monkeypatch.setattr(runner, "busy_cores", lambda seconds=0.25: None)  # no counters: the load average
     monkeypatch.setattr("os.getloadavg", lambda: (6.0, 6.0, 6.0))
     assert eval_threads(0)[0] == 1
