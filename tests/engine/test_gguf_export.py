@@ -67,9 +67,9 @@ def test_the_modelfile_beside_the_gguf(sources, tmp_path):
 
 
 def test_llama_cpp_types_are_refused_cleanly_without_llama_cpp(sources, tmp_path, monkeypatch):
-    import desktop_app.engine.export.gguf_quantize as quantize
+    import desktop_app.engine.export.hf as hf
 
-    monkeypatch.setattr(quantize, "llama_cpp_available", lambda: False)
+    monkeypatch.setattr(hf, "llama_cpp_available", lambda: False)  # where the export asks
     with pytest.raises(UserError, match=r"llama.cpp's quantizer, which is not installed: pip install --no-binary"):
         list(export_model(sources["llama"], "gguf", tmp_path / "q.gguf", gguf_type="Q4_K_M"))
     assert list(tmp_path.iterdir()) == []

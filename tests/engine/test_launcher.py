@@ -145,7 +145,7 @@ def test_the_first_launch_prepares_the_sample_corpus_once_then_launches_on_it(da
         launched.append(config)
         yield Finished(reason="completed")
 
-    monkeypatch.setattr(launcher, "launch_config", fake_launch)
+    monkeypatch.setattr(session, "launch_config", fake_launch)  # where the session calls it
     config = tiny_config(dataset, model={"n_layers": 2}, steps=STEPS, batch_size=8)
     request = RunRequest(model=config.model, train=config.train, distributed={"strategy": "ddp", "nproc_per_node": 2})
     request.sample = SampleCorpus([str(texts)], str(tmp_path / "sample-dataset"),

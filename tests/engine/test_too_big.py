@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from patching import patch_everywhere
 from train_helpers import make_dataset, step_losses, tiny_config
 
 from desktop_app.cli import main
@@ -52,8 +53,8 @@ def _sft_config(base: Path, data: Path, **adapter) -> RunConfig:
 
 
 def _on(machine: pf.Machine, monkeypatch) -> None:
-    monkeypatch.setattr(mf, "this_machine", lambda probe_gpu=None: machine)
-    monkeypatch.setattr(pf, "this_machine", lambda probe_gpu=None: machine)
+    patched = patch_everywhere(monkeypatch, pf, "this_machine", lambda probe_gpu=None: machine)
+    assert mf.__name__ in patched  # a module imported later binds the patched one
 
 
 # --- refused before allocating ---------------------------------------------------------------------------------
