@@ -14,6 +14,7 @@ import argparse
 
 from desktop_app.cli.reporting import StopSignals, consume
 from desktop_app.engine.events import Controls
+from desktop_app.engine.method_options import TASKS_FROM
 from desktop_app.engine.recipes.selfplay_demo import run_demo
 
 
@@ -32,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="task world (default: mini from scratch; with --base, python for a chat model)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto",
                         help="where to train and evaluate (default auto)")
+    parser.add_argument("--tasks-from", choices=TASKS_FROM, default="", help="self-play's first tasks: generator "
+                        "(the world's generated tasks, the default), minimal (the identity program alone, as Absolute "
+                        "Zero starts; with --control also solver-only RL from that seed) or simplest (the "
+                        "generator's shortest programs)")
     parser.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
 
 
@@ -39,5 +44,6 @@ def run(args: argparse.Namespace) -> int:
     controls = Controls()
     with StopSignals(controls):
         return consume(run_demo(args.out, minutes=args.minutes, seed=args.seed, controls=controls,
-                                control=args.control, base=args.base, world=args.world, device=args.device), [],
+                                control=args.control, base=args.base, world=args.world, device=args.device,
+                                tasks_from=args.tasks_from), [],
                        as_json=args.json)

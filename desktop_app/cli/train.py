@@ -45,7 +45,7 @@ from desktop_app.cli.reporting import SignalScope, StopSignals, consume, consume
 from desktop_app.engine.column_roles import parse_columns
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Log
-from desktop_app.engine.method_options import parse_option
+from desktop_app.engine.method_options import TASKS_FROM, parse_option
 from desktop_app.engine.methods import FINETUNE_METHODS
 from desktop_app.engine.model.folders import resolve_base
 from desktop_app.engine.model.hub_cache import NotCached
@@ -98,6 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "val_fraction=0.1, val_data=a.jsonl,b.jsonl; repeat for several")
     parser.add_argument("--world", choices=("auto", "mini", "python"),
                         help="task world of --method selfplay (default auto: python for a chat model, else mini)")
+    parser.add_argument("--tasks-from", choices=TASKS_FROM, help="--method selfplay: where the first tasks come from "
+                        "(generator: the world's generated tasks, the default; minimal: the identity program alone, "
+                        "as Absolute Zero starts; simplest: the generator's shortest programs)")
     parser.add_argument("--reward-file", metavar="FILE.py", help="--method grpo: your reward(prompt, completion) -> "
                         "float (your own code, run in this process)")
     parser.add_argument("--allow-download", action="store_true", help="--base may be a Hugging Face Hub id "
@@ -190,14 +193,17 @@ def finetune_request(args: argparse.Namespace) -> RunRequest:
     if not args.data and args.method != "selfplay":
         what = "prompt files" if args.method == "grpo" else "FILE.jsonl"
         raise UserError(f"--method {args.method} needs --data {what} (repeat --data for several files)")
-    if args.world and args.method != "selfplay":
-        raise UserError("--world goes with --method selfplay")
+    for flag, value in (("--world", args.world), ("--tasks-from", args.tasks_from)):
+        if value and args.method != "selfplay":
+            raise UserError(f"{flag} goes with --method selfplay")
     if args.reward_file and args.method != "grpo":
         raise UserError("--reward-file goes with --method grpo")
     objective = args.method if args.method in ("dpo", "grpo", "selfplay") else "sft"
     options: dict[str, Any] = dict(parse_option(objective, assignment) for assignment in args.option)
     if args.world:
         options["world"] = args.world
+    if args.tasks_from:
+        options["tasks_from"] = args.tasks_from
     if args.reward_file:
         options["reward_file"] = args.reward_file
     columns = parse_columns(args.columns) if args.columns else {}

@@ -33,6 +33,9 @@ WORLDS = ("mini", "python")
 WORLD_CHOICES = ("auto", *WORLDS)  # auto: python for a chat model, mini for one trained on mini's corpus
 PROMPT_STYLES = ("auto", "plain", "chat")
 SOLVER_BASELINES = ("type", "task")
+# Where self-play's first tasks come from: the world's generator (seed_tasks_per_type of them), nothing but the
+# identity program (Absolute Zero's start), or the generator's seed_tasks_per_type simplest (shortest) programs.
+TASKS_FROM = ("generator", "minimal", "simplest")
 BUILTIN_REWARDS = ("answer", "format", "length", "repetition", "distinct", "likelihood")
 REWARD_NAMES = (*BUILTIN_REWARDS, "user")  # "user": the reward file's function
 WORLD_OPTION_KEYS = ("depth", "pairs", "shown", "references")  # the task worlds' options (tasks/mini_world.py)
@@ -234,6 +237,12 @@ class SelfPlayOptions(SpecMixin):
                           minimum=0, label="Held-out seed", advanced=True)
     seed_tasks_per_type: int = f(16, "Tasks the world generates per type to seed each buffer (besides the identity "
                                  "program).", minimum=0, label="Seed tasks per type", advanced=True)
+    tasks_from: str = f("generator", "Where the first tasks come from. generator: the world generates Seed tasks "
+                        "per type, which the solver also practises (Solver tasks from the seeds). minimal: only the "
+                        "identity program, as Absolute Zero starts: the proposer builds the whole curriculum, and its "
+                        "example tasks come only from what it has built. simplest: the generator's Seed tasks per "
+                        "type shortest programs, a step between the two.", choices=TASKS_FROM,
+                        label="First tasks from")
     seeds: list = f([], "Your own seed tasks: task objects (type, program, inputs, outputs), loaded from a JSON Lines "
                     "file as the `tasks` command writes them.", widget="records", label="Your seed tasks",
                     advanced=True)
@@ -290,8 +299,10 @@ class SelfPlayOptions(SpecMixin):
             p.append("seeds must be a list of task objects")
         check_bool(p, "strict_sandbox", self.strict_sandbox)
         check_bool(p, "proposer", self.proposer)
-        if not self.proposer and not self.seed_tasks_per_type and not self.seeds:
-            p.append("without a proposer the solver practises the seed tasks: set seed_tasks_per_type above 0")
+        check_choice(p, "tasks_from", self.tasks_from, TASKS_FROM)
+        if not self.proposer and not self.seed_tasks_per_type and not self.seeds and self.tasks_from != "minimal":
+            p.append("without a proposer the solver practises the seed tasks: set seed_tasks_per_type above 0 (or "
+                     "tasks_from minimal, the identity alone)")
         if not isinstance(self.exclude_heldout, list) or not all(isinstance(x, int) and not isinstance(x, bool)
                                                                  for x in self.exclude_heldout):
             p.append("exclude_heldout must be a list of held-out seeds (whole numbers)")

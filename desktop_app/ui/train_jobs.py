@@ -26,11 +26,13 @@ def session_job(session: Session, controls: Controls) -> Iterator[Event]:
         yield event
 
 
-def demo_job(out: Path, controls: Controls, minutes: float,
-             train_overrides: dict[str, Any] | None = None) -> Iterator[Event]:
+def demo_job(out: Path, controls: Controls, minutes: float, train_overrides: dict[str, Any] | None = None,
+             tasks_from: str = "") -> Iterator[Event]:
     """The self-play CPU demo (seed corpus -> pretraining -> self-play). Each phase is a run of its own whose
     RunFolder event (with its method: pretraining, self-play) starts fresh curves; `train_overrides`: TrainSpec
-    fields both of its runs take (e.g. a time_budget_s), passed to the recipe as they are."""
-
-    options = {"train_overrides": dict(train_overrides)} if train_overrides else {}
+    fields both of its runs take (e.g. a time_budget_s), passed to the recipe as they are; `tasks_from`: self-play's
+    first tasks (the form's choice; "" = the recipe's)."""
+    options: dict[str, Any] = {"train_overrides": dict(train_overrides)} if train_overrides else {}
+    if tasks_from:
+        options["tasks_from"] = tasks_from
     yield from run_demo(out, minutes=minutes, controls=controls, **options)

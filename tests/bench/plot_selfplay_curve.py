@@ -19,8 +19,12 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 TYPES = ("deduction", "abduction", "induction")
-ARMS = {"selfplay": ("self-play", "#1f77b4", "t1"), "solver_rl": ("solver-only RL", "#d62728", "s")}
-MARKERS = {"pretrain": "o", "selfplay": "t1", "solver_rl": "s", "control": "x"}
+ARMS = {"selfplay": ("self-play", "#1f77b4", "t1"),
+        "solver_rl_generator": ("solver-only RL (generator)", "#d62728", "s"),
+        "solver_rl_minimal": ("solver-only RL (minimal seed)", "#9467bd", "d"),
+        "solver_rl": ("solver-only RL", "#d62728", "s")}  # demos before 2026-11-29 named the generator's arm so
+MARKERS = {"pretrain": "o", "selfplay": "t1", "solver_rl_generator": "s", "solver_rl_minimal": "d",
+           "solver_rl": "s", "control": "x"}
 
 
 def curves(run: Path) -> dict[str, list[tuple[float, float]]]:

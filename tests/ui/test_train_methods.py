@@ -292,6 +292,24 @@ def test_metric_families_get_grouped_plots(qtbot):
     plots.stop_timers()
 
 
+def test_self_plays_curriculum_gets_panels_a_person_reads_without_the_docs(qtbot):
+    plots = MethodPlots()
+    qtbot.addWidget(plots)
+    plots.set_method("selfplay")
+    plots.clear()
+    for step in range(1, 4):
+        plots.add_metrics(step, {"programs/deduction": 1.0 + step, "shapes/deduction": 1.0 + step // 2,
+                                 "new_task_solve_rate/deduction": 0.25 * step, "program_size/deduction": 14.0 + step,
+                                 "new_task_solve_rate/induction": 0.5})
+    plots.flush()
+    assert {"programs", "shapes", "new_task_solve_rate", "program_size"} <= set(plots.panel_keys())
+    assert "between 0 and 1" in plots.panel_meta("new_task_solve_rate/deduction")[1]
+    assert plots.panel_meta("program_size/deduction")[1:] == ("Size of the proposer's new programs", "characters")
+    assert plots.curve_names("new_task_solve_rate") == ["deduction", "induction"]
+    assert plots.point_count("program_size/deduction") == 3
+    plots.stop_timers()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the full layer set is Linux's")
 def test_selfplay_shows_the_sandbox_state_and_a_live_task_browser(window, qtbot, tmp_path):
     tab = window.train_tab
@@ -320,7 +338,7 @@ def test_selfplay_demo_button_runs_the_demo_job_and_follows_its_phases(window, q
     import desktop_app.ui.train_jobs as demo  # the window runs the demo through train_jobs.run_demo
     from desktop_app.engine.events import Finished, Log, RunFolder, StepMetrics
 
-    def short_demo(out, *, minutes, controls):
+    def short_demo(out, *, minutes, controls, **options):
         (out / "selfplay").mkdir(parents=True)
         (out / "selfplay" / LOG_NAME).write_text(json.dumps({"round": 1, "rollouts": [
             {"role": "solver", "type": "abduction", "prompt": "f(?)=2", "answer": "1", "verdict": "correct",
@@ -477,7 +495,8 @@ def test_the_demo_job_passes_its_runs_settings_to_the_recipe(monkeypatch, tmp_pa
     monkeypatch.setattr(demo, "run_demo", recipe)
     assert [e.reason for e in demo_job(tmp_path, Controls(), 2.0, {"time_budget_s": 55.0})] == ["completed"]
     list(demo_job(tmp_path, Controls(), 3.0))
-    assert calls == [(2.0, {"train_overrides": {"time_budget_s": 55.0}}), (3.0, {})]
+    list(demo_job(tmp_path, Controls(), 4.0, None, "minimal"))
+    assert calls == [(2.0, {"train_overrides": {"time_budget_s": 55.0}}), (3.0, {}), (4.0, {"tasks_from": "minimal"})]
 
 
 def test_the_demo_shows_what_it_runs_in_place_of_the_form(window, qtbot, monkeypatch):
@@ -486,7 +505,10 @@ def test_the_demo_shows_what_it_runs_in_place_of_the_form(window, qtbot, monkeyp
     import desktop_app.ui.train_jobs as demo  # the window runs the demo through train_jobs.run_demo
     from desktop_app.engine.events import Finished
 
-    def waiting_demo(out, *, minutes, controls):
+    asked = []
+
+    def waiting_demo(out, *, minutes, controls, **options):
+        asked.append(options)
         out.mkdir(parents=True)
         while not controls.stop.is_set():
             controls.stop.wait(0.05)
@@ -496,10 +518,13 @@ def test_the_demo_shows_what_it_runs_in_place_of_the_form(window, qtbot, monkeyp
     tab, setup = window.train_tab, window.train_tab.setup
     setup.set_method("selfplay")
     assert setup.method_panel.isVisibleTo(tab) and not setup.plan_group.isVisibleTo(tab)
+    setup.method_panel.options_form().set_value("tasks_from", "minimal")  # the one field of the form it takes
     assert tab.start_selfplay_demo(minutes=10)
     plan = setup.plan_label.text()
     assert setup.plan_group.isVisibleTo(tab) and "seed corpus of 12,000" in plan and "up to 5.0 min" in plan
     assert "self-play (Absolute Zero)" in plan and "final and the best checkpoint" in plan
+    qtbot.waitUntil(lambda: bool(asked), timeout=10000)
+    assert asked == [{"tasks_from": "minimal"}]
     assert not setup.method_panel.isVisibleTo(tab) and not setup.hyper_group.isVisibleTo(tab)
     tab.stop()
     qtbot.waitUntil(lambda: not tab.running, timeout=10000)
@@ -518,3 +543,5 @@ def test_the_demo_plan_follows_its_settings():
     assert not any("seed corpus" in line for line in based) and "python's held-out tasks" in based[0]
     assert "measures the base model" in based[0] and "measures the pretrained model" in scratch[2]
     assert based[-1].endswith("each for self-play's wall time")
+    minimal = demo_plan(15.0, DemoSettings(control=True, tasks_from="minimal"))
+    assert "self-play's own seed (minimal" in minimal[-1] and "world's generated tasks" in minimal[-1]

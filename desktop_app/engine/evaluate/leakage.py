@@ -1,10 +1,11 @@
 """Which programs a model was trained on, read from its run's own records, so that `eval` can say how many of its
 held-out programs a run has seen (0 when the held-out protocol held; tasks/heldout_protocol.py).
 
-The records of a run: the task buffers of the checkpoint evaluated and the tasks its self-play log says entered
-training (self-play, solver-only RL), the text of its prepared dataset (pretraining), its data files (fine-tuning,
-GRPO prompts), and the same of every run its base model came from. Programs are found in text by
-`programs_in_text` (code blocks, mini lambdas) and compared by `program_key`. Torch-free.
+The records of a run: the task buffers of the checkpoint evaluated, the tasks its self-play log says entered
+training and the proposals the proposer's updates took (self-play, solver-only RL), the text of its prepared dataset
+(pretraining), its data files (fine-tuning, GRPO prompts), and the same of every run its base model came from.
+Programs are found in text by `programs_in_text` (code blocks, mini lambdas) and compared by `program_key`.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from desktop_app.engine.tasks.heldout_protocol import program_key, programs_in_t
 SELFPLAY_LOG = "selfplay.jsonl"  # objectives/selfplay.LOG_NAME (that module loads torch)
 # Proposals that entered a buffer: solver tasks. A duplicate never does (a repeat of a task already there, or since the
 # duplicate rule a program the run has seen, held-out ones included, which is not even solved); a held-out proposal
-# is solved only to reward the proposer.
+# is neither solved nor in any update.
 TRAINED_VERDICTS = ("valid",)
 MAX_DATASET_TOKENS = 20_000_000  # larger datasets are not decoded for the scan (said in `skipped`)
 MAX_FILE_BYTES = 200_000_000
@@ -58,19 +59,31 @@ def buffer_programs(state: dict[str, Any]) -> set[str]:
 
 
 def logged_programs(run_dir: Path) -> set[str]:
-    """The programs of proposals the self-play log says entered training."""
-    path = run_dir / SELFPLAY_LOG
-    if not path.is_file():
-        return set()
+    """The programs of proposals the self-play log says entered training: the solver's tasks, and every program in
+    a proposal text the proposer's update took (all but the held-out ones, whatever their reward)."""
     found = set()
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            proposals = json.loads(line).get("proposals") or []
-        except (ValueError, AttributeError):
-            continue
+    for entry in _log_lines(run_dir / SELFPLAY_LOG):
+        proposals = entry.get("proposals") or []
         found |= {program_key(str(p.get("program", ""))) for p in proposals
                   if isinstance(p, dict) and p.get("verdict") in TRAINED_VERDICTS}
+        for rollout in entry.get("rollouts") or []:
+            if isinstance(rollout, dict) and rollout.get("role") == "proposer" and rollout.get("verdict") != "held-out":
+                found |= programs_in_text(str(rollout.get("answer", "")))
     return found
+
+
+def _log_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
 
 
 def dataset_programs(folder: Path, found: TrainingPrograms) -> None:

@@ -5,15 +5,21 @@ Each optimizer step, the batch source plays one round with the current model, in
            sampled, all types in one batch;
   validate the task world judges them (in the sandbox for the python world): invalid, trivial (an output that
            does not depend on the input, or the identity in disguise), valid; a valid task whose program is a
-           held-out one (tasks/heldout_protocol.py) is judged and rewarded but never becomes a solver task;
+           held-out one (tasks/heldout_protocol.py) teaches nothing: no reward, left out of the proposer's update
+           as well as the solver's (a reward would push the model toward writing that program's text);
   solve    S tasks per type (the new valid proposals first, then buffer tasks) get N solver samples
            each, again all types in one batch; the world checks every answer by value;
   score    solver: 1 / 0 / -0.5 (format) / -1 (unparseable); proposer: learnability 1 - solve rate
            (0 at 0 or 1), -0.5 for an invalid or trivial proposal, 0 for a duplicate (a program the run has seen,
            or one more of a crowded shape); advantages normalised per (role, type) (TRR++);
-  record   new tasks enter the buffers; the round's line goes to selfplay.jsonl (the window's task browser).
-Without a proposer (`proposer: false`) a round is solver-only RL on the world's generated seed tasks: the same
-reward and update, so comparing the two isolates what the proposer adds.
+  record   new tasks enter the buffers; the round's figures, the curriculum's among them (distinct programs and
+           shapes in the buffer, the solver's rate on the new tasks, their programs' size), go to the metrics,
+           and the round's line to selfplay.jsonl (the window's task browser).
+The first tasks (`tasks_from`): the world's generated ones (generator), the identity program alone (minimal, as
+Absolute Zero starts: the proposer builds the whole curriculum), or the generator's shortest programs (simplest).
+Without a proposer (`proposer: false`) a round is solver-only RL on the seed tasks: the same reward and update, so
+comparing the two isolates what the proposer adds (from the minimal seed, the solver practises the identity alone:
+the floor).
 The loss is the REINFORCE++ / PPO-clip policy loss over completion tokens (one update per round, so the
 ratio is 1 and clipping only matters when the options ask for more), plus an optional KL to a frozen
 reference. Buffers and the round counter are the source's state, saved in every checkpoint; sampling
@@ -53,9 +59,14 @@ from desktop_app.engine.selfplay.round import (
     Round,
 )
 from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
-from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol, program_key, program_shape
+from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol, program_key, program_shape, programs_in_text
 
 LOG_NAME = "selfplay.jsonl"
+SIMPLEST_POOL = 10  # tasks_from simplest: the shortest programs among this many times the tasks asked for
+
+
+def mean(values: list[float] | list[int]) -> float:
+    return sum(values) / max(1, len(values))
 
 
 class SelfPlaySource(RoundSource):
@@ -66,12 +77,10 @@ class SelfPlaySource(RoundSource):
         self.o = objective
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "buffers": {t: b.state_dict() for t, b in self.o.buffers.items()},
-                "proposed_heldout": sorted(self.o.proposed_heldout)}
+        return {**super().state_dict(), "buffers": {t: b.state_dict() for t, b in self.o.buffers.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.o.proposed_heldout = set(state.get("proposed_heldout", []))
         for task_type, buffer_state in state.get("buffers", {}).items():
             if task_type in self.o.buffers:
                 self.o.buffers[task_type].load_state_dict(buffer_state)
@@ -91,7 +100,6 @@ class SelfPlayObjective(EpisodeObjective):
         self.seed_tasks: dict[str, list[Task]] = {}  # the buffers' first tasks (regenerated alike on resume)
         self.log_path: Path | None = None
         self.protocol: HeldoutProtocol | None = None
-        self.proposed_heldout: set[str] = set()  # held-out programs proposed so far (a repeat earns nothing)
 
     # -- seam ----------------------------------------------------------------------------------------
     def setup(self, ctx: TrainContext, model: torch.nn.Module) -> None:
@@ -116,17 +124,28 @@ class SelfPlayObjective(EpisodeObjective):
             self.keep_reference(ctx)
 
     def _seeds(self, task_type: str, seed: int) -> list[Task]:
-        """A buffer's first tasks: the identity program, the user's seed tasks and the world's generated ones, none
-        with a held-out program (the user's are dropped with a note)."""
+        """A buffer's first tasks: the identity program, the user's seed tasks and the world's (`tasks_from`: none
+        for minimal, the shortest programs for simplest), none with a held-out program (the user's are dropped with
+        a note)."""
         assert self.world is not None and self.protocol is not None
         own = [Task.from_json(s) for s in self.options.seeds if s.get("type") == task_type]
         kept = [t for t in own if not self.protocol.holds(t.program)]
         if len(kept) < len(own):
             self.notes.append(Log("warning", f"{len(own) - len(kept)} of your {task_type} seed tasks use a held-out "
                                   "program; they were left out, so the held-out figures measure unseen programs"))
-        generated = self.world.generate(task_type, int(self.options.seed_tasks_per_type), seed,
-                                        exclude=self.protocol.reserved)
-        return identity_tasks(self.world, task_type) + kept + generated
+        return identity_tasks(self.world, task_type) + kept + self._generated(task_type, seed)
+
+    def _generated(self, task_type: str, seed: int) -> list[Task]:
+        """The world's seed tasks as `tasks_from` says: seed_tasks_per_type of them (generator), none (minimal), or
+        the seed_tasks_per_type shortest programs of SIMPLEST_POOL times as many (simplest)."""
+        assert self.world is not None and self.protocol is not None
+        count, source = int(self.options.seed_tasks_per_type), self.options.tasks_from
+        if source == "minimal" or not count:
+            return []
+        if source == "generator":
+            return self.world.generate(task_type, count, seed, exclude=self.protocol.reserved)
+        pool = self.world.generate(task_type, count * SIMPLEST_POOL, seed, exclude=self.protocol.reserved)
+        return sorted(pool, key=lambda t: (len(t.program), t.program))[:count]
 
     def batch_source(self, ctx: TrainContext) -> SelfPlaySource:
         return SelfPlaySource(self)
@@ -192,11 +211,13 @@ class SelfPlayObjective(EpisodeObjective):
         assert self.world is not None and self.prompter is not None
         start, out = time.perf_counter(), {}
         for t, (prompts, decoded) in drafts.items():
-            verdicts = self.world.validate(t, [self.prompter.proposal(text) for text in decoded.texts])
+            texts = [self.prompter.proposal(text) for text in decoded.texts]
+            verdicts = self.world.validate(t, texts)
             out[t] = proposals = Proposals(prompts, decoded, verdicts)
             earlier: list[Task] = []  # this round's new and held-out proposals so far
-            for verdict in verdicts:
-                fate, reason = self._fate(t, verdict, earlier)
+            for verdict, text in zip(verdicts, texts, strict=True):
+                fate, reason = self._fate(t, verdict, earlier) if not self._shows_heldout(text) else \
+                    (HELD_OUT, "shows a held-out program: no reward, in no update")
                 proposals.fates.append(fate)
                 proposals.reasons.append(reason)
             rnd.stats.proposals += len(verdicts)
@@ -207,22 +228,25 @@ class SelfPlayObjective(EpisodeObjective):
         rnd.stats.check_s += time.perf_counter() - start
         return out
 
+    def _shows_heldout(self, text: str) -> bool:
+        """Does a proposal's text show a held-out program, valid or not? Any update on it, even a penalty, would
+        train on that program's text."""
+        return self.protocol is not None and self.protocol.count_in(programs_in_text(text)) > 0
+
     def _fate(self, task_type: str, verdict: Any, earlier: list[Task]) -> tuple[str, str]:
-        """What becomes of one proposal, and why: refused by the world (invalid, trivial); a program the run has
-        seen (in the buffer, proposed before, or by an `earlier` proposal this round) or one more of a shape the
-        buffer (with this round's new tasks) holds `max_tasks_per_shape` of: a duplicate, no reward, so repeating
-        one easy program stops paying; a held-out program: judged and rewarded once, never a solver task; else new."""
+        """What becomes of one proposal, and why: refused by the world (invalid, trivial); a held-out program: no
+        reward, in no update, never a solver task; a program the run has seen (in the buffer, or an `earlier`
+        proposal this round) or one more of a shape the buffer (with this round's new tasks) holds
+        `max_tasks_per_shape` of: a duplicate, no reward, so repeating one easy program stops paying; else new."""
         task = verdict.task
         if not verdict.valid or task is None:
             return (TRIVIAL if verdict.trivial else INVALID), verdict.reason
+        if self.protocol is not None and self.protocol.holds(task.program):
+            return HELD_OUT, "a held-out program: no reward, in no update"
         key, buffer = program_key(task.program), self.buffers[task_type]
-        if key in self.proposed_heldout or buffer.holds_program(task.program) \
-                or any(program_key(t.program) == key for t in earlier):
+        if buffer.holds_program(task.program) or any(program_key(t.program) == key for t in earlier):
             return DUPLICATE, "a program this run has seen: no reward"
         earlier.append(task)
-        if self.protocol is not None and self.protocol.holds(task.program):
-            self.proposed_heldout.add(key)
-            return HELD_OUT, "a held-out program: rewarded once, never a solver task"
         cap, shape = int(self.options.max_tasks_per_shape), program_shape(task.program)
         crowd = buffer.shape_count(task.program) + sum(program_shape(t.program) == shape for t in earlier[:-1])
         if cap and crowd >= cap:
@@ -230,16 +254,14 @@ class SelfPlayObjective(EpisodeObjective):
             return DUPLICATE, f"{cap} buffer tasks already share its shape (equal up to constants): no reward"
         return NEW, ""
 
-
     def _solver_tasks(self, proposed: dict[str, Proposals], rng: random.Random) -> dict[str, Attempts]:
-        """Per type, the tasks that train the solver (its fresh proposals first: their learnability needs a solve
-        rate; then buffer tasks), then its held-out hits (solved only to reward the proposer)."""
+        """Per type, the tasks that train the solver: its fresh proposals first (their learnability needs a solve
+        rate), then buffer tasks."""
         count, out = int(self.options.solver_tasks_per_type), {}
         for t in self.options.task_types:
             fresh = proposed[t].fresh if t in proposed else []
-            trained = (fresh + self._draw(t, count, rng))[: max(count, len(fresh))]
-            judged = proposed[t].judged if t in proposed else []
-            out[t] = Attempts(trained + judged, len(trained), int(self.options.solver_samples))
+            tasks = (fresh + self._draw(t, count, rng))[: max(count, len(fresh))]
+            out[t] = Attempts(tasks, len(fresh), int(self.options.solver_samples))
         return out
 
     def _solve(self, rnd: Round, attempts: dict[str, Attempts], seed: int) -> dict[str, Attempts]:
@@ -267,15 +289,11 @@ class SelfPlayObjective(EpisodeObjective):
                 self._score_proposer(rnd, task_type, proposed[task_type], tried.rate_by_task())
 
     def _score_solver(self, rnd: Round, task_type: str, tried: Attempts) -> None:
-        """score the solver: 1 / 0 / -0.5 / -1 per answer, an episode each for the trained tasks (none for the
-        held-out hits after them)."""
+        """score the solver: 1 / 0 / -0.5 / -1 per answer, an episode each."""
         assert self.world is not None and tried.replies is not None
         replies, n = tried.replies, tried.samples
         per_task = self.options.solver_baseline != "type"  # the advantage's baseline: per task, else per type
         for j, task in enumerate(tried.tasks):
-            if j >= tried.trained:  # a held-out program a proposer wrote: solved only to reward the proposer
-                rnd.stats.generated_tokens += sum(len(c) for c in replies.completion_ids[j * n:(j + 1) * n])
-                continue
             for m, check in enumerate(tried.checks[j * n:(j + 1) * n]):
                 i = j * n + m
                 key = ("solver", task_type, str(j)) if per_task else ("solver", task_type)
@@ -289,8 +307,8 @@ class SelfPlayObjective(EpisodeObjective):
                                          "reward": check.reward, "reason": check.reason})
 
     def _score_proposer(self, rnd: Round, task_type: str, proposals: Proposals, rates: dict[int, float]) -> None:
-        """score the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a new task or a held-out program's
-        first proposal, nothing for a duplicate, the format penalty for an invalid or trivial one."""
+        """score the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a new task, nothing for a duplicate,
+        the format penalty for an invalid or trivial one; a held-out program is left out of the update."""
         decoded = proposals.decoded
         for i, (verdict, fate, reason) in enumerate(zip(proposals.verdicts, proposals.fates, proposals.reasons,
                                                         strict=True)):
@@ -299,8 +317,11 @@ class SelfPlayObjective(EpisodeObjective):
             reward = PENALTY_FORMAT if refused else (learnability(rate) if rate is not None else 0.0)
             proposals.rates.append(rate)
             proposals.rewards.append(reward)
-            rnd.add(Episode(decoded.prompt_ids[i], decoded.completion_ids[i], 0.0, "proposer", task_type), reward,
-                    ("proposer", task_type))
+            episode = Episode(decoded.prompt_ids[i], decoded.completion_ids[i], 0.0, "proposer", task_type)
+            if fate == HELD_OUT:  # teaches nothing, not even through an advantage the group's other rewards give it
+                rnd.stats.generated_tokens += len(episode.completion)
+            else:
+                rnd.add(episode, reward, ("proposer", task_type))
             rnd.rollouts.append({"role": "proposer", "type": task_type, "prompt": proposals.prompts[i],
                                  "answer": decoded.texts[i], "verdict": fate, "reward": reward, "reason": reason})
 
@@ -310,7 +331,7 @@ class SelfPlayObjective(EpisodeObjective):
         for task_type, tried in attempts.items():
             if task_type in proposed:
                 self._record_proposals(rnd, task_type, proposed[task_type])
-            self._type_stats(rnd, task_type, tried.rates()[: tried.trained])
+            self._type_stats(rnd, task_type, tried)
 
     def _record_proposals(self, rnd: Round, task_type: str, proposals: Proposals) -> None:
         buffer, texts = self.buffers[task_type], proposals.decoded.texts
@@ -328,27 +349,34 @@ class SelfPlayObjective(EpisodeObjective):
                            "solve_rate": proposals.rates[i], "reward": reward,
                            **({"reason": reason} if reason else {})})
 
-    def _type_stats(self, rnd: Round, task_type: str, rates: list[float]) -> None:
-        """A type's figures of the round: mean rewards per role, solve rate and learnability of the trained tasks,
-        the buffer's size, distinct programs and distinct shapes (programs equal up to constants)."""
+    def _type_stats(self, rnd: Round, task_type: str, tried: Attempts) -> None:
+        """A type's figures of the round: mean rewards per role, solve rate and learnability of the solver's tasks,
+        and the curriculum: the buffer's size, distinct programs and distinct shapes (programs equal up to
+        constants), the solver's rate on the proposer's new tasks (at the frontier when neither 0 nor 1) and the
+        size of their programs (characters)."""
         by_role: dict[str, list[float]] = {"solver": [], "proposer": []}
         for episode, reward in zip(rnd.episodes, rnd.rewards, strict=True):
             if episode.task_type == task_type:
                 by_role[episode.role].append(reward)
-        buffer, stats = self.buffers[task_type], rnd.stats.by_type
-        stats[f"reward/solver/{task_type}"] = sum(by_role["solver"]) / max(1, len(by_role["solver"]))
+        buffer, stats, rates = self.buffers[task_type], rnd.stats.by_type, tried.rates()
+        stats[f"reward/solver/{task_type}"] = mean(by_role["solver"])
         if self.options.proposer:
-            stats[f"reward/proposer/{task_type}"] = sum(by_role["proposer"]) / max(1, len(by_role["proposer"]))
-        stats[f"solve_rate/{task_type}"] = sum(rates) / max(1, len(rates))
-        stats[f"learnability/{task_type}"] = sum(learnability(r) for r in rates) / max(1, len(rates))
+            stats[f"reward/proposer/{task_type}"] = mean(by_role["proposer"])
+        stats[f"solve_rate/{task_type}"] = mean(rates)
+        stats[f"learnability/{task_type}"] = mean([learnability(r) for r in rates])
         stats[f"buffer/{task_type}"] = float(len(buffer))
         stats[f"programs/{task_type}"] = float(buffer.distinct_programs)
         stats[f"shapes/{task_type}"] = float(buffer.distinct_shapes)
+        if tried.fresh:
+            stats[f"new_task_solve_rate/{task_type}"] = mean(rates[: tried.fresh])
+            stats[f"program_size/{task_type}"] = mean([len(t.program) for t in tried.tasks[: tried.fresh]])
 
     def _draw(self, task_type: str, count: int, rng: random.Random) -> list[Task]:
         """Buffer tasks for the solver: from the whole buffer, or a `seed_share` of them from the seed tasks (all of
-        them without a proposer: solver-only RL on the world's generated tasks)."""
+        them without a proposer: solver-only RL on the seed tasks; none from the minimal seed with a proposer)."""
         share = float(self.options.seed_share) if self.options.proposer else 1.0
+        if self.options.proposer and self.options.tasks_from == "minimal":
+            share = 0.0  # the seed is the identity alone: the proposer's buffer is the whole practice
         buffer = self.buffers[task_type]
         if not share:
             return buffer.sample(count, rng)

@@ -2,10 +2,12 @@
 
 From scratch (the CPU demo): seed corpus of the mini world -> tokenizer + dataset -> pretrain the tiny preset
 (stops on validation loss or its share of the time, and hands on its best checkpoint) -> Absolute Zero self-play
-from that checkpoint for the rest of the time -> optionally (`control=True`) two controls, each for self-play's wall
+from that checkpoint for the rest of the time -> optionally (`control=True`) the controls, each for self-play's wall
 time from the same checkpoint:
-  solver-only RL   the same reward and update on the world's generated tasks, with no proposer: the difference
-                   between it and self-play is what the proposer (Absolute Zero's idea) adds;
+  solver-only RL   the same reward and update with no proposer, on the world's generated tasks
+                   (`solver_rl_generator`), and, when self-play starts from another seed (`tasks_from` minimal: the
+                   identity program alone, as Absolute Zero starts; or simplest), on that same seed alone
+                   (`solver_rl_minimal`: the floor); the differences are what the proposer (Absolute Zero's idea) adds;
   continued pretraining on the seed corpus: what simply training longer gives.
 From a base model (`base=`: any chat model, e.g. on a GPU): self-play from it directly (the python world by
 default); the controls are solver-only RL and supervised fine-tuning on the world's generated tasks.
@@ -16,7 +18,8 @@ drawn with the reported programs left out. The programs of both sets are in no t
 the seed tasks, the proposer's tasks that reach the solver, nor the controls' data.
 Measured: the base, self-play's final checkpoint and its best by the selection set, each control's final
 checkpoint. Results go to each run folder's evaluations file, and the demo ends with Finished(step=the self-play
-run's last step, result={"before", "final", "best", "solver_rl", "control": {task type: solve rate}, ...}).
+run's last step, result={"before", "final", "best", "solver_rl_generator", ..., "control": {task type: solve rate},
+"curriculum": {task type: what the proposer built}, ...}).
 The phases are real runs (run.json: pretraining, objective "selfplay" with its method options, the controls'),
 so the window and the Library show each with its method.
 """
@@ -32,7 +35,7 @@ from typing import Any
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Finished, Log, ModelEvaluated, Progress
 from desktop_app.engine.method_options import TASK_TYPES, SelfPlayOptions
-from desktop_app.engine.run_folder import tail_records
+from desktop_app.engine.run_folder import read_metrics, tail_records
 from desktop_app.engine.specs import DataSpec, RunConfig, TrainSpec
 from desktop_app.engine.tasks import get_world
 from desktop_app.engine.tasks.heldout_protocol import REPORTED_SEED, SELECTION_SEED, HeldoutProtocol
@@ -66,10 +69,21 @@ BASE_EVAL = {"per_type": 0, "heldout_seed": REPORTED_SEED}  # the world's defaul
 CONTROL_LR = 1e-3  # continued pretraining anneals from here to 0 over the control's time (the strongest plain use)
 # What each figure of the summary measures, and the controls in the order they run.
 ARMS = {"before": "the base", "final": "self-play's final checkpoint",
-        "best": "self-play's best checkpoint by its selection set", "solver_rl": "solver-only RL's final checkpoint",
+        "best": "self-play's best checkpoint by its selection set",
+        "solver_rl_minimal": "solver-only RL on the identity program alone (the floor), final checkpoint",
+        "solver_rl_simplest": "solver-only RL on the generator's simplest tasks, final checkpoint",
+        "solver_rl_generator": "solver-only RL on the world's generated tasks, final checkpoint",
         "control": "the plain-training control's final checkpoint"}
-CONTROL_ARMS = (("solver_rl", "solver-only RL on the world's generated tasks (no proposer)"),
-                ("control", "continued pretraining on the seed corpus"))
+
+
+def control_arms(tasks_from: str) -> list[tuple[str, str]]:
+    """The controls in the order they run: (arm, what it is in words)."""
+    arms = [("solver_rl_generator", "solver-only RL on the world's generated tasks (no proposer)"),
+            ("control", "continued pretraining on the seed corpus")]
+    if tasks_from != "generator":
+        arms.insert(0, (f"solver_rl_{tasks_from}", f"solver-only RL from self-play's own seed ({tasks_from}; no "
+                        "proposer)"))
+    return arms
 
 
 @dataclass
@@ -80,8 +94,9 @@ class DemoSettings:
     the time. `pretrain_steps` / `selfplay_steps` cap the phases by steps as well (tests use them for a seeded run
     that does not depend on the machine's speed); `eval_every` (0: the recipe's) sets how often self-play measures
     and saves. `control`: also run the controls, each for self-play's wall time. `base`: self-play from this model
-    instead (`world`: its task world; the world's default otherwise). `selfplay_options`, `train_overrides` and
-    `eval_options` override the recipe's method options, TrainSpec fields and held-out evaluation."""
+    instead (`world`: its task world; the world's default otherwise). `tasks_from`: self-play's first tasks
+    (generator, minimal: the identity alone, simplest). `selfplay_options`, `train_overrides` and `eval_options`
+    override the recipe's method options, TrainSpec fields and held-out evaluation."""
 
     seed: int = 0
     corpus_tasks: int = 12000
@@ -96,6 +111,7 @@ class DemoSettings:
     world: str = ""
     device: str = "auto"
     eval_options: dict[str, Any] | None = None
+    tasks_from: str = ""
 
 
 def demo_plan(minutes: float, settings: DemoSettings | None = None) -> list[str]:
@@ -114,7 +130,9 @@ def demo_plan(minutes: float, settings: DemoSettings | None = None) -> list[str]
               "learns from rewards the sandbox checks",
               "measures the final and the best checkpoint on the same held-out tasks"]
     if settings.control:
-        steps.append("runs the controls (solver-only RL, continued pretraining), each for self-play's wall time")
+        plain = "fine-tuning on generated tasks" if settings.base else "continued pretraining"
+        words = [plain if arm == "control" else what for arm, what in control_arms(settings.tasks_from or "generator")]
+        steps.append(f"runs the controls ({'; '.join(words)}), each for self-play's wall time")
     return [f"{i}. {step}" for i, step in enumerate(steps, 1)]
 
 
@@ -157,7 +175,9 @@ class Demo:
         # a base model: the world's own tasks (python by default for a chat model), asked through its chat template
         self.selfplay_options: dict[str, Any] = SelfPlayOptions.from_dict(
             {**(BASE_SELFPLAY if base else DEMO_SELFPLAY), **({"world": settings.world} if settings.world else {}),
+             **({"tasks_from": settings.tasks_from} if settings.tasks_from else {}),
              **(settings.selfplay_options or {})}).check().to_dict()
+        self.arms = control_arms(str(self.selfplay_options["tasks_from"]))
         self.selfplay_train: dict[str, Any] = {
             **SELFPLAY_TRAIN, **(BASE_TRAIN if base else {}), "steps": settings.selfplay_steps,
             "device": settings.device,
@@ -174,7 +194,7 @@ class Demo:
     def run(self, minutes: float) -> Iterator[Event]:
         start = time.monotonic()
         base, control = self.settings.base, self.settings.control
-        phases = 3 + (0 if base else 3) + (len(CONTROL_ARMS) if control else 0)
+        phases = 3 + (0 if base else 3) + (len(self.arms) if control else 0)
         phase = 0
         if not base:
             base = yield from self.from_scratch(start, minutes, phases)
@@ -223,12 +243,13 @@ class Demo:
 
     def controls_arms(self, base: str, seconds: float, phase: int, phases: int) -> Iterator[Event]:
         """The controls from the same start for self-play's wall time, each measured; False when the demo ended."""
-        for arm, what in CONTROL_ARMS:
+        for arm, what in self.arms:
             phase += 1
-            what = what if arm == "solver_rl" or self.dataset is not None else "fine-tuning on generated tasks"
+            solver_rl = arm.startswith("solver_rl_")
+            what = what if solver_rl or self.dataset is not None else "fine-tuning on generated tasks"
             yield Log("info", f"{phase}/{phases} control: {what} from the same start for the same "
                       f"{seconds / 60:.1f} minutes")
-            done = yield from (self.solver_only(base, seconds) if arm == "solver_rl"
+            done = yield from (self.solver_only(base, seconds, arm) if solver_rl
                                else self.control(base, seconds, self.train_overrides))
             if not done or (yield from self.evaluate(arm, [done])) is None:
                 return False
@@ -243,11 +264,13 @@ class Demo:
                                           for name, rates in self.results.items()}
         summary.update({"minutes": (time.monotonic() - start) / 60.0, "base": base, "world": self.world,
                         "steps": dict(self.steps), "arms": {k: v for k, v in ARMS.items() if k in self.results},
-                        "selfplay_run": str(self.out / "selfplay"), "heldout": dict(self.eval_options)})
+                        "selfplay_run": str(self.out / "selfplay"), "heldout": dict(self.eval_options),
+                        "tasks_from": self.selfplay_options["tasks_from"],
+                        "curriculum": curriculum(self.out / "selfplay")})
         if self.dataset is not None:
             summary["pretrain_run"] = str(self.out / "pretrain")
-        for name in ("final", "best", "solver_rl", "control"):
-            if name in self.results:
+        for name in ARMS:
+            if name != "before" and name in self.results:
                 yield Log("info", f"held-out solve rate, {ARMS[name]}: " + ", ".join(
                     f"{t} {summary['before'][t]:.2f} -> {summary[name][t]:.2f}" for t in TASK_TYPES))
         step = self.steps.get("selfplay", 0)
@@ -328,15 +351,15 @@ class Demo:
             return None
         return time.monotonic() - start, finished.result
 
-    def solver_only(self, base: str, budget_s: float) -> Iterator[Event]:
-        """Solver-only RL: self-play's run with no proposer (the solver practises the world's generated tasks),
-        the same start, settings and wall time; returns its final checkpoint."""
-
+    def solver_only(self, base: str, budget_s: float, arm: str) -> Iterator[Event]:
+        """Solver-only RL (`arm`: solver_rl_SEED): self-play's run with no proposer, the solver practising the seed
+        tasks (`tasks_from` SEED: the world's generated ones, or the identity alone), the same start, settings and
+        wall time; returns its final checkpoint."""
         spec = TrainSpec.from_dict({**self.selfplay_train, "time_budget_s": phase_budget(budget_s, {})})
+        options = {**self.selfplay_options, "proposer": False, "tasks_from": arm.removeprefix("solver_rl_")}
         config = RunConfig(base_model=base, dataset=str(self.dataset or ""), objective="selfplay",
-                           method_options={**self.selfplay_options, "proposer": False}, train=spec.to_dict(),
-                           seed=self.seed)
-        finished = yield from self._train(config, "solver_rl")
+                           method_options=options, train=spec.to_dict(), seed=self.seed)
+        finished = yield from self._train(config, arm)
         return finished.result.get("checkpoint", "") if finished is not None else ""
 
     def control(self, base: str, budget_s: float, overrides: dict[str, Any]) -> Iterator[Event]:
@@ -403,3 +426,26 @@ def _steps_per_second(run_dir: Path) -> float:
 
     steps = [r for r in tail_records(run_dir) if r.get("type") == "step" and r.get("elapsed_s")]
     return float(steps[-1]["step"]) / float(steps[-1]["elapsed_s"]) if steps else 0.0
+
+
+def curriculum(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Per task type, what the proposer built over a self-play run (its metrics.jsonl): distinct programs and shapes
+    in the buffer at the end, the solver's mean rate on the proposer's new tasks and the share of rounds where it
+    sat at the frontier (neither 0 nor 1), and the new programs' mean size (characters) in the run's first and last
+    quarter. Empty for a run without a proposer."""
+    steps = [r for r in read_metrics(run_dir) if r.get("type") == "step"]
+    out: dict[str, dict[str, float]] = {}
+    for task_type in TASK_TYPES:
+        rates = [float(r[f"new_task_solve_rate/{task_type}"]) for r in steps if f"new_task_solve_rate/{task_type}" in r]
+        sizes = [float(r[f"program_size/{task_type}"]) for r in steps if f"program_size/{task_type}" in r]
+        last = next((r for r in reversed(steps) if f"programs/{task_type}" in r), None)
+        if last is None or not rates:
+            continue
+        quarter = max(1, len(sizes) // 4)
+        out[task_type] = {"programs": float(last[f"programs/{task_type}"]),
+                          "shapes": float(last[f"shapes/{task_type}"]),
+                          "new_task_solve_rate": sum(rates) / len(rates),
+                          "frontier_share": sum(0.0 < r < 1.0 for r in rates) / len(rates),
+                          "program_size_first": sum(sizes[:quarter]) / quarter,
+                          "program_size_last": sum(sizes[-quarter:]) / quarter}
+    return out

@@ -26,16 +26,16 @@ class Decoded:
 
 
 # What becomes of a proposal (the task browser's verdicts): refused by the world, or valid and then new (to the
-# solver and the buffer), a held-out program (solved only to reward the proposer), or a repeat (no reward).
+# solver and the buffer), a held-out program (no reward, in no update, never solved), or a repeat (no reward).
 INVALID, TRIVIAL, NEW, HELD_OUT, DUPLICATE = "invalid", "trivial", "valid", "held-out", "duplicate"
 
 
 @dataclass
 class Proposals:
     """One task type's proposals of a round: the prompts, the decode, the world's verdicts, and each one's fate
-    (`fates[i]`, with `reasons[i]`): NEW tasks go to the solver and the buffer; HELD_OUT ones are solved only to
-    reward the proposer and never become solver tasks; a DUPLICATE (a program the run has seen, or one more of a
-    shape the buffer holds enough of) earns nothing and is not solved."""
+    (`fates[i]`, with `reasons[i]`): NEW tasks go to the solver and the buffer; a HELD_OUT one (a program of a
+    held-out set) teaches nothing: no reward, no episode in the proposer's update, never solved; a DUPLICATE (a
+    program the run has seen, or one more of a shape the buffer holds enough of) earns nothing and is not solved."""
 
     prompts: list[str]
     decoded: Decoded
@@ -52,19 +52,14 @@ class Proposals:
     def fresh(self) -> list[Task]:
         return self.tasks(NEW)
 
-    @property
-    def judged(self) -> list[Task]:
-        return self.tasks(HELD_OUT)
-
 
 @dataclass
 class Attempts:
-    """One task type's solver tasks of a round and the world's checks of their answers (`samples` each, task-major):
-    the first `trained` tasks train the solver; those after them (held-out programs a proposer wrote) are solved
-    only to reward the proposer."""
+    """One task type's solver tasks of a round (its new proposals first, `fresh` of them, then buffer tasks) and the
+    world's checks of their answers (`samples` each, task-major)."""
 
     tasks: list[Task]
-    trained: int
+    fresh: int
     samples: int
     replies: Decoded | None = None
     checks: list[Check] = field(default_factory=list)

@@ -33,7 +33,7 @@ from desktop_app.engine.events import (
 )
 from desktop_app.engine.methods import PIPELINE
 from desktop_app.engine.pipeline_folder import PIPELINE_FILE, is_pipeline_dir, read_state, stage_dir
-from desktop_app.engine.recipes.selfplay_demo import demo_plan
+from desktop_app.engine.recipes.selfplay_demo import DemoSettings, demo_plan
 from desktop_app.engine.runs import pipeline_root, replay_run
 from desktop_app.engine.session import PipelineRun, ProcessFailed, ResumeRun, Session, open_session
 from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError
@@ -361,14 +361,16 @@ class TrainTab(TrainCommands, QWidget):
 
     def start_selfplay_demo(self, minutes: float = 15.0, train_overrides: dict[str, Any] | None = None) -> bool:
         """The self-play CPU demo (seed corpus -> pretrain -> self-play) in a new folder of the workspace's runs
-        (`train_overrides`: TrainSpec fields its runs take, see train_jobs.demo_job)."""
+        (`train_overrides`: TrainSpec fields its runs take, see train_jobs.demo_job). Of the form, only "First tasks
+        from" applies: the demo's own settings are the rest."""
         if self.running:
             return False
+        tasks_from = str(self.setup.method_panel.options_dict().get("tasks_from", ""))
         self.selfplay_demo_requested.emit()
         out = self.ctx.workspace.folder("runs") / time.strftime("selfplay-demo-%Y%m%d-%H%M%S")
-        self.setup.show_plan(demo_plan(minutes))  # the form's settings are not what the demo runs
+        self.setup.show_plan(demo_plan(minutes, DemoSettings(tasks_from=tasks_from)))
         controls = Controls()
-        return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes, train_overrides), controls,
+        return self._run_job(lambda: train_jobs.demo_job(out, controls, minutes, train_overrides, tasks_from), controls,
                              JobStart(DEMO, out, f"self-play CPU demo in {out}", "self-play demo: writing the seed "
                                       "corpus…", f"Demo folder: {out}", activity="self-play demo"))
 

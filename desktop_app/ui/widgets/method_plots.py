@@ -54,6 +54,9 @@ _FAMILIES = (
     ("buffer", "buffer", "Task buffer size", "tasks"),
     ("programs", "programs", "Distinct programs in the buffer", "programs"),
     ("shapes", "shapes", "Distinct program shapes in the buffer (equal up to constants)", "shapes"),
+    ("new_task_solve_rate", "new_task_solve_rate",
+     "Solver's rate on the proposer's new tasks (they teach when between 0 and 1)", "share solved"),
+    ("program_size", "program_size", "Size of the proposer's new programs", "characters"),
     ("reward", "reward_by_role", "Reward per role × task type", "reward"),
 )
 _REWARD_PARTS = ("reward_parts", "Reward functions (unweighted)", "reward")
@@ -67,7 +70,8 @@ DEFAULT_PANELS = {
     "dpo": ("loss", "rewards_chosen", "reward_margin", "preference_accuracy", "lr", "grad_norm"),
     "grpo": ("loss", "reward", "reward/answer", "response_length", "rollout_tokens_per_s"),
     "selfplay": ("loss", "reward", "reward/solver/deduction", "solve_rate/deduction",
-                 "heldout_solve_rate/deduction", "proposal_validity", "format_errors",
+                 "heldout_solve_rate/deduction", "proposal_validity", "programs/deduction",
+                 "new_task_solve_rate/deduction", "program_size/deduction", "format_errors",
                  "response_length", "rollout_tokens_per_s"),
 }
 

@@ -42,7 +42,7 @@ ALL = "All"
 MAX_ROUNDS = 2000  # rounds kept in memory (older ones drop off the browser, never off the disk)
 MAX_ROWS = 500  # proposal rows shown at once (newest first)
 GOOD = {"valid", "correct", "ok"}
-NEUTRAL = {"duplicate", "held-out"}  # held-out: a valid task with a held-out program, rewarded once, never trained on
+NEUTRAL = {"duplicate", "held-out"}  # held-out: a valid task with a held-out program: no reward, in no update
 
 PROPOSAL_COLUMNS = ("Round", "Type", "Verdict", "Solve rate", "Reward", "Program", "Inputs → outputs", "Reason")
 ROLLOUT_COLUMNS = ("Role", "Type", "Verdict", "Reward", "Prompt", "Answer")
@@ -142,7 +142,7 @@ def buffer_summary(rounds: list[dict[str, Any]]) -> str:
         share = trivial / proposals
         latest = int(last.get("trivial", 0)) / max(1, int(last.get("proposals", 0)))
         parts.append(f"proposals refused as trivial: {share:.0%} ({latest:.0%} in the last round)")
-        parts.append(f"held-out programs proposed: {hits} (rewarded once, never practised)")
+        parts.append(f"held-out programs proposed: {hits} (no reward, in no update)")
         parts.append(f"duplicates: {repeats / proposals:.0%} (no reward)")
     programs, shapes = last.get("programs") or {}, last.get("shapes") or {}
     if programs:

@@ -53,6 +53,7 @@ def test_grpo_with_a_reward_file_from_the_cli(base: Path, tmp_path: Path, run_cl
     (["--method", "selfplay", "--data", "x.jsonl"], "no --data"),
     (["--method", "grpo"], "prompt files"),
     (["--method", "sft", "--data", "x.jsonl", "--world", "mini"], "--world goes with"),
+    (["--method", "sft", "--data", "x.jsonl", "--tasks-from", "minimal"], "--tasks-from goes with"),
     (["--method", "selfplay", "--option", "wrld=mini"], "unknown option"),
     (["--method", "grpo", "--data", "x.jsonl", "--reward-file", "nope.py"], "does not exist"),
 ])
@@ -73,3 +74,16 @@ def test_selfplay_with_lora_uses_the_base_as_kl_reference(base: Path, tmp_path: 
     # at first the policy is the base (LoRA's B starts at zero); then the adapter moves it away
     assert steps[0]["kl"] < 1e-6 and max(s["kl"] for s in steps[1:]) > steps[0]["kl"]
     assert list((tmp_path / "sp" / "checkpoints").glob("*/adapter_model.safetensors"))
+
+
+def test_selfplay_from_the_minimal_seed_from_the_cli(base: Path, tmp_path: Path, run_cli) -> None:
+    code, _, err = run_cli(
+        "--method", "selfplay", "--world", "mini", "--tasks-from", "minimal", "--base", base, "--steps", "2",
+        "--threads", "1", "--out", tmp_path / "sp", "--json", "--option", "max_new_tokens=6",
+        "--option", "heldout_per_type=2")
+    assert code == 0, err
+    assert RunConfig.load(tmp_path / "sp" / "run.json").method_options["tasks_from"] == "minimal"
+    state = json.loads(next((tmp_path / "sp" / "checkpoints").glob("*/trainer_state.json")).read_text())
+    programs = {t["program"] for b in state["data"]["buffers"].values() for t in b["tasks"]}
+    assert "f = lambda x: x" in programs and all("lambda" in p for p in programs)
+    assert len(programs) <= 1 + 2 * 3 * 2  # the identity, then only what the proposer wrote (2 per type and step)

@@ -1,7 +1,8 @@
 """The held-out protocol: the reported and selection sets are disjoint by program; a proposer's task with a
-held-out program is judged and rewarded but never practised; trivial proposals are refused; solver-only RL plays
-no proposer; the controls' data, `tasks` files and a run's records hold no held-out program; train() closes its
-objective however it ends."""
+held-out program teaches nothing (no reward, in neither role's update, never practised); trivial proposals are
+refused; solver-only RL plays no proposer; the first tasks come from the generator, the identity alone (minimal) or
+the simplest programs; the controls' data, `tasks` files and a run's records hold no held-out program; train()
+closes its objective however it ends."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def _script(objective: SelfPlayObjective, texts: list[str]) -> list[tuple[int, i
     def fake(prompts, samples, seed, max_lines, finished=None):
         decodes.append((len(prompts), samples))
         out = [texts.pop(0) for _ in range(len(prompts) * samples)]
-        return [[3]] * len(out), out
+        done = sum(p * n for p, n in decodes[:-1])
+        return [[3, 10 + done + i] for i in range(len(out))], out  # each text its own ids: [3, 10 + its number]
 
     objective._sample = fake
     return decodes
@@ -93,27 +95,27 @@ def test_keys_shapes_and_programs_in_text() -> None:
     assert programs_in_text(text) == {"f = lambda x: x + 1", "f = lambda x: x * 2", "def f(s):\n    return s[::-1]"}
 
 
-def test_a_held_out_proposal_is_rewarded_but_never_practised_and_trivial_ones_are_refused(
+def test_a_held_out_proposal_teaches_nothing_and_trivial_ones_are_refused(
         tmp_path: Path, tokenizer, world: MiniWorld) -> None:
     objective = _objective(tmp_path, tokenizer)
     assert objective.protocol is not None
     held = objective.protocol.reported("deduction")[0]
     objective.buffers["deduction"].add(DED)
-    # proposals: a held-out program, the identity in disguise, a new task (f = lambda x: x + 5 on 9 -> 14);
-    # the solver sees the new task (trained) and then the held-out one (judged only), 2 answers each
+    # proposals: a held-out program (ids [3, 10]), the identity in disguise, a new task (f = lambda x: x + 5 on
+    # 9 -> 14); the solver sees only the new task, 2 answers; the held-out program is never solved
     decodes = _script(objective, [" " + world.proposal_text(held), " f = lambda x: x if 2 > 1 else x\ninput: 4",
-                                  " f = lambda x: x + 5\ninput: 9",
-                                  " 14", " 7", " " + world.reference_answer(held), " junk"])
+                                  " f = lambda x: x + 5\ninput: 9", " 14", " 7"])
     batch = objective.play_round(1)
-    assert decodes == [(3, 1), (2, 2)]
+    assert decodes == [(3, 1), (1, 2)]
     buffer = objective.buffers["deduction"]
     assert [t.program for t in buffer.tasks] == ["f = lambda x: x", DED.program, "f = lambda x: x + 5"]
     solver = [e for e in batch if e.role == "solver"]
-    prompts = {tuple(e.prompt) for e in solver}
-    assert len(prompts) == 1  # only the new task's answers teach the solver
+    assert {tuple(e.prompt) for e in solver} and len({tuple(e.prompt) for e in solver}) == 1  # the new task's
+    proposer = [e for e in batch if e.role == "proposer"]
+    assert [e.completion for e in proposer] == [[3, 11], [3, 12]]  # the trivial and the new one; never [3, 10]
     history = {entry["program"].splitlines()[0]: entry for entry in buffer.history}
-    assert history[held.program]["verdict"] == "held-out" and history[held.program]["solve_rate"] == 0.5
-    assert history[held.program]["reward"] == 0.5  # learnability of a task solved half the time
+    assert history[held.program]["verdict"] == "held-out" and history[held.program]["solve_rate"] is None
+    assert history[held.program]["reward"] == 0.0
     trivial = next(e for e in buffer.history if e["verdict"] == "trivial")
     assert trivial["reward"] == -0.5 and "identity" in trivial["reason"]
     stats = batch.stats
@@ -121,6 +123,9 @@ def test_a_held_out_proposal_is_rewarded_but_never_practised_and_trivial_ones_ar
     assert stats["proposal_validity"] == pytest.approx(2 / 3)
     assert stats["solve_rate/deduction"] == 0.5  # the trained task only: 14 right, 7 wrong
     assert stats["programs/deduction"] == 3 and stats["shapes/deduction"] == 2  # x + 1 and x + 5 share one
+    # the curriculum: the solver's rate on the proposer's new task, and its program's size in characters
+    assert stats["new_task_solve_rate/deduction"] == 0.5
+    assert stats["program_size/deduction"] == len("f = lambda x: x + 5")
     line = json.loads((tmp_path / LOG_NAME).read_text().splitlines()[-1])
     assert line["buffers"]["trivial"] == 1 and line["buffers"]["heldout_hits"] == 1
     assert line["buffers"]["programs"] == {"deduction": 3}
@@ -135,6 +140,46 @@ def test_solver_only_rl_plays_no_proposer(tmp_path: Path, tokenizer) -> None:
     assert {e.role for e in batch} <= {"solver"} and "reward/proposer/deduction" not in batch.stats
     assert len(objective.buffers["deduction"]) == len(seeds)
     assert not objective.protocol.reserved & {t.program for t in seeds}
+
+
+def test_the_minimal_seed_is_the_identity_alone_and_the_proposers_buffer_is_the_whole_practice(
+        tmp_path: Path, tokenizer) -> None:
+    objective = _objective(tmp_path, tokenizer, tasks_from="minimal", seed_tasks_per_type=50, seed_share=0.5,
+                           solver_tasks_per_type=2)
+    assert [t.program for t in objective.seed_tasks["deduction"]] == ["f = lambda x: x"]
+    objective.buffers["deduction"].add(DED)  # as if the proposer had written it
+    import random
+
+    drawn = objective._draw("deduction", 200, random.Random(0))
+    assert {t.program for t in drawn} == {"f = lambda x: x", DED.program}  # no generated task, no seed-fed half
+    assert sum(t.program == DED.program for t in drawn) > 60  # the whole buffer, not half from the identity
+
+
+def test_solver_only_rl_from_the_minimal_seed_practises_the_identity_alone(tmp_path: Path, tokenizer) -> None:
+    objective = _objective(tmp_path, tokenizer, proposer=False, tasks_from="minimal", solver_tasks_per_type=3)
+    decodes = _script(objective, [" 1"] * 6)
+    batch = objective.play_round(1)
+    assert decodes == [(3, 2)] and {e.role for e in batch} <= {"solver"}
+    assert {t.program for t in objective.buffers["deduction"].tasks} == {"f = lambda x: x"}
+
+
+def test_the_simplest_seed_takes_the_generators_shortest_programs(tmp_path: Path, tokenizer, world) -> None:
+    from desktop_app.engine.objectives.selfplay import SIMPLEST_POOL
+
+    objective = _objective(tmp_path, tokenizer, tasks_from="simplest", seed_tasks_per_type=8)
+    seeds = objective.seed_tasks["deduction"][1:]  # after the identity
+    pool = world.generate("deduction", 8 * SIMPLEST_POOL, 0, exclude=objective.protocol.reserved)
+    assert len(seeds) == 8 and max(len(t.program) for t in seeds) <= sorted(len(t.program) for t in pool)[7]
+    generator = _objective(tmp_path / "g", tokenizer, seed_tasks_per_type=8).seed_tasks["deduction"][1:]
+    assert sum(len(t.program) for t in seeds) < sum(len(t.program) for t in generator)
+
+
+def test_tasks_from_takes_the_three_sources_only() -> None:
+    from desktop_app.engine.errors import UserError
+
+    with pytest.raises(UserError, match="tasks_from"):
+        SelfPlayObjective({"tasks_from": "everything"})
+    SelfPlayObjective({"proposer": False, "seed_tasks_per_type": 0, "tasks_from": "minimal"})  # the floor's arm
 
 
 def test_solver_only_needs_seed_tasks() -> None:
@@ -270,29 +315,25 @@ def test_a_python_world_self_play_run_leaves_no_sandbox_behind(tmp_path: Path, m
 def test_repeating_a_program_or_a_crowded_shape_earns_nothing(tmp_path: Path, tokenizer, world: MiniWorld) -> None:
     """The collapse the held-out protocol revealed (a proposer repeating `x + x`, a held-out program, for its
     learnability): a program the run has seen, a held-out program proposed again, or one more of a shape the buffer
-    holds `max_tasks_per_shape` of is a duplicate: no reward, not solved, not added."""
+    holds `max_tasks_per_shape` of is a duplicate: no reward, not solved, not added (a held-out program proposed
+    the first time earns nothing either)."""
     objective = _objective(tmp_path, tokenizer, proposals_per_type=4, max_tasks_per_shape=2)
     held = objective.protocol.reported("deduction")[0]
     objective.buffers["deduction"].add(DED)  # x + 1: the shape "x + N" once
     # (x + 41 and x + 42: constants the generator never writes, so neither is a held-out program)
     texts = [" " + world.proposal_text(held), " f = lambda x: x + 1\ninput: 5", " f = lambda x: x + 41\ninput: 5",
-             " f = lambda x: x + 42\ninput: 5",
-             " 46", " 1", " " + world.reference_answer(held), " junk"]  # x + 41 on 5, then the held-out program
+             " f = lambda x: x + 42\ninput: 5", " 46", " 1"]  # x + 41 on 5: the one task solved
     decodes = _script(objective, texts)
     batch = objective.play_round(1)
-    assert decodes == [(4, 1), (2, 2)]  # the duplicates are not solved
+    assert decodes == [(4, 1), (1, 2)]  # neither the duplicates nor the held-out program are solved
     fates = {e["program"]: (e["verdict"], e["reward"]) for e in objective.buffers["deduction"].history}
-    assert fates[held.program] == ("held-out", 0.5)
+    assert fates[held.program] == ("held-out", 0.0)
     assert fates["f = lambda x: x + 1"][0] == "duplicate" and fates["f = lambda x: x + 1"][1] == 0.0  # in the buffer
     assert fates["f = lambda x: x + 41"] == ("valid", 0.5)
     assert fates["f = lambda x: x + 42"] == ("duplicate", 0.0)  # x + 1 and x + 41 fill the shape's 2 places
     assert batch.stats["proposals_duplicate"] == 0.5 and batch.stats["proposals_heldout"] == 0.25
-    # the held-out program proposed again in a later round earns nothing, and the run remembers it across a resume
-    _script(objective, [" " + world.proposal_text(held), " x", " y", " z", " 1", " 2"])
+    # the held-out program proposed again in a later round teaches nothing either, and so does one inside a
+    # proposal the world refuses (any update on it would train on the program's text)
+    _script(objective, [" " + world.proposal_text(held), " " + held.program + "\ninput: ???", " y", " z", " 1", " 2"])
     objective.play_round(2)
-    assert objective.buffers["deduction"].history[-4]["verdict"] == "duplicate"
-    source = objective.batch_source(None)
-    state = source.state_dict()
-    objective.proposed_heldout = set()
-    source.load_state_dict(json.loads(json.dumps(state)))
-    assert objective.proposed_heldout == {held.program}
+    assert [e["verdict"] for e in objective.buffers["deduction"].history[-4:-2]] == ["held-out", "held-out"]
