@@ -1,14 +1,17 @@
-"""What the Generate tab stands on besides its widgets: the model it loaded last (kept for the next generation),
-which mode a model opens in, and how a reply ended, in words."""
+"""What the Generate tab stands on besides its widgets: the job that streams a generation (in the worker thread), the
+model it loaded last (kept for the next generation), which mode a model opens in, and how a reply ended, in words."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from desktop_app.engine.events import Controls
 from desktop_app.engine.model.gguf_file import is_gguf_file
 from desktop_app.engine.run_folder import RUN_FILE
+from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.widgets.run_view import run_method_key
 
 
@@ -57,3 +60,27 @@ def opens_in_chat(path: str | Path) -> bool:
     # a GGUF file (an export, Ollama's, LM Studio's): the template in its metadata; a model folder: its tokenizer's
     template = gguf_chat_template(path) if is_gguf_file(path) else folder_chat_template(path)
     return bool(template) and template.strip() != CHAT_TEMPLATE.strip()
+
+
+def generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[str, str]], spec: GenerateSpec,
+                 controls: Controls) -> Iterator[tuple[Any, ...]]:
+    """Stream `prompt` (a text, or a chat conversation: a list of {"role", "content"} messages) from each model."""
+    from desktop_app.engine.generate.decode import stream_text  # lazy: torch
+    from desktop_app.engine.generate.prompts import context_length, fit_messages  # lazy: start-up
+
+    for column, path in enumerate(paths):
+        if controls.stop.is_set():
+            break
+        yield ("loading", column, path)
+        loaded = cache.get(path)
+        yield ("loaded", column, path)
+        source: Any = prompt
+        if not isinstance(prompt, str):
+            # A conversation: drop its oldest turns rather than cut the system prompt (the engine's policy).
+            kept, dropped = fit_messages(loaded.tokenizer, prompt, context_length(loaded.model),
+                                         reply_tokens=spec.max_new_tokens)
+            if dropped:
+                yield ("trimmed", column, dropped)
+            source = [kept]  # stream_text takes a list of prompts: here one conversation
+        for event in stream_text(loaded, source, spec, stop_event=controls.stop):
+            yield (column, event)

@@ -178,3 +178,44 @@ def test_a_measure_a_model_was_not_given_draws_no_bar(window):
     headers = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
     assert "qa_accuracy (contains)" in headers  # which match counted the answers
     view.deleteLater()
+
+
+def _tree_items(lib) -> list:
+    from PySide6.QtWidgets import QTreeWidgetItemIterator
+
+    found, walker = [], QTreeWidgetItemIterator(lib.tree)
+    while walker.value() is not None:
+        found.append(walker.value())
+        walker += 1
+    return found
+
+
+def test_evaluate_takes_every_selected_model_and_offers_the_cached_hub_models(window, populated_workspace, hub_server,
+                                                                                capsys):
+    """A run and a model pulled from the Hub, both selected in the Library: Evaluate ticks both; every model the
+    Library shows is offered (the Hub's cached ones too), unticked unless selected."""
+    from desktop_app.cli import main
+
+    assert main(["models", "pull", "tiny-org/tiny-chat"]) == 0, capsys.readouterr().err
+    snapshot = capsys.readouterr().out.strip().splitlines()[-1]
+    run = _ready(window, populated_workspace)
+    lib = window.library_tab
+    lib.refresh()
+    wanted = {str(run), snapshot}
+    items = [i for i in _tree_items(lib) if i.data(0, Qt.ItemDataRole.UserRole) in wanted]
+    assert len(items) == 2, [i.text(0) for i in _tree_items(lib)]
+    lib.tree.setCurrentItem(items[0])
+    for item in items:
+        item.setSelected(True)
+    view = lib.open_evaluate().view
+    assert sorted(view.checked_models()) == sorted(wanted)
+    offered = [view.model_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(view.model_list.count())]
+    assert snapshot in offered and len(offered) == len(set(offered))
+    lib.tree.clearSelection()
+    lib.tree.setCurrentItem(items[0])
+    items[0].setSelected(True)
+    lib.evaluate_dialog.close()
+    alone = lib.open_evaluate().view
+    assert alone.checked_models() == [str(run)] and snapshot in [
+        alone.model_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(alone.model_list.count())]
+    lib.evaluate_dialog.close()

@@ -80,7 +80,7 @@ def test_a_stopped_reply_is_kept_as_shown(chat_tab, qtbot, monkeypatch):
     from desktop_app.engine.events import TextDelta
     from desktop_app.ui.tabs import generate_tab
 
-    real_job = generate_tab._generate_job
+    real_job = generate_tab.generate_job
 
     def press_stop_after_three_pieces(cache, paths, prompt, spec, controls):
         # What Stop does (Task.stop sets controls.stop), at a known point: decoding a tiny model outruns a click.
@@ -91,7 +91,7 @@ def test_a_stopped_reply_is_kept_as_shown(chat_tab, qtbot, monkeypatch):
             if pieces == 3:
                 controls.stop.set()
 
-    monkeypatch.setattr(generate_tab, "_generate_job", press_stop_after_three_pieces)
+    monkeypatch.setattr(generate_tab, "generate_job", press_stop_after_three_pieces)
     gen = chat_tab
     gen.form.set_spec(gen.form.spec().replace(max_new_tokens=100, temperature=1.0, top_k=20, seed=5))
     _turn(gen, qtbot, "hello")
@@ -188,3 +188,41 @@ def test_chat_is_the_default_for_models_taught_to_chat(window, chat_model, tmp_p
     assert gen.chat_mode() and gen.chat_btn.isChecked() and gen.generate_btn.text() == "Send"
     gen.select_source(str(chat_model))
     assert not gen.chat_mode() and gen.complete_btn.isChecked() and gen.generate_btn.text() == "Generate"
+
+
+def test_regenerate_keeps_the_replies_it_replaced_and_the_chat_goes_on_from_the_one_shown(chat_tab, qtbot):
+    gen = chat_tab
+    view = gen.chat_view
+    gen.form.set_spec(gen.form.spec().replace(temperature=1.0, top_k=50, seed=0))
+    first = _turn(gen, qtbot, "hello")
+    bubble = view.bubbles[1]
+    assert bubble.alternatives == [(first, bubble.note.text(), bubble.model)] and bubble.prev_btn.isHidden()
+    gen.form.set_spec(gen.form.spec().replace(seed=7))
+    bubble.regen_btn.click()
+    qtbot.waitUntil(lambda: not gen.running, timeout=60000)
+    second = gen.history[-1][1]
+    assert len(view.bubbles) == 2 and view.bubbles[1] is bubble  # the same bubble, now with two replies
+    assert [a[0] for a in bubble.alternatives] == [first, second] and bubble.count_label.text() == "2/2"
+    assert not bubble.prev_btn.isHidden() and bubble.prev_btn.isEnabled() and not bubble.next_btn.isEnabled()
+    bubble.prev_btn.click()  # ‹: the first reply again, and the chat goes on from it
+    assert bubble.text() == first and bubble.count_label.text() == "1/2" and gen.history[-1] == ("assistant", first)
+    _turn(gen, qtbot, "and then?")
+    assert gen.rendered[-1][0][:2] == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first}]
+    assert not bubble.next_btn.isEnabled() and not bubble.prev_btn.isEnabled()  # a chat followed it: fixed now
+
+
+def test_chat_and_text_completion_keep_their_own_drafts(chat_tab, qtbot):
+    gen = chat_tab
+    gen.prompt.setPlainText("half a chat message")
+    gen.set_chat_mode(False)
+    assert gen.prompt.toPlainText() == ""  # the completion's own box
+    gen.prompt.setPlainText("Once upon a time")
+    assert gen.generate()
+    qtbot.waitUntil(lambda: not gen.running, timeout=60000)
+    gen.set_chat_mode(True)
+    assert gen.prompt.toPlainText() == "half a chat message"  # not the completion's prompt in front of it
+    gen.prompt.setPlainText("hello")
+    _turn(gen, qtbot, gen.prompt.toPlainText())
+    assert gen.rendered[-1][0] == [{"role": "user", "content": "hello"}]
+    gen.set_chat_mode(False)
+    assert gen.prompt.toPlainText() == "Once upon a time"

@@ -4,9 +4,11 @@ compare checkpoints side by side; serve the model to other programs.
 Two modes (the `chat` setting; a model that ships its own chat template opens in Chat):
 - Chat: a conversation in bubbles. Every turn sends the optional system prompt and the whole conversation (your
   messages and the replies the model actually gave, a stopped reply as far as it was shown) through the model's
-  chat template. Enter sends, Shift+Enter starts a new line; the box empties once sent. Regenerate asks again for
-  the last reply, Edit puts one of your messages back in the box (the chat after it is forgotten). When the chat
-  outgrows the model's context its oldest turns are left out of what the model sees (the status line says so).
+  chat template. Enter sends, Shift+Enter starts a new line; the box empties once sent (the chat and text completion
+  keep a draft each). Regenerate asks again for the last reply and keeps the ones it replaces (‹ 1/2 ›: the one shown
+  is the one the chat goes on from), Edit puts one of your messages back in the box (the chat after it is
+  forgotten). When the chat outgrows the model's context its oldest turns are left out of what the model sees (the
+  status line says so).
   Each reply names its model; choosing another model mid-chat keeps the chat and marks the change ("model: NAME").
 - Text completion: the model continues the prompt (Ctrl+Enter generates), several samples or checkpoints side by
   side. Beams above 1 switch to beam search: the sampling-only settings (temperature, top-k, top-p, min-p, seed)
@@ -44,7 +46,7 @@ from desktop_app.engine.events import Controls, GenerationStats, TextDelta
 from desktop_app.engine.generate.choices import newest_finished_run, reply_spec, uses_seed
 from desktop_app.engine.specs import GenerateSpec
 from desktop_app.ui.context import AppContext
-from desktop_app.ui.generate_support import ModelCache, finish_words, opens_in_chat
+from desktop_app.ui.generate_support import ModelCache, finish_words, generate_job, opens_in_chat
 from desktop_app.ui.tabs.generate_sources import list_sources, source_name, step_label
 from desktop_app.ui.tabs.serve_panel import ServePanel
 from desktop_app.ui.widgets.chat_view import Bubble, ChatInput, ChatView, copy_text
@@ -59,30 +61,6 @@ from desktop_app.ui.widgets.stream_view import StreamView
 # Settings that only sampling uses, and those only beam search uses (greyed out when they do not apply).
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")
 BEAM_ONLY = ("length_penalty", "early_stopping")
-
-
-def _generate_job(cache: ModelCache, paths: list[str], prompt: str | list[dict[str, str]], spec: GenerateSpec,
-                  controls: Controls):
-    """Stream `prompt` (a text, or a chat conversation: a list of {"role", "content"} messages) from each model."""
-    from desktop_app.engine.generate.decode import stream_text  # lazy: torch
-    from desktop_app.engine.generate.prompts import context_length, fit_messages  # lazy: start-up
-
-    for column, path in enumerate(paths):
-        if controls.stop.is_set():
-            break
-        yield ("loading", column, path)
-        loaded = cache.get(path)
-        yield ("loaded", column, path)
-        source: Any = prompt
-        if not isinstance(prompt, str):
-            # A conversation: drop its oldest turns rather than cut the system prompt (the engine's policy).
-            kept, dropped = fit_messages(loaded.tokenizer, prompt, context_length(loaded.model),
-                                         reply_tokens=spec.max_new_tokens)
-            if dropped:
-                yield ("trimmed", column, dropped)
-            source = [kept]  # stream_text takes a list of prompts: here one conversation
-        for event in stream_text(loaded, source, spec, stop_event=controls.stop):
-            yield (column, event)
 
 
 class GenerateTab(QWidget):
@@ -219,6 +197,7 @@ class GenerateTab(QWidget):
         self.chat_view.copy_requested.connect(copy_text)
         self.chat_view.regenerate_requested.connect(self.regenerate)
         self.chat_view.edit_requested.connect(self.edit_message)
+        self.chat_view.alternative_chosen.connect(self._choose_reply)
 
     # --- sources ---
     def refresh_sources(self) -> None:
@@ -361,6 +340,7 @@ class GenerateTab(QWidget):
         self.compare_check.setVisible(not chat)
         self.compare_list.setVisible(not chat and self.compare_check.isChecked())
         self.prompt.send_on_enter = chat
+        self.prompt.use_for("chat" if chat else "completion")
         self.prompt_label.setText("Message" if chat else "Prompt")
         self.prompt.setPlaceholderText("Message the model…  Enter sends, Shift+Enter starts a new line" if chat else
                                        "Text for the model to continue (empty: start of text)…  Ctrl+Enter generates")
@@ -443,9 +423,10 @@ class GenerateTab(QWidget):
             self.form.set_value("seed", seeded.seed)
         return seeded
 
-    def _send_chat(self, paths: list[str], spec: GenerateSpec) -> bool:
+    def _send_chat(self, paths: list[str], spec: GenerateSpec, into: Bubble | None = None) -> bool:
         """The conversation so far (ending with your message) to the model; its reply streams into a new bubble
-        that names the model, under a line "model: NAME" when the reply before it came from another model."""
+        (or `into`, Regenerate's) that names the model, under a line "model: NAME" when the reply before it came
+        from another model."""
         # One reply per turn: the transcript holds one assistant message per user message.
         spec = spec.replace(samples=1)
         self._reply = ""
@@ -453,7 +434,7 @@ class GenerateTab(QWidget):
         model = (path, source_name(path, self.source_box.itemText(self.source_box.findData(path))))
         before = next((b for b in reversed(self.chat_view.bubbles) if b.role == "assistant" and b.in_history), None)
         changed = before is not None and before.model != model
-        self._reply_bubble = self.chat_view.add("assistant", line=f"model: {model[1]}" if changed else "")
+        self._reply_bubble = into or self.chat_view.add("assistant", line=f"model: {model[1]}" if changed else "")
         self._reply_bubble.set_author(*model)
         self.chat_view.set_regenerable(None)
         self.chat_view.set_editable(False)
@@ -467,7 +448,7 @@ class GenerateTab(QWidget):
         self._beams, self._max_new = spec.num_beams, spec.max_new_tokens
         self._seed = spec.seed if uses_seed(spec) else None
         self.task = self.ctx.runner.start("generate",
-                                          lambda: _generate_job(self.cache, paths, request, spec, controls), controls)
+                                          lambda: generate_job(self.cache, paths, request, spec, controls), controls)
         self.task.produced.connect(self._on_item)
         self.task.failed.connect(self._on_failed)
         self.task.finished.connect(self._on_finished)
@@ -477,7 +458,8 @@ class GenerateTab(QWidget):
         return True
 
     def regenerate(self) -> bool:
-        """Ask again for the model's last reply (the conversation up to your last message is sent again)."""
+        """Ask again for the model's last reply (the conversation up to your last message is sent again); the reply
+        it replaces stays in its bubble, one ‹ away."""
         if self.running or not self.history or self.history[-1][0] != "assistant":
             return False
         path = self.source_box.currentData()
@@ -486,8 +468,13 @@ class GenerateTab(QWidget):
         self.history.pop()
         last = self.chat_view.last("assistant")
         if last is not None:
-            self.chat_view.remove_from(self.chat_view.bubbles.index(last))
-        return self._send_chat([path], self._seeded(self.settings_spec()))  # asked again: drawn again
+            last.start_over()
+        return self._send_chat([path], self._seeded(self.settings_spec()), into=last)  # asked again: drawn again
+
+    def _choose_reply(self, text: str) -> None:
+        """‹ › on the last reply: the chat goes on from the one shown."""
+        if self.history and self.history[-1][0] == "assistant":
+            self.history[-1] = ("assistant", text)
 
     def edit_message(self, index: int) -> None:
         """Put message `index` (one of yours) back in the box; it and the chat after it are forgotten."""
@@ -574,6 +561,7 @@ class GenerateTab(QWidget):
             self.history.append(("assistant", self._reply))
             if self._reply_bubble is not None:
                 self._reply_bubble.in_history = True
+                self._reply_bubble.keep()
         self._reply, self._discard = None, False
         for view in self.outputs:
             view.flush()

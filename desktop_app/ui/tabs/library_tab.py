@@ -455,9 +455,9 @@ class LibraryTab(QWidget):
     def open_evaluate(self) -> Any:
         from desktop_app.ui.widgets.evaluate_view import EvaluateDialog  # lazy: start-up
 
-        path = self.selected_path()
-        target = self.run_inside(path, "checkpoint") if path and self.selected_kind() == "runs" else path
-        self.evaluate_dialog = EvaluateDialog(self.ctx, [target] if target else [], self)
+        targets = [self.run_inside(path, "checkpoint") if kind == "runs" else path for path, kind in
+                   ((i.data(0, PATH_ROLE), i.data(0, KIND_ROLE)) for i in self.tree.selectedItems()) if path]
+        self.evaluate_dialog = EvaluateDialog(self.ctx, [t for t in dict.fromkeys(targets) if t], self)
         self.evaluate_dialog.show()
         return self.evaluate_dialog
 

@@ -16,11 +16,11 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QVBoxLayout, QWi
 from desktop_app.engine.run_folder import list_committed
 from desktop_app.engine.spec_base import help_text
 from desktop_app.engine.specs import RunConfig
-from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF, add_gguf_choices, attach_gguf_chooser
+from desktop_app.ui.widgets.gguf_models import CHOOSE_GGUF, add_gguf_choices, attach_gguf_chooser, gguf_choices
 from desktop_app.ui.widgets.hub_access import open_get_model_view
 from desktop_app.ui.widgets.hub_library import hub_choices
 from desktop_app.ui.widgets.layouts import add_items, button, path_combo
-from desktop_app.ui.widgets.opened_ggufs import remember_gguf_model
+from desktop_app.ui.widgets.opened_ggufs import OPENED_KEY, opened_ggufs, remember_gguf_model
 
 RECENT_KEY = "train/recent_base_models"
 MAX_RECENT = 8
@@ -39,6 +39,19 @@ def library_bases(workspace: Any) -> list[tuple[str, str]]:
                     (p.is_file() and p.suffix.lower() == ".gguf"):
                 out.append((f"{kind[:-1]} {p.name}", str(p)))
     return out
+
+
+def every_model(workspace: Any, settings: QSettings) -> list[tuple[str, str]]:
+    """(label, path) of every model the Library shows: its runs, models and exports, the Hugging Face cache's models,
+    the GGUF files opened before, Ollama's and LM Studio's models (each path once)."""
+    found: list[tuple[str, str]] = []
+    with contextlib.suppress(OSError):
+        found = library_bases(workspace)
+    found += hub_choices()
+    found += [(f"GGUF {p.name}", str(p)) for p in opened_ggufs(settings, (OPENED_KEY, RECENT_KEY))]
+    with contextlib.suppress(OSError):
+        found += gguf_choices(workspace)
+    return list({path: (label, path) for label, path in reversed(found)}.values())[::-1]
 
 
 class BasePicker(QWidget):

@@ -1,6 +1,8 @@
 """The Generate tab's chat: one bubble per message (system, you, the model), each with Copy; the model's last reply
-with Regenerate, your messages with Edit; and the input box (Enter sends, Shift+Enter starts a new line). Each reply
-names the model that wrote it; a line ("model: NAME") above a reply marks where the conversation changed model.
+with Regenerate, your messages with Edit; and the input box (Enter sends, Shift+Enter starts a new line; the chat and
+text completion each keep their own draft). Each reply names the model that wrote it; a line ("model: NAME") above a
+reply marks where the conversation changed model. Regenerate keeps the replies it replaces: ‹ 1/2 › goes through
+them, and the one shown is the one the conversation goes on from.
 
 A reply streams into its bubble: text is buffered and appended at the end of the bubble's document on a ~30 ms
 timer (never re-set whole), as the other stream views do. Nothing here generates: the tab sends, this shows.
@@ -67,6 +69,7 @@ class Bubble(QFrame):
     copy_requested = Signal(object)
     regenerate_requested = Signal()
     edit_requested = Signal(object)
+    alternative_chosen = Signal(object)  # this bubble, now showing another of its replies
 
     def __init__(self, role: str, text: str = "", parent: QWidget | None = None):
         super().__init__(parent)
@@ -83,11 +86,18 @@ class Bubble(QFrame):
         self.regen_btn = self._tool("Regenerate", "Ask the model again for this reply")
         self.edit_btn.setVisible(role == "user")
         self.regen_btn.setVisible(False)
+        # Replies Regenerate replaced, kept: (text, note, model); `shown` is the one on screen.
+        self.alternatives: list[tuple[str, str, tuple[str, str] | None]] = []
+        self.shown = 0
+        self.prev_btn = self._tool("‹", "The reply before this one")
+        self.next_btn = self._tool("›", "The next reply")
+        self.count_label = QLabel("")
+        self.count_label.setProperty("role", "muted")
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
         head.addWidget(self.who)
         head.addStretch(1)
-        for b in (self.edit_btn, self.regen_btn, self.copy_btn):
+        for b in (self.prev_btn, self.count_label, self.next_btn, self.edit_btn, self.regen_btn, self.copy_btn):
             head.addWidget(b)
         self.body = MessageText()
         self.body.setObjectName("bubbleText")
@@ -107,6 +117,9 @@ class Bubble(QFrame):
         self.copy_btn.clicked.connect(lambda _=False: self.copy_requested.emit(self))
         self.edit_btn.clicked.connect(lambda _=False: self.edit_requested.emit(self))
         self.regen_btn.clicked.connect(lambda _=False: self.regenerate_requested.emit())
+        self.prev_btn.clicked.connect(lambda _=False: self.show_alternative(self.shown - 1))
+        self.next_btn.clicked.connect(lambda _=False: self.show_alternative(self.shown + 1))
+        self._sync_alternatives()
 
     def _tool(self, text: str, tip: str) -> QToolButton:
         button = QToolButton()
@@ -135,6 +148,51 @@ class Bubble(QFrame):
         self.note.setText(text)
         self.note.setVisible(bool(text))
 
+    # --- the replies Regenerate gave -----------------------------------------------------------------------
+    def keep(self) -> None:
+        """Keep the reply shown as one of this bubble's replies (when it ended)."""
+        self.flush()
+        reply = (self.text(), self.note.text(), self.model)
+        if self.alternatives and self.shown < len(self.alternatives) and self.alternatives[self.shown][0] == reply[0]:
+            return
+        self.alternatives.append(reply)
+        self.shown = len(self.alternatives) - 1
+        self._sync_alternatives()
+
+    def start_over(self) -> None:
+        """Empty the bubble for a new reply (Regenerate); the kept ones stay a click away."""
+        self.keep()
+        self.body.clear()
+        self.set_note("")
+        self.shown = len(self.alternatives)
+        self.count_label.setText(f"{self.shown + 1}/{self.shown + 1}")
+        self.prev_btn.setEnabled(False)
+
+    def show_alternative(self, index: int) -> None:
+        """Show reply `index` of the kept ones (‹ ›); says so through alternative_chosen."""
+        if not 0 <= index < len(self.alternatives) or index == self.shown:
+            return
+        self.shown = index
+        text, note, model = self.alternatives[index]
+        self.body.setPlainText(text)
+        self.set_note(note)
+        if model is not None:
+            self.set_author(*model)
+        self._sync_alternatives()
+        self.alternative_chosen.emit(self)
+
+    def set_choosable(self, on: bool) -> None:
+        """Only the last reply of the conversation can change (an earlier one has a chat that followed it)."""
+        self.prev_btn.setEnabled(on and self.shown > 0)
+        self.next_btn.setEnabled(on and self.shown < len(self.alternatives) - 1)
+
+    def _sync_alternatives(self) -> None:
+        several = len(self.alternatives) > 1
+        for widget in (self.prev_btn, self.count_label, self.next_btn):
+            widget.setVisible(several)
+        self.count_label.setText(f"{self.shown + 1}/{len(self.alternatives)}")
+        self.set_choosable(not self.regen_btn.isHidden())
+
     def set_author(self, path: str, name: str) -> None:
         """The model that wrote this reply: named in the bubble's head, its path in the tooltip."""
         self.model = (path, name)
@@ -148,6 +206,7 @@ class ChatView(QScrollArea):
     copy_requested = Signal(str)
     regenerate_requested = Signal()
     edit_requested = Signal(int)  # index of the message (in `bubbles`) to edit from
+    alternative_chosen = Signal(str)  # the last reply now shows this one of its replies
 
     def __init__(self, parent: QWidget | None = None, interval_ms: int = 30):
         super().__init__(parent)
@@ -184,6 +243,7 @@ class ChatView(QScrollArea):
         bubble.copy_requested.connect(lambda b: self.copy_requested.emit(b.text()))
         bubble.regenerate_requested.connect(self.regenerate_requested)
         bubble.edit_requested.connect(lambda b: self.edit_requested.emit(self.bubbles.index(b)))
+        bubble.alternative_chosen.connect(lambda b: self.alternative_chosen.emit(b.text()))
         row = QHBoxLayout()
         if role == "user":  # yours on the right, the model's on the left: who said what at a glance
             row.addStretch(1)
@@ -227,15 +287,18 @@ class ChatView(QScrollArea):
         return found[-1] if found else None
 
     def set_regenerable(self, bubble: Bubble | None) -> None:
-        """Only the model's last reply offers Regenerate."""
+        """Only the model's last reply offers Regenerate, and ‹ › through the replies it gave."""
         for b in self.bubbles:
             b.regen_btn.setVisible(b is bubble)
+            b.set_choosable(b is bubble)
 
     def set_editable(self, on: bool) -> None:
         """While a reply streams, nothing can be edited or regenerated."""
         for b in self.bubbles:
             b.edit_btn.setEnabled(on)
             b.regen_btn.setEnabled(on)
+            if not on:
+                b.set_choosable(False)
 
     # --- streaming ---
     def stream(self, bubble: Bubble, text: str) -> None:
@@ -284,6 +347,17 @@ class ChatInput(QPlainTextEdit):
         super().__init__(parent)
         self.send_on_enter = True  # chat; a text completion sends on Ctrl+Enter only (a prompt may span lines)
         self.setTabChangesFocus(True)
+        self.use = "chat"
+        self.drafts: dict[str, str] = {}
+
+    def use_for(self, use: str) -> None:
+        """The box now serves `use` (chat, completion): what was typed for the other stays its own draft, so a
+        completion's prompt is never sent in front of a chat message."""
+        if use == self.use:
+            return
+        self.drafts[self.use] = self.toPlainText()
+        self.use = use
+        self.setPlainText(self.drafts.pop(use, ""))
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):

@@ -35,9 +35,10 @@ from desktop_app.engine.evaluate.spec import EvalSpec
 from desktop_app.engine.events import Controls, Finished, Log, ModelEvaluated, Progress
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets import benchmark_table as bench
-from desktop_app.ui.widgets.base_picker import library_bases
+from desktop_app.ui.widgets.base_picker import every_model
 from desktop_app.ui.widgets.benchmark_section import BenchmarkSection
 from desktop_app.ui.widgets.live_plot import pg
+from desktop_app.ui.widgets.opened_ggufs import window_settings
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
@@ -166,10 +167,10 @@ class EvaluateView(QWidget):
 
     # --- models ---
     def refresh_models(self, checked: list[str]) -> None:
-        """The Library's runs, models and exports (and the given paths), the given ones checked."""
+        """Every model the Library shows (and the given paths), the given ones checked."""
         self.model_list.blockSignals(True)
         self.model_list.clear()
-        entries = library_bases(self.ctx.workspace)
+        entries = every_model(self.ctx.workspace, window_settings(self))
         known = {path for _, path in entries}
         entries += [(Path(p).name, p) for p in checked if p not in known]
         for label, path in entries:
