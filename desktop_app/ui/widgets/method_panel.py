@@ -80,7 +80,6 @@ class MethodPanel(QWidget):
         self.options_error.setWordWrap(True)
         self.options_error.setVisible(False)
         ol.addWidget(self.options_error)
-        self._finding_notes: dict[tuple[str, str], QLabel] = {}  # (objective, option) -> its finding line
         self._build_sandboxgroup_column()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -233,24 +232,6 @@ class MethodPanel(QWidget):
 
     def options_form(self) -> SpecForm | None:
         return self.option_forms.get(self.method.objective) if self.method.finetune else None
-
-    def finding_note(self, name: str) -> QLabel | None:
-        """The line under the option `name` where a finding about it shows (made the first time), or None when the
-        chosen method has no such option or its row is hidden (an advanced one): the finding then shows elsewhere."""
-        form = self.options_form()
-        if form is None or name not in form.editors or not form.row_shown(name):
-            return None
-        key = (self.method.objective, name)
-        if key not in self._finding_notes:
-            note = form.add_note(name, "")
-            note.setObjectName(f"finding_{name}")
-            note.setVisible(False)
-            self._finding_notes[key] = note
-        return self._finding_notes[key]
-
-    def finding_notes(self) -> list[QLabel]:
-        """Every finding line made so far (cleared before the findings are shown again)."""
-        return list(self._finding_notes.values())
 
     # --- adapter ---
     def _on_adapter_box(self, _index: int) -> None:

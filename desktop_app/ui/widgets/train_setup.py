@@ -1,8 +1,9 @@
 """What the Train tab trains, and how: the method, the dataset (pretraining) or the base model and data files
 (fine-tuning), the method's options, the hyperparameters and the distributed settings; or, for the Pipeline
 method, its stages. `build_config` reads it all as one RunConfig and `apply_config` shows one (resume, Library).
-What the engine's preflight finds in the settings on this machine (engine/train/preflight.py) shows next to the
-setting it is about as the settings change: a warning, or an error that Start refuses. The learning rate and steps
+What the engine's preflight finds in the settings on this machine (engine/train/preflight.py) shows as the settings
+change, in a box of a fixed height above the hyperparameters and in the colour of its setting's label (findings_box.py:
+nothing moves under the pointer): a warning, or an error that Start refuses. The learning rate and steps
 follow the chosen method's defaults until the person types their own.
 Nothing here runs: the tab starts what this describes.
 """
@@ -31,37 +32,20 @@ from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method,
 from desktop_app.engine.model.sizing import count_parameters, human_count
 from desktop_app.engine.paths import sample_corpus_dir
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
-from desktop_app.engine.train.preflight import ERROR, Finding, Machine, method_defaults, ram_memory, this_machine
+from desktop_app.engine.train.preflight import Finding, Machine, method_defaults, ram_memory, this_machine
 from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run, preflight_request
 from desktop_app.engine.train.tracking import choice_labels
-from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.data_columns import DataColumnsBox
 from desktop_app.ui.widgets.data_files import DataFileList
 from desktop_app.ui.widgets.epochs import EpochsRow, count_records, dataset_windows
+from desktop_app.ui.widgets.findings_box import FindingsBox, mark_labels
 from desktop_app.ui.widgets.layouts import group_column
 from desktop_app.ui.widgets.method_panel import MethodPanel
 from desktop_app.ui.widgets.pipeline_editor import PipelineEditor
 from desktop_app.ui.widgets.spec_form import SpecForm
 
 SAMPLE_DATASET = ""  # combo data of "prepare the sample corpus automatically"
-NOTED_FIELDS = ("steps", "lr", "warmup_steps", "batch_size")  # hyperparameter rows with a finding line under them
-
-
-def show_findings_in(label: QLabel, findings: list[Finding]) -> None:
-    """Findings as lines of a label (✗ an error, ⚠ a warning), in the colour of the worst; hidden when none."""
-    label.setText("\n".join(("✗ " if f.level == ERROR else "⚠ ") + f.message for f in findings))
-    worst = theme.ERROR if any(f.level == ERROR for f in findings) else theme.WARN
-    label.setStyleSheet(f"color: {worst};")
-    label.setVisible(bool(findings))
-
-
-def _finding_label(name: str) -> QLabel:
-    label = QLabel("")
-    label.setObjectName(name)
-    label.setWordWrap(True)
-    label.setVisible(False)
-    return label
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -147,14 +131,9 @@ class TrainSetup(QWidget):
         for name, (words, tip) in choice_labels().items():  # which trackers this machine has
             self.form.editors["trackers"].checks[name].setText(words)
             self.form.editors["trackers"].checks[name].setToolTip(tip)
-        self.finding_notes = {name: self.form.add_note(name, "") for name in NOTED_FIELDS}
-        for name, note in self.finding_notes.items():
-            note.setObjectName(f"finding_{name}")
-            note.setVisible(False)
-        # Findings about settings without a line of their own here (the dataset, a hidden option)
-        self.findings_label = _finding_label("trainFindings")
+        self.findings_box = FindingsBox("trainFindings")  # every finding; a fixed height: no field ever moves
         self.epochs_row = EpochsRow()
-        self.hyper_group = _group("Hyperparameters", "hyperGroup", self.findings_label, self.form, self.epochs_row)
+        self.hyper_group = _group("Hyperparameters", "hyperGroup", self.findings_box, self.form, self.epochs_row)
         # One switch for the advanced rows of every group here; the Distributed group shows with them, or by itself
         # when this machine has several GPUs (torchrun matters then).
         self.advanced_check = QCheckBox("Show advanced settings")
@@ -435,23 +414,14 @@ class TrainSetup(QWidget):
             return []
 
     def refresh_findings(self) -> None:
-        """Each finding next to its setting: under its hyperparameter's row, under a method option's row when it
-        shows, else above the hyperparameters."""
+        """Every finding in the findings box, and the label of its setting (a hyperparameter, a method option) in
+        the finding's colour with the message in its tooltip."""
         self.findings = self.check_request()
-        rest: list[Finding] = []
-        for name, note in self.finding_notes.items():
-            show_findings_in(note, [f for f in self.findings if f.field == name])
-        for note in self.method_panel.finding_notes():
-            show_findings_in(note, [])
-        for f in self.findings:
-            if f.field in self.finding_notes:
-                continue
-            note = self.method_panel.finding_note(f.field)
-            if note is None:
-                rest.append(f)
-            else:
-                show_findings_in(note, [x for x in self.findings if x.field == f.field])
-        show_findings_in(self.findings_label, rest)
+        self.findings_box.show_findings(self.findings)
+        mark_labels(self.form.labels, self.findings)
+        options = self.method_panel.options_form()
+        if options is not None:
+            mark_labels(options.labels, self.findings)
 
     def check_sandbox(self, *, show_dialog: bool = False) -> None:
         """Probe the sandboxed executor in the background; the Self-play fields show its state."""
