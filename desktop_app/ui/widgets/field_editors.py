@@ -215,7 +215,7 @@ class CheckList(_Composite):
         _snug(layout)
         self.checks: dict[str, QCheckBox] = {}
         for choice in choices:
-            check = QCheckBox(str(choice))
+            check = QCheckBox(str(choice).replace("&", "&&"))  # shown as written: "&" is no shortcut here
             check.setObjectName(f"{name}_{choice}")
             check.toggled.connect(self.changed)
             layout.addWidget(check)

@@ -15,12 +15,13 @@ axis never goes below 0 (dragging cannot show negative steps).
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
-from PySide6.QtGui import QWheelEvent
+from PySide6.QtGui import QFont, QFontMetrics, QWheelEvent
 from PySide6.QtWidgets import QApplication, QGridLayout, QScrollArea, QWidget
 
 from desktop_app.engine.errors import UserError
@@ -138,6 +139,31 @@ class Series:
         return self.x[: self.n], self.y[: self.n]
 
 
+@functools.cache
+def step_axis_class() -> type:
+    """pyqtgraph's bottom axis with whole steps only: a short run's axis reads 1, 2, 3, never 1.5."""
+
+    class StepAxis(pg().AxisItem):
+        def tickValues(self, minVal: float, maxVal: float, size: float) -> list:
+            levels = super().tickValues(minVal, maxVal, size)
+            return [(max(1.0, spacing), [v for v in values if float(v).is_integer()]) for spacing, values in levels]
+
+    return StepAxis
+
+
+def fit_unit(panel: Any, title: str, unit: str) -> None:
+    """The y-axis label beside the plot when the plot is tall enough for all of it, else after the panel's title
+    ("Model FLOPs utilisation · share of peak"): never cut to "are of peak"."""
+    font = QFont()
+    font.setPointSize(8)
+    fits = QFontMetrics(font).horizontalAdvance(unit) + 8 <= panel.getViewBox().height()
+    axis = panel.getAxis("left")
+    if fits == axis.label.isVisible():
+        return
+    axis.showLabel(fits)
+    panel.setTitle(title if fits else f"{title} · {unit}", color=TITLE_COLOR, size="10pt")
+
+
 class LivePlots(QWidget):
     def __init__(self, parent: QWidget | None = None, columns: int = 3):
         super().__init__(parent)
@@ -251,13 +277,14 @@ class LivePlots(QWidget):
         key, title, y_label = self.panel_meta(name)
         panel = self.panels.get(key)
         if panel is None:
-            panel = pg().PlotWidget()
+            panel = pg().PlotWidget(axisItems={"bottom": step_axis_class()("bottom")})
             panel.setObjectName(f"plot_{key}")
             panel.setTitle(title, color=TITLE_COLOR, size="10pt")
             panel.showGrid(x=True, y=True, alpha=0.15)
             panel.setLabel("bottom", "step")
-            if y_label:  # small: a short panel still shows its whole label
+            if y_label:  # small; where even so the plot is too short for it, it goes after the title (fit_unit)
                 panel.setLabel("left", y_label, **{"font-size": "8pt"})
+                panel.getViewBox().sigResized.connect(lambda _box, p=panel, t=title, u=y_label: fit_unit(p, t, u))
             for side in ("left", "bottom"):
                 axis = panel.getAxis(side)
                 axis.enableAutoSIPrefix(False)  # "0.0012", not "1.2 (x1e-3)" in a corner

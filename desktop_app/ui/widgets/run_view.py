@@ -448,8 +448,11 @@ class RunView(QWidget):
             self.progress.setFormat(f"watched run {item.reason.replace('_', ' ')} at step {step:,}")
         else:
             where = "" if self.pipeline_stages else f" at step {step:,}"  # a pipeline's step: stages done
-            self.log("info" if item.reason != "failed" else "error",
-                     f"finished: {item.reason}{where}" + (f" — {item.message}" if item.message else ""))
+            # the engine's message often starts with what this line says already ("stopped at step 27")
+            said = f"{item.reason}{where}"
+            rest = item.message.removeprefix(said).removeprefix(said.replace(",", "")).lstrip(" :—-")
+            level = "info" if item.reason != "failed" else "error"
+            self.log(level, f"finished: {said}" + (f" — {rest}" if rest else ""))
             self.progress.setFormat(("pipeline " if self.pipeline_stages else "")
                                     + f"{item.reason.replace('_', ' ')}{where}")
         if item.reason == "completed":

@@ -129,7 +129,7 @@ class TrainSetup(QWidget):
         self.columns_box = DataColumnsBox()  # the tables' column mapping, under the method's data list
         self.form = SpecForm(TrainSpec, advanced_switch=False)
         for name, (words, tip) in choice_labels().items():  # which trackers this machine has
-            self.form.editors["trackers"].checks[name].setText(words)
+            self.form.editors["trackers"].checks[name].setText(words.replace("&", "&&"))  # "&" is no shortcut
             self.form.editors["trackers"].checks[name].setToolTip(tip)
         self.findings_box = FindingsBox("trainFindings")  # every finding; a fixed height: no field ever moves
         self.epochs_row = EpochsRow()

@@ -1,0 +1,58 @@
+"""Issue 51 item 8, the small things a new user met, each as the window shows it: a name with "&" in a check box,
+a run's end said once, an axis label never cut, whole steps on the step axis."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QKeySequence
+
+
+def test_weights_and_biases_reads_as_written(window):
+    check = window.train_tab.setup.form.editors["trackers"].checks["wandb"]
+    assert check.text().replace("&&", "&").startswith("Weights & Biases")
+    assert QKeySequence.mnemonic(check.text()).isEmpty()  # no "&" read as a shortcut: not "Weights _Biases"
+
+
+def test_a_runs_end_is_said_once(window):
+    from desktop_app.engine.events import Finished
+
+    view = window.train_tab.run_view
+    view.show(Finished("stopped", step=27, message="stopped at step 27"))
+    last = view.log_view.toPlainText().splitlines()[-1]
+    assert last.endswith("finished: stopped at step 27"), last
+    view.show(Finished("stopped", step=3, message="stopped at step 3 without saving it: step 2 was kept"))
+    last = view.log_view.toPlainText().splitlines()[-1]
+    assert last.endswith("finished: stopped at step 3 — without saving it: step 2 was kept"), last
+
+
+def test_a_long_axis_label_moves_after_the_title_rather_than_being_cut(qtbot):
+    from desktop_app.ui.widgets.live_plot import LivePlots
+
+    plots = LivePlots()
+    qtbot.addWidget(plots)
+    plots.resize(700, 260)
+    plots.show()
+    for step in (1, 2, 3):
+        plots.add_metrics(step, {"mfu": 0.1 * step, "loss": 3.0 / step})
+    plots.flush()
+    panel = plots.panels["mfu"]
+    panel.resize(300, 105)  # a short panel: the plot is lower than "share of peak" is long
+    qtbot.waitUntil(lambda: not panel.getAxis("left").label.isVisible())
+    assert panel.getPlotItem().titleLabel.text == "Model FLOPs utilisation · share of peak"
+    panel.resize(300, 400)  # tall enough again: beside the axis, the title plain
+    qtbot.waitUntil(lambda: panel.getAxis("left").label.isVisible())
+    assert panel.getPlotItem().titleLabel.text == "Model FLOPs utilisation"
+    plots.stop_timers()
+
+
+def test_the_step_axis_shows_whole_steps(qtbot):
+    from desktop_app.ui.widgets.live_plot import LivePlots
+
+    plots = LivePlots()
+    qtbot.addWidget(plots)
+    plots.add_metrics(1, {"loss": 2.0})
+    plots.add_metrics(2, {"loss": 1.5})
+    plots.flush()
+    axis = plots.panels["loss"].getAxis("bottom")
+    ticks = [v for _spacing, values in axis.tickValues(0.8, 2.2, 400) for v in values]
+    assert ticks and all(float(v).is_integer() for v in ticks), ticks
+    plots.stop_timers()
