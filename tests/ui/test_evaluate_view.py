@@ -16,8 +16,12 @@ def _ready(window, populated_workspace):
 
 
 def _cell(view, row: int, header: str) -> str:
-    headers = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
-    return view.table.item(row, headers.index(header)).text()
+    return view.table.item(row, _keys(view).index(header)).text()
+
+
+def _keys(view) -> list[str]:
+    """The columns' figures by the name results files use (each header's tooltip; its text is in words)."""
+    return ["model"] + [view.table.horizontalHeaderItem(c).toolTip() for c in range(1, view.table.columnCount())]
 
 
 def test_evaluate_a_library_run_and_see_it_again_later(window, populated_workspace, qtbot):
@@ -110,8 +114,10 @@ def test_a_pretraining_run_is_offered_and_measured_by_perplexity_on_its_validati
     assert view.start()
     qtbot.waitUntil(lambda: not view.running(), timeout=120000)
     assert not window.ctx.errors, window.ctx.errors
-    headers = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
+    headers = _keys(view)
     assert "bits_per_byte" in headers and "perplexity" in headers
+    words = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
+    assert "bits per byte" in words and "bits_per_byte" not in words  # words a person reads
     assert not any(h.startswith(("solve_rate", "pass@", "qa_")) for h in headers)
     bpb = float(_cell(view, 0, "bits_per_byte"))
     bars = _bars(view)  # one bar: the measured bits per byte; no task-world bars of height 0
@@ -176,7 +182,7 @@ def test_a_measure_a_model_was_not_given_draws_no_bar(window):
     bars = {b.opts["name"]: [float(h) for h in b.opts["height"]] for b in _bars(view)}
     assert bars == {"a": [0.25, 0.5], "c": [0.75]}  # b has no solve rates: no bars of height 0 for it
     headers = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
-    assert "qa_accuracy (contains)" in headers  # which match counted the answers
+    assert "questions right (contains)" in headers and "deduction solved" in headers  # which match counted them
     view.deleteLater()
 
 

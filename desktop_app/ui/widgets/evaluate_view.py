@@ -64,15 +64,23 @@ def columns_of(rows: dict[str, dict[str, Any]]) -> list[str]:
     return [c for c in COLUMN_ORDER if c in found] + benchmarks + sorted(found - set(COLUMN_ORDER) - set(benchmarks))
 
 
+# Figures in words (the column's tooltip keeps the name the results file and `eval --json` use).
+FIGURE_WORDS = {"solve_rate": "solved", "qa_accuracy": "questions right", "qa_exact": "questions right (exact)",
+                "qa_contains": "questions right (contains)", "bits_per_byte": "bits per byte",
+                "perplexity": "perplexity", "heldout_in_training": "held-out programs it trained on"}
+
+
 def column_label(rows: dict[str, dict[str, Any]], column: str) -> str:
-    """A column's header: a benchmark's task and metric; qa_accuracy says which match counted it (exact or
-    contains)."""
+    """A column's header in words: "deduction solved", "bits per byte"; a benchmark's task and metric; questions
+    right says which match counted them (exact or contains)."""
     if bench.is_bench(column):
         return bench.bench_label(column)
-    if column != "qa_accuracy":
-        return column
+    figure, _, part = column.partition("/")
+    words = FIGURE_WORDS.get(figure, figure.replace("_", " "))
+    if part:
+        return f"{part} {words}" if figure == "solve_rate" else f"{words}: {part}"
     matched = sorted({str(m["qa_match"]) for m in rows.values() if m.get("qa_match")})
-    return f"qa_accuracy ({' / '.join(matched)})" if matched else column
+    return f"{words} ({' / '.join(matched)})" if column == "qa_accuracy" and matched else words
 
 
 def cell_text(metrics: dict[str, Any], column: str) -> str:
@@ -245,6 +253,8 @@ class EvaluateView(QWidget):
         self.table.clear()
         self.table.setColumnCount(1 + len(columns))
         self.table.setHorizontalHeaderLabels(["model", *(column_label(self.rows, c) for c in columns)])
+        for c, column in enumerate(columns, 1):
+            self.table.horizontalHeaderItem(c).setToolTip(column)  # the figure's name in files and the CLI
         self.table.setRowCount(len(self.rows) + len(deltas))
         for r, (path, metrics) in enumerate(self.rows.items()):
             self.table.setItem(r, 0, QTableWidgetItem(self.name_of(path)))
