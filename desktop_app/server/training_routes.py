@@ -30,6 +30,7 @@ from starlette.background import BackgroundTask
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.export.hf import export_model
+from desktop_app.engine.model.hub_cache import model_name
 from desktop_app.engine.model.sizing import count_parameters
 from desktop_app.engine.presets import preset
 from desktop_app.engine.session import open_session
@@ -283,7 +284,7 @@ def start_run(body: RunCreate, request: Request) -> dict[str, Any]:
     session = open_session(build_run_request(state.workspace, body))
     notes = _notes(session, body.force)
     config = session.prepared.config
-    name = body.name or (Path(config.base_model).name if config.base_model else config.model.get("family", "run"))
+    name = body.name or (model_name(config.base_model) if config.base_model else config.model.get("family", "run"))
     run = state.runs.start(session.at(state.workspace.new_run_dir(slugify(name))))
     return {**run.status(), "notes": notes}
 

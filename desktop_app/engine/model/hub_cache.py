@@ -232,6 +232,21 @@ def quant_tag(file_name: str) -> str:
     return found[-1].upper() if found else ""
 
 
+def model_name(path: str | Path) -> str:
+    """A model's name for people (a new run's folder name): NAME of a Hub snapshot (never its 40-character commit
+    hash), a GGUF file's stem, a checkpoint's run and step, else the folder's name."""
+    path = Path(path)
+    repo = cache_repo_of(path)
+    if repo:
+        name = repo.split("/")[-1]
+        return f"{name}-{path.stem}" if path.suffix.lower() == ".gguf" and path.stem != name else name
+    if path.suffix.lower() == ".gguf":
+        return path.stem
+    if path.parent.name == "checkpoints":
+        return f"{path.parent.parent.name}-{path.name}"
+    return path.name
+
+
 def cache_repo_of(path: str | Path) -> str:
     """ORG/NAME of a path inside a Hugging Face cache (`models--ORG--NAME/snapshots/...`); "" for any other path."""
     parts = Path(path).parts

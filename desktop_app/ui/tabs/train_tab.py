@@ -32,6 +32,7 @@ from desktop_app.engine.events import (
     StepMetrics,
 )
 from desktop_app.engine.methods import PIPELINE
+from desktop_app.engine.model.hub_cache import model_name
 from desktop_app.engine.pipeline_folder import PIPELINE_FILE, is_pipeline_dir, read_state, stage_dir
 from desktop_app.engine.recipes.selfplay_demo import DemoSettings, demo_plan
 from desktop_app.engine.runs import pipeline_root, replay_run
@@ -259,7 +260,7 @@ class TrainTab(TrainCommands, QWidget):
             return False
         request = setup.run_request(sample.dataset_dir if sample else setup.dataset_box.currentData())
         request.sample = sample
-        name = setup.model_spec.family if setup.model_spec and not setup.base_model else Path(setup.base_model).name
+        name = setup.model_spec.family if setup.model_spec and not setup.base_model else model_name(setup.base_model)
         return self._launch_new(request, name, "This run cannot start", activity="preparing the sample corpus")
 
     def _start_method(self) -> bool:
@@ -271,7 +272,7 @@ class TrainTab(TrainCommands, QWidget):
                                   title="Check the method settings")
             return False
         base = self.setup.method_panel.base_model()
-        if not self._launch_new(self.setup.run_request(), f"{m.key}-{Path(base).name}",
+        if not self._launch_new(self.setup.run_request(), f"{m.key}-{model_name(base)}",
                                 f"The engine refuses this {m.label} run", title="Check the method settings"):
             return False
         self.setup.method_panel.base_picker.remember(base)

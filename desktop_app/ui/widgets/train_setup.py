@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, METHODS, PIPELINE, Method, method_of
+from desktop_app.engine.model.hub_cache import model_name
 from desktop_app.engine.model.sizing import count_parameters, human_count
 from desktop_app.engine.paths import sample_corpus_dir
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
@@ -276,7 +277,7 @@ class TrainSetup(QWidget):
 
     def _update_model_label(self) -> None:
         if self.base_model:
-            self.model_label.setText(f"Model: fine-tune {Path(self.base_model).name}")
+            self.model_label.setText(f"Model: fine-tune {model_name(self.base_model)}")
         elif self.model_spec is not None:
 
             s = self.model_spec

@@ -95,3 +95,16 @@ def test_a_local_folder_that_looks_like_an_id_stays_the_local_folder(tmp_path, m
     (local / "config.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     assert resolve_model_folder("org/name")[0].resolve() == local.resolve()
+
+
+def test_a_models_name_for_people_is_never_a_commit_hash(tmp_path):
+    """A new run's folder is named after its base: a Hub snapshot by its repository's name, not its 40-character
+    commit (issue 51 item 8)."""
+    from desktop_app.engine.model.hub_cache import model_name
+
+    snapshot = tmp_path / "hub" / "models--HuggingFaceTB--SmolLM2-135M-Instruct" / "snapshots" / ("a1" * 20)
+    assert model_name(snapshot) == "SmolLM2-135M-Instruct"
+    assert model_name(snapshot / "smollm2-q4_k_m.gguf") == "SmolLM2-135M-Instruct-smollm2-q4_k_m"
+    assert model_name(tmp_path / "exports" / "mine.gguf") == "mine"
+    assert model_name(tmp_path / "runs" / "lora-run" / "checkpoints" / "step-00000020") == "lora-run-step-00000020"
+    assert model_name(tmp_path / "models" / "my-model") == "my-model"
