@@ -3,6 +3,7 @@ a run's end said once, an axis label never cut, whole steps on the step axis."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 
 
@@ -56,3 +57,24 @@ def test_the_step_axis_shows_whole_steps(qtbot):
     ticks = [v for _spacing, values in axis.tickValues(0.8, 2.2, 400) for v in values]
     assert ticks and all(float(v).is_integer() for v in ticks), ticks
     plots.stop_timers()
+
+
+def test_watch_live_only_for_a_run_training_now_and_rename_only_for_one_item(window, workspace):
+    import json
+
+    live, done = workspace.folder("runs") / "cli-run", workspace.folder("runs") / "ended-run"
+    for run in (live, done):
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text(json.dumps({"type": "step", "step": 1, "loss": 2.0}) + "\n")
+    with open(done / "metrics.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"type": "finished", "reason": "completed", "step": 1}) + "\n")
+    library = window.library_tab
+    window.ctx.workspace_items_changed.emit()
+    assert library.select(str(live)) and library.watch_btn.isEnabled() and library.rename_btn.isEnabled()
+    assert library.select(str(done)) and not library.watch_btn.isEnabled()  # it ended: nothing to watch
+    flags = Qt.MatchFlag.MatchContains | Qt.MatchFlag.MatchRecursive
+    for item in library.tree.findItems("", flags):
+        if item.data(0, Qt.ItemDataRole.UserRole) in (str(live), str(done)):
+            item.setSelected(True)
+    assert not library.rename_btn.isEnabled() and library.delete_btn.isEnabled()  # two rows: no one name for both
+    assert library.compare_btn.isEnabled()

@@ -37,7 +37,7 @@ from desktop_app.engine.events import Controls, Finished, Log, Progress
 from desktop_app.engine.methods import METHOD_BY_KEY
 from desktop_app.engine.pipeline_folder import is_pipeline_dir
 from desktop_app.engine.run_folder import MetricsSummary, list_committed, tail_records
-from desktop_app.engine.runs import nested_runs, pipeline_resumable
+from desktop_app.engine.runs import is_live, nested_runs, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.library_details import (
@@ -214,7 +214,7 @@ class LibraryTab(QWidget):
         self.use_btn.clicked.connect(lambda _=False: self._emit_selected(self.dataset_requested, "datasets"))
         self.evaluate_btn.clicked.connect(lambda _=False: self.open_evaluate())
         self.compare_btn.clicked.connect(lambda _=False: self.open_compare())
-        self.tree.itemSelectionChanged.connect(lambda: self.compare_btn.setEnabled(len(self.selected_runs()) >= 2))
+        self.tree.itemSelectionChanged.connect(self._update_buttons)
         self.export_btn.clicked.connect(lambda _=False: self.export_selected())
         self.cancel_export_btn.clicked.connect(lambda _=False: self.cancel_export())
         self.tree.currentItemChanged.connect(lambda cur, _prev: self._show_details(cur))
@@ -357,15 +357,18 @@ class LibraryTab(QWidget):
         kind, path = self.selected_kind(), self.selected_path()
         has = bool(kind)
         self.open_btn.setEnabled(has)
-        for b in (self.rename_btn, self.delete_btn):  # another app's files (Ollama's, LM Studio's) stay as they are
-            b.setEnabled(has and kind not in OUTSIDE_KINDS)
+        self.compare_btn.setEnabled(len(self.selected_runs()) >= 2)
+        several = sum(bool(i.data(0, PATH_ROLE)) for i in self.tree.selectedItems()) > 1
+        # another app's files (Ollama's, LM Studio's) stay as they are; one name is given to one item at a time
+        self.rename_btn.setEnabled(has and kind not in OUTSIDE_KINDS and not several)
+        self.delete_btn.setEnabled(has and kind not in OUTSIDE_KINDS)
         run = kind == "runs"
         self.plots_btn.setEnabled(run and bool(self.run_inside(path, "metrics")))
         can_resume, why = self._resume_state(path) if run else (False, "")
         self.resume_btn.setEnabled(can_resume)
         self.resume_btn.setToolTip("Continue the run from its newest good checkpoint (any method), with its curves"
                                    if can_resume or not why else f"Cannot resume: {why}")
-        self.watch_btn.setEnabled(run)
+        self.watch_btn.setEnabled(run and is_live(self.run_inside(path, "metrics") or path))  # training now
         model = self.run_inside(path, "checkpoint") if run else path
         self.generate_btn.setEnabled(kind in ("models", "exports", *OUTSIDE_KINDS) or (run and bool(model)))
         self.use_btn.setEnabled(kind == "datasets")
