@@ -305,6 +305,7 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self) -> None:
         training = self.ctx.runner.is_running("train")
+        self.act_stop.setEnabled(bool(self._busy_kinds()))  # something to stop: a run, a generation, an export...
         self.act_pause.setEnabled(training)
         self.act_save_now.setEnabled(training)
         self.act_workspace.setEnabled(not training)

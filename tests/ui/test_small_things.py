@@ -78,3 +78,22 @@ def test_watch_live_only_for_a_run_training_now_and_rename_only_for_one_item(win
             item.setSelected(True)
     assert not library.rename_btn.isEnabled() and library.delete_btn.isEnabled()  # two rows: no one name for both
     assert library.compare_btn.isEnabled()
+
+
+def test_the_toolbars_stop_is_enabled_only_while_something_runs(window, qtbot):
+    import threading
+
+    from desktop_app.engine.events import Controls
+
+    assert not window.act_stop.isEnabled()  # nothing runs at start
+    release = threading.Event()
+
+    def waiting():
+        release.wait(10)
+        yield "done"
+
+    task = window.ctx.runner.start("generate", waiting, Controls())
+    qtbot.waitUntil(window.act_stop.isEnabled, timeout=5000)
+    release.set()
+    qtbot.waitUntil(lambda: not task.running, timeout=10000)
+    qtbot.waitUntil(lambda: not window.act_stop.isEnabled(), timeout=5000)
