@@ -97,3 +97,10 @@ def test_the_toolbars_stop_is_enabled_only_while_something_runs(window, qtbot):
     release.set()
     qtbot.waitUntil(lambda: not task.running, timeout=10000)
     qtbot.waitUntil(lambda: not window.act_stop.isEnabled(), timeout=5000)
+
+
+def test_the_distributed_note_says_what_start_does_with_several_processes(window):
+    from PySide6.QtWidgets import QLabel
+
+    notes = [w.text() for w in window.train_tab.setup.dist_group.findChildren(QLabel) if "torchrun" in w.text()]
+    assert notes and "uses one process" not in notes[0] and "Start launches the run under torchrun" in notes[0]

@@ -143,8 +143,9 @@ class TrainSetup(QWidget):
                                        "checkpoints, evaluation, adapter layers, torchrun")
         # The config's `distributed` block: used when torchrun launches the run (Show CLI command has the command).
         self.dist_form = SpecForm(DistributedSpec, advanced_switch=False)
-        dist_note = QLabel("Used when torchrun launches this run on several processes or GPUs (Show CLI command "
-                           "gives the command); a run started in the window uses one process.")
+        dist_note = QLabel("With more than 1 process per machine, Start launches the run under torchrun on this "
+                           "machine, its processes followed here; Show CLI command gives the same command for a "
+                           "terminal or other machines.")
         dist_note.setProperty("role", "muted")
         dist_note.setWordWrap(True)
         self.dist_group = _group("Distributed (torchrun)", "distributedGroup", dist_note, self.dist_form)
