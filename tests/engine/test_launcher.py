@@ -63,6 +63,7 @@ def test_two_processes_from_the_launcher_equal_a_terminal_torchrun_and_one_proce
     assert sorted(launched) == list(range(1, STEPS + 1))  # each step once, as the one-process run yields them
     started = next(e for e in events if e.type == "start")
     assert started.world_size == 2 and started.strategy == "ddp"
+    assert not [e for e in events if "OMP_NUM_THREADS" in str(getattr(e, "message", ""))]  # no torchrun banner
     # the same run.json from a terminal
     terminal = tmp_path / "terminal"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "desktop_app",

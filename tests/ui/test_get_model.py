@@ -294,3 +294,23 @@ def test_nothing_touches_the_network_before_the_view_is_opened(window, hub_serve
     for index in range(window.tabs.count()):
         window.tabs.setCurrentIndex(index)
     assert window.findChild(GetModelView) is None and hub_server.requests == []
+
+
+def test_a_model_downloaded_in_an_earlier_session_is_not_offered_for_download_again(window, view, hub_server, qtbot,
+                                                                                     capsys):
+    """Issue 51 item 8: what the cache holds (pulled by the CLI, or before a restart) says Downloaded; the other
+    file sets of the repository can still be downloaded."""
+    from desktop_app.cli import main
+
+    assert main(["models", "pull", REPO]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    search(view, qtbot, "tiny")
+    open_repo(view, qtbot, REPO)
+    assert view.choose_set(SAFETENSORS)
+    assert not view.download_btn.isEnabled() and view.download_btn.text() == "Downloaded"
+    assert "in the Hugging Face cache" in view.download_note.text()
+    search(view, qtbot, "GGUF")
+    open_repo(view, qtbot, GGUF_REPO)
+    labels = [view.sets_table.item(r, 0).text() for r in range(view.sets_table.rowCount())]
+    assert view.choose_set(labels[0])
+    assert view.download_btn.isEnabled() and view.download_btn.text().startswith("Download ")  # not in the cache

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,18 @@ def resolve_model_reference(text: str, file: str = "") -> Path:
     if path.exists() or hub_reference(text) is None:
         return path
     return cached_model_path(text, file=file)
+
+
+def cached_files(repo_id: str, files: Sequence[str], cache_dir: Path | None = None) -> Path | None:
+    """The cached model (a snapshot folder, or its GGUF file) whose snapshot holds every one of `files` (a file set
+    Get a model offers), newest first; None when the cache lacks any of them. Offline: a download of an earlier
+    session is found as one of this session's."""
+    for model in cached_models(cache_dir):
+        folder = model.path if model.kind == "hf" else model.path.parent
+        if model.repo_id.lower() == repo_id.lower() and files and all((folder / f).is_file() for f in files):
+            ggufs = [f for f in files if f.lower().endswith(".gguf")]
+            return folder / ggufs[0] if ggufs else model.path
+    return None
 
 
 def cached_model_path(text: str, cache_dir: Path | None = None, file: str = "") -> Path:

@@ -98,11 +98,14 @@ def torchrun_argv(run_dir: Path, nproc: int, *, resume: bool = False) -> list[st
             "train", *verb, "--json"]
 
 
-def child_env() -> dict[str, str]:
-    """This process's environment for torchrun: the app importable, no rendezvous of an outer launch."""
+def child_env(nproc: int = 1) -> dict[str, str]:
+    """This process's environment for torchrun: the app importable, no rendezvous of an outer launch, and the
+    machine's cores shared among the `nproc` processes (set here, torchrun does not print its OMP_NUM_THREADS
+    banner into the person's log; each process still sets its own torch threads from the run's settings)."""
     env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, nproc))))
     return env
 
 
@@ -136,7 +139,7 @@ def start_processes(run_dir: Path, nproc: int, *, resume: bool = False) -> Launc
     log_path = run_dir / LAUNCH_LOG
     offset = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(torchrun_argv(run_dir, nproc, resume=resume), cwd=str(run_dir), env=child_env(),
+        proc = subprocess.Popen(torchrun_argv(run_dir, nproc, resume=resume), cwd=str(run_dir), env=child_env(nproc),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                 start_new_session=True)
     info = {"pid": proc.pid, "nproc": nproc, "argv": proc.args}

@@ -38,6 +38,7 @@ from desktop_app.engine.hub import network
 from desktop_app.engine.hub.details import FileSet, RepoDetails, repo_details
 from desktop_app.engine.hub.search import FORMATS, SIZES, SORTS, HubModel, search_models
 from desktop_app.engine.model.families import family_words, works_here
+from desktop_app.engine.model.hub_cache import cached_files
 from desktop_app.engine.train.fit import USES, FitVerdict, fit_verdicts
 from desktop_app.engine.train.preflight import this_machine
 from desktop_app.ui.context import AppContext
@@ -434,6 +435,13 @@ class GetModelView(QDialog):
             return
         self.download_btn.setText(f"Download {size_words(chosen.size)}")
         row = self.downloads.row_for(self.details.repo_id, chosen.label) if self.details is not None else None
+        cached = cached_files(self.details.repo_id, chosen.files) if self.details is not None and row is None \
+            else None
+        if cached is not None:  # downloaded before (this session or an earlier one): nothing to fetch again
+            self.download_btn.setEnabled(False)
+            self.download_btn.setText("Downloaded")
+            self.download_note.setText(f"{chosen.label}: in the Hugging Face cache (the Library lists it)")
+            return
         where = f"{chosen.label}: {STATE_WORDS[row.state]}" if row is not None else \
             f"{chosen.label}, into the Hugging Face cache"
         self.download_note.setText(where if on else "network features are off")
