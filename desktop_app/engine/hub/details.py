@@ -20,6 +20,7 @@ from desktop_app.engine.hub.errors import hub_error
 from desktop_app.engine.hub.network import hub_api, hub_endpoint, online
 from desktop_app.engine.model.folders import check_causal_lm, looks_like_hub_id
 from desktop_app.engine.model.hub_cache import hub_cache_dir
+from desktop_app.engine.model.sizing import count_parameters, spec_for_estimate
 
 SAFETENSORS_LABEL = "Safetensors (full precision)"
 # What a causal LM needs beside its weights: configs, tokenizer files, chat template (never pickles)
@@ -109,7 +110,8 @@ def details_from_info(info: Any, full_config: dict[str, Any] | None = None) -> R
     gguf = info.gguf or {}
     sizes = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
     sets = file_sets(sizes)
-    parameters = int((info.safetensors.total if info.safetensors else 0) or gguf.get("total") or 0)
+    parameters = int((info.safetensors.total if info.safetensors else 0) or gguf.get("total") or 0) \
+        or config_parameters(config)
     architectures = config.get("architectures") or []
     return RepoDetails(
         repo_id=info.id, revision=info.sha or "", parameters=parameters, file_sets=sets,
@@ -118,6 +120,13 @@ def details_from_info(info: Any, full_config: dict[str, Any] | None = None) -> R
             "architecture") or ""), architecture=str(architectures[0] if architectures else ""),
         context_length=int(config.get("max_position_embeddings") or config.get("n_positions")
                            or gguf.get("context_length") or 0), problem=problem_of(info.id, config, sets, sizes))
+
+
+def config_parameters(config: dict[str, Any]) -> int:
+    """The parameter count a config.json's shapes give (0 when it has none): for a repository whose listing does
+    not say (no safetensors metadata), so Get a model shows "135M" rather than "unknown"."""
+    spec = spec_for_estimate(config) if config else None
+    return count_parameters(spec) if spec is not None else 0
 
 
 def file_sets(sizes: dict[str, int]) -> tuple[FileSet, ...]:

@@ -88,3 +88,13 @@ def test_gated_remote_code_and_weightless_repositories_say_so(hub_server):
     ("smollm2-135m-instruct.gguf", "smollm2-135m-instruct")])
 def test_quantization_names_are_read_from_file_names(name, label):
     assert quantization(name) == label
+
+
+def test_a_repository_whose_listing_gives_no_size_is_sized_from_its_config(hub_server):
+    """No safetensors metadata on the Hub (older uploads): the parameter count comes from config.json's shapes,
+    within a few percent of the real count, never "unknown" (issue 51 item 8)."""
+    repo = hub_server.repos["tiny-org/tiny-chat"]
+    hub_server.add_repo("tiny-org/no-metadata", dict(repo.files), parameters=0)
+    details = repo_details("tiny-org/no-metadata")
+    assert details.parameters > 0 and abs(details.parameters - repo.parameters) <= 0.05 * repo.parameters, (
+        details.parameters, repo.parameters)
