@@ -104,3 +104,13 @@ def test_the_distributed_note_says_what_start_does_with_several_processes(window
 
     notes = [w.text() for w in window.train_tab.setup.dist_group.findChildren(QLabel) if "torchrun" in w.text()]
     assert notes and "uses one process" not in notes[0] and "Start launches the run under torchrun" in notes[0]
+
+
+def test_the_librarys_size_column_is_filled_without_selecting_anything(window, populated_workspace):
+    from desktop_app.ui.tabs.library_tab import SIZE
+
+    window.ctx.workspace_items_changed.emit()
+    flags = Qt.MatchFlag.MatchContains | Qt.MatchFlag.MatchRecursive
+    ours = [i for i in window.library_tab.tree.findItems("", flags)
+            if str(i.data(0, Qt.ItemDataRole.UserRole) or "").startswith(str(populated_workspace.root))]
+    assert len(ours) > 1 and all(i.text(SIZE) for i in ours), [(i.text(0), i.text(SIZE)) for i in ours]

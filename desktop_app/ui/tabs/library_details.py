@@ -3,8 +3,11 @@ differ from the defaults, or a dataset's and model's size in words (no raw JSON 
 
 from __future__ import annotations
 
+import contextlib
 import html
 from pathlib import Path
+
+from PySide6.QtWidgets import QTreeWidgetItem
 
 from desktop_app.engine.methods import METHOD_BY_KEY, method_of
 from desktop_app.engine.model.families import family_words, works_here
@@ -157,3 +160,13 @@ def recorded_method(run: Path) -> str:
 
     config = read_json(run / RUN_FILE)
     return method_of(config).key if isinstance(config, dict) else ""
+
+
+def fill_sizes(items: list[QTreeWidgetItem], column: int, path_role: int) -> None:
+    """The Library's Size column for `items` (the workspace's runs, datasets, models and exports), filled when the
+    list is, not only once an item is selected (a few stat calls per folder: quick even for many runs)."""
+    for item in items:
+        path = item.data(0, path_role)
+        if path:
+            with contextlib.suppress(OSError):
+                item.setText(column, size_text(folder_size(Path(path))))

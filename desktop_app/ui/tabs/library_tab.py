@@ -41,6 +41,7 @@ from desktop_app.engine.runs import is_live, nested_runs, pipeline_resumable
 from desktop_app.engine.workspace import slugify
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.tabs.library_details import (
+    fill_sizes,
     folder_details_html,
     folder_size,
     is_adapter_run,
@@ -242,6 +243,7 @@ class LibraryTab(QWidget):
                         self._describe_group(child)
                         child.setExpanded(True)
             top.setExpanded(True)
+        fill_sizes(self._all_items(), SIZE, PATH_ROLE)  # the workspace's items (the others' come with them)
         add_store_group(self.tree, PATH_ROLE, KIND_ROLE, STATUS, SIZE)  # Ollama's and LM Studio's models, if any
         add_hub_group(self.tree, (PATH_ROLE, KIND_ROLE), (STATUS, MODIFIED, SIZE))  # the Hugging Face cache's
         self.opened_group = add_opened_group(self.tree, self.opened_models(), (PATH_ROLE, KIND_ROLE),
@@ -294,8 +296,8 @@ class LibraryTab(QWidget):
         """A folder of runs: its runs' methods in order, and where the last one stands."""
         children = [item.child(i) for i in range(item.childCount())]
         item.setText(METHOD, " → ".join(c.text(METHOD) for c in children if c.text(METHOD)))
-        item.setText(STATUS, children[-1].text(STATUS))
-        item.setText(LOSS, children[-1].text(LOSS))
+        for column in (STATUS, LOSS):
+            item.setText(column, children[-1].text(column))
         item.setToolTip(METHOD, item.text(METHOD))
 
     def _all_items(self) -> list[QTreeWidgetItem]:
@@ -358,9 +360,8 @@ class LibraryTab(QWidget):
         has = bool(kind)
         self.open_btn.setEnabled(has)
         self.compare_btn.setEnabled(len(self.selected_runs()) >= 2)
-        several = sum(bool(i.data(0, PATH_ROLE)) for i in self.tree.selectedItems()) > 1
-        # another app's files (Ollama's, LM Studio's) stay as they are; one name is given to one item at a time
-        self.rename_btn.setEnabled(has and kind not in OUTSIDE_KINDS and not several)
+        several = sum(bool(i.data(0, PATH_ROLE)) for i in self.tree.selectedItems()) > 1  # one name, one item
+        self.rename_btn.setEnabled(has and kind not in OUTSIDE_KINDS and not several)  # another app's files stay
         self.delete_btn.setEnabled(has and kind not in OUTSIDE_KINDS)
         run = kind == "runs"
         self.plots_btn.setEnabled(run and bool(self.run_inside(path, "metrics")))
