@@ -14,10 +14,10 @@ import sys
 
 from desktop_app.cli.model_file import add_file_argument, chosen_model
 from desktop_app.engine.errors import UserError
+from desktop_app.engine.export.gguf_quantize import GGUF_TYPES
 from desktop_app.engine.export.hf import export_model
 
 FORMATS = ("hf", "zip", "gguf")
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")  # export/hf.py's, without importing it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

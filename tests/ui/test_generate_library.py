@@ -212,3 +212,30 @@ def test_library_export_cancel_and_stop_action_route_to_the_export(window, popul
     qtbot.waitUntil(lambda: not lib.exporting(), timeout=5000)
     assert lib.progress.format() == "cancelled"
     assert not lib.cancel_export_btn.isEnabled()
+
+
+def test_library_export_as_gguf_takes_the_chosen_type(window, populated_workspace, qtbot):
+    """Issue 51 item 8: the window's GGUF export offers the engine's types (llama.cpp's greyed out without its
+    quantizer) and writes the one chosen."""
+    import gguf
+
+    from desktop_app.engine.export.gguf_quantize import GGUF_TYPES, llama_cpp_available
+
+    run = _ready(window, populated_workspace)
+    lib = window.library_tab
+    box = lib.gguf_type_box
+    assert not box.isVisibleTo(lib)  # Hugging Face folder: no GGUF type to choose
+    lib.format_box.setCurrentIndex(lib.format_box.findData("gguf"))
+    assert box.isVisibleTo(lib) and [box.itemData(i) for i in range(box.count())] == list(GGUF_TYPES)
+    assert box.currentData() == "f16"
+    q4 = box.model().item(box.findData("q4_k_m"))
+    assert q4.isEnabled() == llama_cpp_available()
+    box.setCurrentIndex(box.findData("q8_0"))
+    lib.select(str(run))
+    assert lib.export_selected()
+    qtbot.waitUntil(lambda: not window.ctx.runner.is_running("export"), timeout=60000)
+    assert not window.ctx.errors, window.ctx.errors
+    out = Path(lib.last_export)
+    assert out.name.endswith("-q8_0.gguf") and out.parent == populated_workspace.folder("exports")
+    kinds = {t.tensor_type.name for t in gguf.GGUFReader(out).tensors}
+    assert "Q8_0" in kinds, kinds

@@ -17,9 +17,10 @@ import numpy as np
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Event, Progress
 from desktop_app.engine.export.gguf_families import Family, family_of, is_skipped
+from desktop_app.engine.export.gguf_quantize import WRITTEN_TYPES
 from desktop_app.engine.export.gguf_tokenizer import GGUFTokenizer, add_tokenizer
 
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # written here
+GGUF_TYPES = WRITTEN_TYPES  # written here
 Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
 
 

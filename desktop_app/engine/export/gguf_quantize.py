@@ -18,6 +18,8 @@ from desktop_app.engine.errors import UserError
 
 LLAMA_CPP_TYPES = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
                    "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K"}
+WRITTEN_TYPES = ("f32", "f16", "bf16", "q8_0")  # what export/gguf.py writes itself
+GGUF_TYPES = (*WRITTEN_TYPES, *LLAMA_CPP_TYPES)  # every type an export offers (CLI, window, server), in one place
 INSTALL_HINT = ("pip install --no-binary llama-cpp-python 'llama-cpp-python==0.3.36' (builds llama.cpp from source: "
                 "cmake and a C++ compiler, ~5 minutes on 2 cores), or pip install -e .[llamacpp]")
 

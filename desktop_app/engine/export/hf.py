@@ -22,7 +22,13 @@ from typing import Any
 
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Finished, Log, Progress
-from desktop_app.engine.export.gguf_quantize import INSTALL_HINT, LLAMA_CPP_TYPES, llama_cpp_available, quantize
+from desktop_app.engine.export.gguf_quantize import (
+    GGUF_TYPES,
+    INSTALL_HINT,
+    LLAMA_CPP_TYPES,
+    llama_cpp_available,
+    quantize,
+)
 from desktop_app.engine.export.gguf_tokenizer import (
     GGUFTokenizer,
     added_around_text,
@@ -43,7 +49,6 @@ from desktop_app.engine.run_folder import METRICS_FILE, MetricsSummary, read_jso
 
 FORMATS = ("hf", "zip", "gguf")
 # f32 ... q8_0 written by us (export/gguf.py); the k-quants by llama.cpp's quantizer (export/gguf_quantize.py)
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")
 DEFAULT_MAX_SHARD_SIZE = "2GB"
 
 

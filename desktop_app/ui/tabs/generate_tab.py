@@ -436,6 +436,8 @@ class GenerateTab(QWidget):
         changed = before is not None and before.model != model
         self._reply_bubble = into or self.chat_view.add("assistant", line=f"model: {model[1]}" if changed else "")
         self._reply_bubble.set_author(*model)
+        if into is not None:
+            self.chat_view.refresh_line(into)
         self.chat_view.set_regenerable(None)
         self.chat_view.set_editable(False)
         return self._start(paths, self.messages(), spec)

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QTreeWidgetItem
 from desktop_app.engine.methods import METHOD_BY_KEY, method_of
 from desktop_app.engine.model.families import family_words, works_here
 from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committed, read_json, tail_records
-from desktop_app.engine.runs import is_live
+from desktop_app.engine.runs import is_live, nested_runs
 from desktop_app.engine.specs import TrainSpec
 from desktop_app.ui.widgets.run_view import run_method_key
 
@@ -170,3 +170,17 @@ def fill_sizes(items: list[QTreeWidgetItem], column: int, path_role: int) -> Non
         if path:
             with contextlib.suppress(OSError):
                 item.setText(column, size_text(folder_size(Path(path))))
+
+
+def item_details_html(path: Path, kind: str) -> str:
+    """The Library's details of one of the workspace's items: a run's (or a folder of runs'), else its folder's."""
+    parts = [f"<h3>{html.escape(path.name)}</h3><p style='color:#6b7280'>{html.escape(str(path))}</p>"]
+    inner = nested_runs(path) if kind == "runs" else []
+    if inner:
+        parts.append(f"<p>A folder of {len(inner)} runs: " + ", ".join(
+            f"<b>{html.escape(r.name)}</b>" for r in inner) + ". Its actions use the newest run that has what they "
+            "need; select a run below it to act on that one.</p>")
+        parts.append(f"<p>{sum(len(list_committed(r)) for r in inner)} checkpoint(s) in its runs</p>")
+    else:
+        parts.append(run_details_html(path) if kind == "runs" else folder_details_html(path))
+    return "".join(parts)

@@ -34,7 +34,9 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.engine.events import Controls, Finished, Log, Progress
+from desktop_app.engine.export.gguf_quantize import GGUF_TYPES
 from desktop_app.engine.methods import METHOD_BY_KEY
+from desktop_app.engine.model.hub_cache import model_name
 from desktop_app.engine.pipeline_folder import is_pipeline_dir
 from desktop_app.engine.run_folder import MetricsSummary, list_committed, tail_records
 from desktop_app.engine.runs import is_live, nested_runs, pipeline_resumable
@@ -45,9 +47,9 @@ from desktop_app.ui.tabs.library_details import (
     folder_details_html,
     folder_size,
     is_adapter_run,
+    item_details_html,
     recorded_method,
     resumable,
-    run_details_html,
     run_outcome,
     run_status,
     size_text,
@@ -55,6 +57,7 @@ from desktop_app.ui.tabs.library_details import (
 from desktop_app.ui.widgets.base_picker import RECENT_KEY
 from desktop_app.ui.widgets.compare_view import COMPARE_TIP, open_compare
 from desktop_app.ui.widgets.gguf_models import STORE_KIND, add_store_group, store_details_html, workspace_ggufs
+from desktop_app.ui.widgets.gguf_type_box import gguf_type_box
 from desktop_app.ui.widgets.hub_access import open_get_model_view
 from desktop_app.ui.widgets.hub_library import HUB_KIND, add_hub_group, hub_details_html
 from desktop_app.ui.widgets.layouts import add_items, button, progress_bar, splitter
@@ -82,10 +85,10 @@ NAME_MIN_CHARS = 14  # the name keeps this many characters (elided in the middle
 OUTSIDE_KINDS = (STORE_KIND, GGUF_KIND, HUB_KIND)  # models kept outside the workspace: never renamed or deleted here
 
 
-def _export_job(source: str, fmt: str, out: Path, controls: Controls, merge: bool = False):
+def _export_job(source: str, fmt: str, out: Path, controls: Controls, **settings: Any):
     from desktop_app.engine.export.hf import export_model  # lazy: start-up
 
-    yield from export_model(source, fmt, out, controls=controls, merge=merge)
+    yield from export_model(source, fmt, out, controls=controls, **settings)
 
 
 class LibraryTab(QWidget):
@@ -187,6 +190,9 @@ class LibraryTab(QWidget):
         self.format_box.addItem("Hugging Face folder", "hf")
         self.format_box.addItem("Zip archive", "zip")
         self.format_box.addItem("GGUF (llama.cpp)", "gguf")
+        self.gguf_type_box = gguf_type_box(GGUF_TYPES)  # shown for GGUF only
+        self.gguf_type_box.setVisible(False)
+        self.format_box.currentIndexChanged.connect(lambda _i: self.gguf_type_box.setVisible(self._gguf()))
         self.merge_check = QCheckBox("Merge the adapters into the base")
         self.merge_check.setObjectName("mergeAdapters")
         self.merge_check.setToolTip("A LoRA / QLoRA run holds adapters: merged into (a copy of) its base, the export "
@@ -199,8 +205,8 @@ class LibraryTab(QWidget):
         # Export and Cancel under the format: side by side they made the column too wide for a 1024-pixel window
         buttons = add_items(QHBoxLayout(), self.export_btn, self.cancel_export_btn)
         buttons.addStretch(1)
-        return add_items(QVBoxLayout(), add_items(QHBoxLayout(), QLabel("Export as"), (self.format_box, 1)), buttons,
-                         margins=0)
+        return add_items(QVBoxLayout(), add_items(QHBoxLayout(), QLabel("Export as"), (self.format_box, 1)),
+                         self.gguf_type_box, buttons, margins=0)
 
     def _connect_signals(self) -> None:
         self.refresh_btn.clicked.connect(lambda _=False: self.refresh())
@@ -390,20 +396,7 @@ class LibraryTab(QWidget):
             self.details.setHtml(text + (folder_details_html(path) if kind == HUB_KIND and path.is_dir() else ""))
             return
         item.setText(SIZE, size_text(folder_size(path)))
-        parts = [f"<h3>{_esc(path.name)}</h3><p style='color:#6b7280'>{_esc(str(path))}</p>"]
-        if kind == "runs":
-            inner = nested_runs(path)
-            if inner:
-                parts.append(f"<p>A folder of {len(inner)} runs: " + ", ".join(
-                    f"<b>{_esc(r.name)}</b>" for r in inner) + ". Its actions use the newest run that has what they "
-                    "need; select a run below it to act on that one.</p>")
-                committed = sum(len(list_committed(r)) for r in inner)
-                parts.append(f"<p>{committed} checkpoint(s) in its runs</p>")
-            else:
-                parts.append(run_details_html(path))
-        else:
-            parts.append(folder_details_html(path))
-        self.details.setHtml("".join(parts))
+        self.details.setHtml(item_details_html(path, kind))
 
     def _double_clicked(self, item: QTreeWidgetItem) -> None:
         kind, path = item.data(0, KIND_ROLE), item.data(0, PATH_ROLE)
@@ -548,11 +541,12 @@ class LibraryTab(QWidget):
             return False
         fmt = fmt or self.format_box.currentData()
         merge = kind == "runs" and is_adapter_run(Path(source)) and self.merge_check.isChecked()
-        name = f"{Path(source).name}-{'merged-' if merge else ''}{fmt}"
+        kind_words = self.gguf_type_box.currentData() if fmt == "gguf" else fmt
+        name = f"{model_name(source)}-{'merged-' if merge else ''}{kind_words}"
         out = self.ctx.workspace.new_path("exports", name + (".zip" if fmt == "zip" else ".gguf" if fmt == "gguf"
                                                              else ""))
         controls = Controls()
-        extra = {"merge": True} if merge else {}
+        extra = {**({"merge": True} if merge else {}), **({"gguf_type": kind_words} if fmt == "gguf" else {})}
         self.task = self.ctx.runner.start("export", lambda: _export_job(source, fmt, out, controls, **extra), controls)
         self.task.produced.connect(self._on_export_item)
         self.task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Export failed"))
@@ -562,6 +556,9 @@ class LibraryTab(QWidget):
         self.export_btn.setEnabled(False)
         self.cancel_export_btn.setEnabled(True)
         return True
+
+    def _gguf(self) -> bool:
+        return self.format_box.currentData() == "gguf"
 
     def exporting(self) -> bool:
         return self.task is not None and self.ctx.runner.is_running("export")

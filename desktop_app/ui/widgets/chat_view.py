@@ -243,7 +243,7 @@ class ChatView(QScrollArea):
         bubble.copy_requested.connect(lambda b: self.copy_requested.emit(b.text()))
         bubble.regenerate_requested.connect(self.regenerate_requested)
         bubble.edit_requested.connect(lambda b: self.edit_requested.emit(self.bubbles.index(b)))
-        bubble.alternative_chosen.connect(lambda b: self.alternative_chosen.emit(b.text()))
+        bubble.alternative_chosen.connect(lambda b: (self.refresh_line(b), self.alternative_chosen.emit(b.text())))
         row = QHBoxLayout()
         if role == "user":  # yours on the right, the model's on the left: who said what at a glance
             row.addStretch(1)
@@ -267,6 +267,25 @@ class ChatView(QScrollArea):
         self.placeholder.setVisible(False)
         QTimer.singleShot(0, self._to_bottom)
         return bubble
+
+    def refresh_line(self, bubble: Bubble) -> None:
+        """The line above a reply that changed in place (Regenerate, ‹ ›): "model: NAME" when the reply before it came
+        from another model, else none."""
+        index = self.bubbles.index(bubble)
+        before = next((b for b in reversed(self.bubbles[:index]) if b.role == "assistant" and b.in_history), None)
+        bubble.line = f"model: {bubble.model[1]}" if before is not None and bubble.model is not None \
+            and before.model != bubble.model else ""
+        holder = bubble.parentWidget()
+        marker = holder.findChild(QLabel, "modelLine")
+        if marker is None and bubble.line:
+            marker = QLabel()
+            marker.setObjectName("modelLine")
+            marker.setProperty("role", "muted")
+            marker.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            holder.layout().insertWidget(0, marker)
+        if marker is not None:
+            marker.setText(html.escape(bubble.line))
+            marker.setVisible(bool(bubble.line))
 
     def remove_from(self, index: int) -> None:
         """Forget the bubbles from `index` on (edit, regenerate)."""

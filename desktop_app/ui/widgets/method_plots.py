@@ -70,9 +70,8 @@ DEFAULT_PANELS = {
     "dpo": ("loss", "rewards_chosen", "reward_margin", "preference_accuracy", "lr", "grad_norm"),
     "grpo": ("loss", "reward", "reward/answer", "response_length", "rollout_tokens_per_s"),
     "selfplay": ("loss", "reward", "reward/solver/deduction", "solve_rate/deduction",
-                 "heldout_solve_rate/deduction", "proposal_validity", "programs/deduction",
-                 "new_task_solve_rate/deduction", "program_size/deduction", "format_errors",
-                 "response_length", "rollout_tokens_per_s"),
+                 "heldout_solve_rate/deduction", "proposal_validity", "format_errors",
+                 "response_length", "rollout_tokens_per_s"),  # the curriculum's panels come with its figures
 }
 
 
