@@ -161,7 +161,8 @@ def fit_unit(panel: Any, title: str, unit: str) -> None:
     if fits == axis.label.isVisible():
         return
     axis.showLabel(fits)
-    panel.setTitle(title if fits else f"{title} · {unit}", color=TITLE_COLOR, size="10pt")
+    said = unit.lower() in title.lower()  # "Validation perplexity": no "· perplexity" after it
+    panel.setTitle(title if fits or said else f"{title} · {unit}", color=TITLE_COLOR, size="10pt")
 
 
 class LivePlots(QWidget):
