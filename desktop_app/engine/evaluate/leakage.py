@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.engine import run_folder
+from desktop_app.engine.run_folder import parse_record
 from desktop_app.engine.tasks.base import Task
 from desktop_app.engine.tasks.heldout_protocol import program_key, programs_in_text
 
@@ -73,17 +74,10 @@ def logged_programs(run_dir: Path) -> set[str]:
 
 
 def _log_lines(path: Path) -> list[dict[str, Any]]:
+    """The self-play log's rounds (a torn or damaged line skipped, as metrics.jsonl's are)."""
     if not path.is_file():
         return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
+    return [r for r in map(parse_record, path.read_text(encoding="utf-8", errors="replace").splitlines()) if r]
 
 
 def dataset_programs(folder: Path, found: TrainingPrograms) -> None:
