@@ -138,6 +138,7 @@ def test_bubbles_regenerate_edit_and_copy(chat_tab, qtbot):
 
     gen = chat_tab
     view = gen.chat_view
+    gen.new_seed_check.setChecked(False)  # the seeds given below, not drawn: the same replies in every run
     gen.form.set_spec(gen.form.spec().replace(temperature=1.0, top_k=50, seed=0))
     gen.prompt.setPlainText("hello")
     gen.generate_btn.click()  # what Send does: the box's text, then the box is empty for the next message
