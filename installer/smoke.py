@@ -430,6 +430,20 @@ def step_runs(ctx: Context) -> dict[str, object]:
     return {"seconds": round(trained.seconds + ran.seconds, 1), "labels": [r.get("label") for r in data["runs"]]}
 
 
+def step_sweep(ctx: Context) -> dict[str, object]:
+    """Two trials of `train`'s run config at other learning rates (Optuna, the sweep extra): the best one named. A
+    build without Optuna says so in one line (exit 2), which is what the step then checks."""
+    ran = run_app([ctx.exe, "sweep", "--config", ctx.needs("run") / "run.json", "--vary", "lr=1e-4..1e-2:log",
+                   "--trials", "2", "--out", ctx.work / "sweep", "--json"], ctx.env, cwd=ctx.work, expect=None)
+    if ran.code == 2 and "need Optuna" in ran.err and len(ran.err.strip().splitlines()) == 1:
+        return {"seconds": round(ran.seconds, 1), "optuna": "not in this build", "line": ran.err.strip()}
+    records = [json.loads(line) for line in ran.out.splitlines() if line.startswith("{")]
+    last = records[-1] if records else {}
+    if ran.code != 0 or last.get("reason") != "completed" or not (last.get("result") or {}).get("best"):
+        raise SmokeFailure(f"sweep did not complete with a best trial (exit {ran.code}): {ran.err[-1500:]}")
+    return {"seconds": round(ran.seconds, 1), "best": last["result"]["best"]["params"]}
+
+
 # user mistakes: one line on stderr, exit 2, never a traceback (as from source)
 USER_ERRORS = (
     ["sandbox", "no-such-program.py"], ["tasks", "--count", "0"], ["generate", "no-such-run", "--prompt", "x"],
@@ -468,12 +482,12 @@ STEPS: tuple[tuple[str, Callable[[Context], dict[str, object]]], ...] = (
     ("version", step_version), ("window", step_window), ("model", step_model), ("prepare", step_prepare),
     ("train", step_train), ("generate", step_generate), ("sandbox", step_sandbox), ("tasks", step_tasks),
     ("selfplay-demo", step_selfplay_demo), ("eval", step_eval), ("serve", step_serve), ("export", step_export),
-    ("models", step_models), ("benchmarks", step_benchmarks), ("runs", step_runs),
+    ("models", step_models), ("benchmarks", step_benchmarks), ("runs", step_runs), ("sweep", step_sweep),
     ("errors", step_errors), ("window-selfplay", step_window_selfplay),
 )
 # The CLI verbs the steps run (desktop_app.cli.VERBS must all be here).
 STEP_VERBS = ("model", "prepare", "train", "generate", "sandbox", "tasks", "selfplay-demo", "eval", "serve", "export",
-              "models", "benchmarks", "runs")
+              "models", "benchmarks", "runs", "sweep")
 
 
 def run_smoke(meta: cfg.AppMeta, *, exe: Path, install_root: Path, scratch: Path, repeats: int,

@@ -3,7 +3,8 @@
 # - torch is installed FIRST and pinned (TORCH_SPEC, default torch==2.13.0): an unpinned resolve can pull a
 #   multi-GB CUDA build. Set TORCH_SPEC (and PIP_EXTRA_INDEX_URL) yourself for a CUDA build.
 # - the project, its test extras, the documents extra (PDF, EPUB, DOCX, HTML, tables) and the tracking extra
-#   (TensorBoard, MLflow's client, W&B: +25 s and ~200 MB, so the tracking tests run in CI) next; torch must not move.
+#   (TensorBoard, MLflow's client, W&B: +25 s and ~200 MB, so the tracking tests run in CI) and the sweep extra
+#   (Optuna, for the sweep tests) next; torch must not move.
 # - re-runs are fast: pip only runs again when pyproject.toml changed (stamp file in .venv).
 set -euo pipefail
 
@@ -53,8 +54,8 @@ ensure_venv() {
   stamp="$VENV/.azr-installed"
   want="$(cat "$ROOT/pyproject.toml" | cksum)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    log "installing the app, its test tools, the documents and tracking extras (torch $before stays)"
-    "${pip[@]}" -e "$ROOT[test,documents,tracking]"
+    log "installing the app, its test tools, the documents, tracking and sweep extras (torch $before stays)"
+    "${pip[@]}" -e "$ROOT[test,documents,tracking,sweep]"
     echo "$want" >"$stamp"
   fi
   local after

@@ -1,7 +1,7 @@
 """Patching a function for a test wherever the app uses it.
 
-A module that imports a name at its top (`from desktop_app.engine.train.preflight import this_machine`) holds its own
-binding, which `monkeypatch.setattr(preflight, "this_machine", ...)` does not reach: `patch_everywhere` replaces the
+A module that imports a name at its top (`from desktop_app.engine.train.memory_plan import this_machine`) holds its own
+binding, which `monkeypatch.setattr(memory_plan, "this_machine", ...)` does not reach: `patch_everywhere` replaces the
 name in its module and in every loaded project module bound to the same object."""
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "models": ("desktop_app.cli.models", "search the Hugging Face Hub, download a model into its cache, list them"),
     "runs": ("desktop_app.cli.runs", "compare training runs: final and best figures, the settings that differ"),
     "benchmarks": ("desktop_app.cli.benchmarks", "standard benchmarks (lm-evaluation-harness): list, fetch data"),
+    "sweep": ("desktop_app.cli.sweep", "search hyperparameters: trials of a run config on Optuna, pruned, resumable"),
 }
 
 

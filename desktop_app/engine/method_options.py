@@ -259,6 +259,11 @@ class SelfPlayOptions(SpecMixin):
                                  "equal up to their constants (0 = no limit on shapes). Repeating one easy program "
                                  "then stops paying, which keeps the proposer from collapsing.", minimum=0,
                                  label="Most buffer tasks of one shape", zero="no limit", advanced=True)
+    duplicate_reward: float = f(0.0, "The proposer's reward for a duplicate proposal (0: none, as for a new task the "
+                                "solver always or never solves; -0.5: as bad as an invalid one). Below 0, copying a "
+                                "reference stops being the safe choice, which is how a proposer collapses onto "
+                                "duplicates (docs/selfplay.md).", minimum=-1.0, maximum=0.0,
+                                label="Reward of a duplicate proposal", advanced=True)
     seed_share: float = f(0.0, "Share of the solver's tasks drawn from the seed tasks (the world's own generator, the "
                           "kind of the seed corpus) rather than from the whole buffer, which the proposer's tasks fill "
                           "as play goes on (0 = the whole buffer, as Absolute Zero samples).", minimum=0.0,
@@ -292,6 +297,7 @@ class SelfPlayOptions(SpecMixin):
         check_count(p, "references", self.references)
         check_count(p, "seed_tasks_per_type", self.seed_tasks_per_type)
         check_count(p, "max_tasks_per_shape", self.max_tasks_per_shape)
+        check_range(p, "duplicate_reward", self.duplicate_reward, -1.0, 0.0)
         _rollout_problems(p, self)
         if isinstance(self.temperature, (int, float)) and self.temperature <= 0:
             p.append("temperature must be above 0 for self-play (greedy rollouts cannot explore)")

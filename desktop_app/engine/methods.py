@@ -17,6 +17,10 @@ from desktop_app.engine.method_options import METHOD_OPTIONS
 # tasks), chat records (sft), preference pairs (dpo) or prompts (grpo).
 DATA_KINDS = ("", "sft", "dpo", "grpo")
 PRETRAINING_LR = 1e-3  # TrainSpec's default
+# Bigger models want smaller steps: a fine-tuning rate is scaled by this factor from these sizes (parameters) up,
+# for full weights and for adapters. Full SFT: 5e-5 to 1.5B, 2e-5 to 10B, 1e-5 above; LoRA 2e-4, 1e-4 above 15B
+# (the rates common recipes use at those sizes).
+LR_BY_SIZE = {"none": ((10e9, 0.2), (1.5e9, 0.4)), "adapter": ((15e9, 0.5),)}
 
 
 @dataclass(frozen=True)
@@ -42,9 +46,16 @@ class Method:
         """The dataclass of its options (method_options.py), or None."""
         return METHOD_OPTIONS.get(self.objective)
 
-    def default_lr(self, adapter: str = "none") -> float:
+    def default_lr(self, adapter: str = "none", parameters: int = 0) -> float:
+        """The learning rate a run of this method with `adapter` starts from; fine-tuning a model of `parameters`
+        (0: unknown) starts lower the bigger the model (LR_BY_SIZE)."""
+        kind = self.adapter or adapter
         table = dict(self.lr)
-        return table.get(self.adapter or adapter, table.get("none", PRETRAINING_LR))
+        lr = table.get(kind, table.get("none", PRETRAINING_LR))
+        if not self.finetune:
+            return lr
+        steps = LR_BY_SIZE["none" if kind == "none" else "adapter"]
+        return lr * next((scale for size, scale in steps if parameters > size), 1.0)
 
 
 _SFT_LR = (("none", 5e-5), ("lora", 2e-4), ("qlora", 2e-4))
@@ -98,6 +109,7 @@ def method_of(config: Any) -> Method:
     return METHOD_BY_KEY[method_key(str(data.get("objective", "causal_lm")), str(adapter.get("kind", "none")))]
 
 
-def default_lr(objective: str, adapter_kind: str = "none") -> float:
-    """The learning rate a run of `objective` with `adapter_kind` starts from when none is given."""
-    return METHOD_BY_KEY[method_key(objective, adapter_kind)].default_lr(adapter_kind)
+def default_lr(objective: str, adapter_kind: str = "none", parameters: int = 0) -> float:
+    """The learning rate a run of `objective` with `adapter_kind` on a model of `parameters` (0: unknown) starts from
+    when none is given."""
+    return METHOD_BY_KEY[method_key(objective, adapter_kind)].default_lr(adapter_kind, parameters)

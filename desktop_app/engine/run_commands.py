@@ -124,6 +124,7 @@ def torchrun_command(config: RunConfig, run_json: str = "run.json", out: str = "
     except SpecError:
         dist = DistributedSpec()
     n = max(dist.nproc_per_node, 2)  # a one-process config still shows the command for two
+    per_machine = dist.nproc_per_node  # on several machines, one process each is a run on several processes already
     # torchrun starts Python itself; a frozen app is an executable, which torchrun runs with --no-python.
     target = f"--no-python {q(sys.executable)}" if getattr(sys, "frozen", False) else "-m desktop_app"
     verb = f"{target} train --config {q(run_json)} --out {q(out)}"
@@ -131,6 +132,6 @@ def torchrun_command(config: RunConfig, run_json: str = "run.json", out: str = "
         f"# on {n} processes of this machine (distributed.nproc_per_node; {dist.strategy.upper()}):",
         f"torchrun --standalone --nproc_per_node {n} {verb} --json",
         "# on M machines: run this on each one, R = its rank 0..M-1, HOST:PORT = machine 0's address:",
-        f"torchrun --nnodes M --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST:PORT --nproc_per_node {n} "
-        f"{verb}",
+        f"torchrun --nnodes M --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST:PORT --nproc_per_node "
+        f"{per_machine} {verb}",
     ])

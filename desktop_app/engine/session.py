@@ -24,7 +24,6 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Controls, Event, Log
 from desktop_app.engine.pipeline_folder import is_pipeline_dir
 from desktop_app.engine.specs import RunConfig, SpecError
-from desktop_app.engine.train import preflight as checks
 from desktop_app.engine.train.launcher import (
     LaunchControls,
     ProcessFailed,
@@ -36,7 +35,8 @@ from desktop_app.engine.train.launcher import (
     resume_processes,
     stop_launched,
 )
-from desktop_app.engine.train.preflight import ERROR, Finding, Machine, preflight
+from desktop_app.engine.train.memory_plan import Machine, this_machine
+from desktop_app.engine.train.preflight import ERROR, Finding, preflight
 from desktop_app.engine.train.request import (
     PreparedRun,
     RunRequest,
@@ -150,7 +150,7 @@ def machine_for(request: RunRequest) -> Machine:
     first)."""
     train = {**((request.config or {}).get("train") or {}), **request.train}
     device = str(train.get("device") or "auto")
-    return checks.this_machine(probe_gpu=None if under_torchrun() else device in ("auto", "cuda"))
+    return this_machine(probe_gpu=None if under_torchrun() else device in ("auto", "cuda"))
 
 
 # --- opening ---------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from desktop_app.engine import run_folder
 from desktop_app.engine.model.gguf_file import is_gguf_file
 from desktop_app.engine.os_faults import DiskFault, check_writable
 
-KINDS = ("datasets", "tokenizers", "models", "runs", "exports")
+KINDS = ("datasets", "tokenizers", "models", "runs", "exports", "sweeps")  # sweeps: engine/sweep_folder.py
 APP_NAME = "AZR Model Trainer"
 
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
 from desktop_app import __version__
-from desktop_app.server import openai_routes, tokenizer_routes, training_routes
+from desktop_app.server import openai_routes, sweep_routes, tokenizer_routes, training_routes
 from desktop_app.server.errors import install_error_handlers
 from desktop_app.server.monitor import Monitor, MonitorMiddleware
 from desktop_app.server.runs import RunManager
@@ -47,6 +47,7 @@ def create_app(settings: ServerSettings, workspace: Any, served: ServedModel | N
             if served is not None:
                 served.batcher.close()
             state.runs.shutdown()
+            sweep_routes.shutdown(app)
 
         await run_in_threadpool(stop)
 
@@ -56,6 +57,7 @@ def create_app(settings: ServerSettings, workspace: Any, served: ServedModel | N
     app.include_router(openai_routes.router)
     app.include_router(tokenizer_routes.router)
     app.include_router(training_routes.router)
+    app.include_router(sweep_routes.router)
 
     @app.get("/health", tags=["Server"], summary="Liveness, the served model and the decode load")
     async def health(request: Request) -> dict[str, Any]:

@@ -247,6 +247,8 @@ class MainWindow(QMainWindow):
         self.library_tab.resume_requested.connect(self.resume_run)
         self.library_tab.watch_requested.connect(self.watch_run)
         self.train_tab.next_step_requested.connect(self.next_step)
+        self.train_tab.sweeps.open_run_requested.connect(lambda run: self.next_step("library", run))
+        self.train_tab.sweeps.model_settings_chosen.connect(self.model_tab.form.set_values)  # the best trial's
         hub_routes(c).next_step.connect(self.next_step)  # Get a model: "Chat with it", "Fine-tune it"
         self.tabs.currentChanged.connect(lambda _i: self._focus_tab())
         guard = wheel_guard.install()  # the wheel scrolls forms; it changes only a field the person focused
@@ -339,17 +341,19 @@ class MainWindow(QMainWindow):
         self.model_tab.save_btn.click()
 
     def next_step(self, action: str, run: str) -> None:
-        """What to do with a run that ended: chat with it, export it (merged, for adapters), fine-tune it."""
+        """What to do with a run that ended: chat with it, export it (merged, for adapters), fine-tune it, see it in
+        the Library."""
         if not run:
             return
         if action == "chat":
             self.generate_tab.refresh_sources()
             self.generate_tab.select_source(run)
             self.tabs.setCurrentWidget(self.generate_tab)
-        elif action in ("export", "merge"):
+        elif action in ("export", "merge", "library"):
             self.library_tab.refresh()
             self.library_tab.select(run)
-            self.library_tab.merge_check.setChecked(True)
+            if action != "library":
+                self.library_tab.merge_check.setChecked(True)
             self.tabs.setCurrentWidget(self.library_tab)
         elif action == "finetune":
             self.train_tab.use_as_base(run)

@@ -127,7 +127,7 @@ def test_too_big_on_a_small_machine_is_said_with_the_figures(hub_server):
     """The other side of agreement: on a machine with almost no memory, nothing fits, and each verdict says why."""
     from desktop_app.engine.hub.details import repo_details
     from desktop_app.engine.train.fit import fit_verdicts
-    from desktop_app.engine.train.preflight import Machine
+    from desktop_app.engine.train.memory_plan import Machine
 
     details = repo_details("tiny-org/tiny-chat")
     file_set = next(f for f in details.file_sets if f.kind == "safetensors")

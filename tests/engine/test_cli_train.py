@@ -151,10 +151,10 @@ def test_preflight_warning_is_printed_before_the_run_starts(dataset, tmp_path, c
 def test_a_run_that_cannot_fit_in_memory_is_refused_unless_forced(dataset, tmp_path, capsys, monkeypatch):
     from patching import patch_everywhere
 
-    from desktop_app.engine.train import preflight
+    from desktop_app.engine.train import memory_plan as mp
 
-    tiny_machine = preflight.Machine(ram_free=1 << 20, ram_total=1 << 30)  # 1 MiB free
-    patch_everywhere(monkeypatch, preflight, "this_machine", lambda probe_gpu=None: tiny_machine)
+    tiny_machine = mp.Machine(ram_free=1 << 20, ram_total=1 << 30)  # 1 MiB free
+    patch_everywhere(monkeypatch, mp, "this_machine", lambda probe_gpu=None: tiny_machine)
     argv = ["train", "--dataset", str(dataset), "--preset", "tiny", "--steps", "2", "--batch-size", "4",
             "--eval-every", "0", "--save-every", "0", "--threads", "1", "--out", str(tmp_path / "run"), "--json"]
     assert main(argv) == 2

@@ -20,9 +20,11 @@ from typing import Any
 
 import psutil
 import pytest
+from torchrun_helpers import run_on_two_machines
 from train_helpers import make_dataset, metrics_losses, tiny_config
 
 from desktop_app.engine import run_folder as rf
+from desktop_app.engine.specs import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, SAVE_EVERY = 8, 4
@@ -111,6 +113,15 @@ def test_process_zero_prints_what_one_process_prints_once(runs):
         assert "[process 1]" not in runs[f"{name}_stderr"]  # nothing went wrong, so the other process said nothing
     assert runs["one"][0] == {"type": "start", "world_size": 1, "strategy": "single", "device": "cpu",
                               "start_step": 0}
+
+
+def test_two_machines_of_one_host_equal_one_process(runs, tmp_path):
+    """The multi-node command the window prints (`--nnodes 2`, each launcher its own `--node_rank`, rendezvous on
+    127.0.0.1), on two launchers of this host with one process each: the same losses as one process."""
+    run = run_on_two_machines(RunConfig.load(runs["folder"] / "one.json"), tmp_path)
+    started = [r for r in rf.read_metrics(run) if r.get("type") == "start"]
+    assert started and started[0]["world_size"] == 2 and started[0]["strategy"] == "ddp"
+    assert close(metrics_losses(run), step_losses(runs["one"]), DDP_TOLERANCE)
 
 
 def test_checkpoints_of_two_processes_hold_the_whole_model(runs):

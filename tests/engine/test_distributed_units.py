@@ -59,10 +59,11 @@ def test_what_cannot_run_on_several_processes_is_refused_clearly(tmp_path, chang
     check_run(None, config, config.train_spec())  # one process: fine
 
 
-def test_rollout_methods_refuse_torchrun():
-    config = RunConfig(base_model="/base", objective="selfplay")
-    with pytest.raises(UserError, match="without torchrun"):
-        check_run(_fake(), config, config.train_spec())
+def test_rollout_methods_run_on_several_processes_with_ddp_not_fsdp():
+    config = RunConfig(base_model="/base", objective="selfplay", train={"batch_size": 9})
+    check_run(_fake(), config, config.train_spec())  # its rounds are shared out by episode: batch_size is not split
+    with pytest.raises(UserError, match=r"use distributed\.strategy ddp"):
+        check_run(_fake(strategy="fsdp"), config, config.train_spec())
 
 
 def test_optimizer_state_of_another_optimizer_is_refused_on_resume():

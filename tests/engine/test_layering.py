@@ -87,7 +87,7 @@ def test_lightweight_modules_do_not_import_torch() -> None:
 # runs, and the one door). A module may import its own layer and the layers below it, never one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "events", "fileio", "spec_base", "method_options", "methods", "specs", "presets", "paths", "protocols",
-     "os_faults", "devices", "fault_report", "run_folder", "pipeline_folder", "column_roles"),
+     "os_faults", "devices", "fault_report", "run_folder", "pipeline_folder", "sweep_folder", "column_roles"),
     ("data",),
     ("model",),
     ("hub",),
@@ -97,6 +97,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("train", "export"),
     ("recipes", "runs", "run_compare", "workspace", "run_commands"),
     ("session",),
+    ("sweep",),  # trials of runs, each through the session
 )
 
 

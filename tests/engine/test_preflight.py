@@ -12,8 +12,11 @@ from train_helpers import make_dataset, tiny_config
 from desktop_app.engine.model.sizing import TrainingShape, estimate_memory, estimate_training_memory
 from desktop_app.engine.presets import preset
 from desktop_app.engine.specs import DataSpec, RunConfig, TrainSpec
+from desktop_app.engine.train import memory_plan as mp
 from desktop_app.engine.train import preflight as pf
-from desktop_app.engine.train.preflight import ERROR, WARNING, Machine, method_defaults, preflight
+from desktop_app.engine.train.memory_plan import Machine
+from desktop_app.engine.train.opening import method_defaults
+from desktop_app.engine.train.preflight import ERROR, WARNING, preflight
 from desktop_app.engine.train.request import RunRequest, preflight_request, prepare_run
 
 GIB = 1 << 30
@@ -181,11 +184,11 @@ def test_the_request_path_fits_the_model_to_its_dataset_first(dataset):
 
 
 def test_this_machine_reads_free_memory_without_loading_torch(monkeypatch):
-    machine = pf.this_machine(probe_gpu=False)
+    machine = mp.this_machine(probe_gpu=False)
     assert machine.ram_total > 0 and 0 < machine.ram_free <= machine.ram_total and not machine.gpu_known
     if Path("/proc/meminfo").is_file():
         monkeypatch.setitem(sys.modules, "psutil", None)  # psutil absent: the kernel's figures
-        free, total = pf.ram_memory()
+        free, total = mp.ram_memory()
         assert abs(total - machine.ram_total) < GIB and free > 0
 
 
@@ -208,13 +211,13 @@ def test_the_gpu_is_looked_at_only_where_torch_already_runs_cuda(monkeypatch):
                            mem_get_info=lambda i: calls.append(i) or (70 * GIB, 80 * GIB),
                            get_device_name=lambda i: "Test GPU")
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
-    assert not pf.this_machine().gpu_known and calls == []  # CUDA not started: no context opened by looking
-    seen = pf.this_machine(probe_gpu=True)
+    assert not mp.this_machine().gpu_known and calls == []  # CUDA not started: no context opened by looking
+    seen = mp.this_machine(probe_gpu=True)
     assert (seen.gpu_free, seen.gpu_total, seen.gpu_name, seen.gpu_known) == (70 * GIB, 80 * GIB, "Test GPU", True)
     cuda.is_initialized = lambda: True
-    assert pf.this_machine().gpu_total == 80 * GIB
+    assert mp.this_machine().gpu_total == 80 * GIB
     cuda.is_available = lambda: False
-    none = pf.this_machine(probe_gpu=True)
+    none = mp.this_machine(probe_gpu=True)
     assert none.gpu_known and none.gpu_total == 0  # looked: no GPU, so the RAM decides
 
 

@@ -2,8 +2,10 @@
 regrouping by tests/fixtures/make_run_fixtures.py) still open, replay their curves and resume bit-exactly:
 the resumed records equal those of the same runs trained without interruption by that earlier version. Self-play's
 records after its checkpoint are those of this version's rounds (re-recorded when a round came to decode every task
-type's proposals and answers in one batch each, and again when the held-out protocol and the trivial-task filter
-changed which tasks a round plays, both on purpose); the records it replays are the earlier version's."""
+type's proposals and answers in one batch each, again when the held-out protocol and the trivial-task filter
+changed which tasks a round plays, and again when every reply came to draw from its own seed, so that a round
+shared among processes samples what one process samples: all on purpose); the records it replays are the earlier
+version's."""
 
 from __future__ import annotations
 

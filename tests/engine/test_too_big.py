@@ -20,11 +20,12 @@ from desktop_app.engine.objectives.causal_lm import CausalLMObjective
 from desktop_app.engine.presets import preset
 from desktop_app.engine.specs import RunConfig, TrainSpec
 from desktop_app.engine.train import memory_faults as mf
+from desktop_app.engine.train import memory_plan as mp
 from desktop_app.engine.train import preflight as pf
 from desktop_app.engine.train.loop import train
 
 GIB = 1 << 30
-SMALL_LAPTOP = pf.Machine(ram_free=14 * GIB, ram_total=16 * GIB)  # no GPU
+SMALL_LAPTOP = mp.Machine(ram_free=14 * GIB, ram_total=16 * GIB)  # no GPU
 CPU_ALLOC = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
              "allocate 4294967296 bytes. Error code 12 (Cannot allocate memory)")
 
@@ -52,8 +53,8 @@ def _sft_config(base: Path, data: Path, **adapter) -> RunConfig:
                      train=TrainSpec(batch_size=4, lr=5e-5, steps=5, warmup_steps=0, device="cpu").to_dict())
 
 
-def _on(machine: pf.Machine, monkeypatch) -> None:
-    patched = patch_everywhere(monkeypatch, pf, "this_machine", lambda probe_gpu=None: machine)
+def _on(machine: mp.Machine, monkeypatch) -> None:
+    patched = patch_everywhere(monkeypatch, mp, "this_machine", lambda probe_gpu=None: machine)
     assert mf.__name__ in patched  # a module imported later binds the patched one
 
 
@@ -79,7 +80,7 @@ def test_a_base_of_another_family_too_big_for_all_the_ram_is_refused_before_load
 def test_qlora_on_the_same_base_passes_the_gate(tmp_path):
     base = _qwen_base(tmp_path / "qwen2-7b")
     qlora = _sft_config(base, tmp_path / "chats.jsonl", kind="qlora", rank=8)
-    big = pf.Machine(ram_free=14 * GIB, ram_total=16 * GIB)
+    big = mp.Machine(ram_free=14 * GIB, ram_total=16 * GIB)
     mf.check_fits(qlora, "cpu", big)  # a 4-bit base, adapters' state only: ~5 GiB, within 16 GiB
     with pytest.raises(mf.TooBigForMachine):
         mf.check_fits(_sft_config(base, tmp_path / "chats.jsonl"), "cpu", big)
@@ -87,19 +88,19 @@ def test_qlora_on_the_same_base_passes_the_gate(tmp_path):
 
 def test_the_gpu_that_trains_it_decides_and_8_bit_adam_counts_a_quarter():
     config = RunConfig(model=preset("llama-1b").to_dict(), train=TrainSpec(batch_size=1, device="cuda").to_dict())
-    gpu = pf.Machine(ram_free=100 * GIB, ram_total=128 * GIB, gpu_free=11 * GIB, gpu_total=12 * GIB,
+    gpu = mp.Machine(ram_free=100 * GIB, ram_total=128 * GIB, gpu_free=11 * GIB, gpu_total=12 * GIB,
                      gpu_name="RTX 3060")
     with pytest.raises(mf.TooBigForMachine, match=r"cannot fit the GPU \(RTX 3060\).* more than the 12 GiB"):
         mf.check_fits(config, "cuda", gpu)
     mf.check_fits(config, "cpu", gpu)  # the same run on the 128 GiB of RAM: not refused here
-    plan = pf.memory_plan(config, config.train_spec(), True)
+    plan = mp.memory_plan(config, config.train_spec(), True)
     assert mf.fixed_bytes(plan, "adamw8bit") < mf.fixed_bytes(plan, "adamw")
-    unknown = pf.Machine(ram_free=0, ram_total=0, gpu_known=False)
+    unknown = mp.Machine(ram_free=0, ram_total=0, gpu_known=False)
     mf.check_fits(config, "cpu", unknown)  # the machine does not say: no verdict, never a guess
 
 
 def test_force_in_the_cli_cannot_start_what_exceeds_all_memory(dataset, tmp_path, monkeypatch, capsys):
-    _on(pf.Machine(ram_free=2 * GIB, ram_total=4 * GIB), monkeypatch)
+    _on(mp.Machine(ram_free=2 * GIB, ram_total=4 * GIB), monkeypatch)
     argv = ["train", "--dataset", str(dataset), "--preset", "llama-1b", "--steps", "2", "--batch-size", "2",
             "--eval-every", "0", "--save-every", "0", "--threads", "1", "--out", str(tmp_path / "run"), "--force"]
     assert main(argv) == 2
@@ -121,7 +122,7 @@ def test_the_server_refuses_it_in_its_response(dataset, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "server"))
     from server_helpers import running_server
 
-    _on(pf.Machine(ram_free=2 * GIB, ram_total=4 * GIB), monkeypatch)
+    _on(mp.Machine(ram_free=2 * GIB, ram_total=4 * GIB), monkeypatch)
     with running_server(tmp_path / "ws") as (url, state), httpx.Client(base_url=url, timeout=60) as client:
         shutil.copytree(dataset, state.workspace.folder("datasets") / "ds")
         response = client.post("/api/runs", json={"dataset": "ds", "preset": "llama-1b",
@@ -217,8 +218,8 @@ def test_is_out_of_memory_knows_the_allocators_and_nothing_else():
 def test_where_the_estimate_said_it_fits_lighter_settings_are_offered(dataset):
     config = tiny_config(dataset, batch_size=8)
     moment = mf.OomMoment(step=4, device="cpu", micro_batch=8)
-    text = str(mf.out_of_memory_error(config, moment, pf.Machine(ram_free=64 * GIB, ram_total=64 * GIB)))
+    text = str(mf.out_of_memory_error(config, moment, mp.Machine(ram_free=64 * GIB, ram_total=64 * GIB)))
     assert "Settings that need less: a micro-batch of " in text and "gradient checkpointing" in text
-    tight = pf.Machine(ram_free=1 << 20, ram_total=64 * GIB)  # 1 MiB free: the estimate's own verdict
+    tight = mp.Machine(ram_free=1 << 20, ram_total=64 * GIB)  # 1 MiB free: the estimate's own verdict
     assert "Would fit" in str(mf.out_of_memory_error(config, moment, tight)) or \
         "The least these settings get to" in str(mf.out_of_memory_error(config, moment, tight))

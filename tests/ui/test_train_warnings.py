@@ -10,7 +10,7 @@ from ui_helpers import TINY, write_corpus
 
 from desktop_app.engine.presets import preset
 from desktop_app.engine.specs import DataSpec
-from desktop_app.engine.train.preflight import Machine
+from desktop_app.engine.train.memory_plan import Machine
 
 GIB = 1 << 30
 LAPTOP = Machine(ram_free=21 * GIB, ram_total=24 * GIB)  # a machine without a GPU, 21 GiB free

@@ -1,13 +1,12 @@
 """Files -> validated documents -> tokenizer -> token store (memmap streams) + manifest.
 
-prepare_dataset() is a generator of events (Progress, FileVerdict, Log, then one Finished), so the CLI
-and the UI drive the same code; controls.stop cancels at the next batch. The dataset is built in a
-hidden sibling folder and renamed into place at the end, so a cancelled or crashed run never leaves
-a folder that looks complete. append_to_dataset() adds files later (the manifest is committed last;
-an interrupted append is cut back to the last committed state).
+prepare_dataset() is a generator of events (Progress, FileVerdict, Log, then one Finished), so the CLI and the UI
+drive the same code; controls.stop cancels at the next batch. The dataset is built in a hidden sibling folder and
+renamed into place at the end, so a cancelled or crashed run never leaves a folder that looks complete. Later,
+append_to_dataset() adds files (the manifest is committed last; an interrupted append is cut to the last commit).
 
 Passes over the input (each streamed in blocks, memory bounded whatever the file sizes):
-    1. scan: sha256, encoding, verdict, document counts (no tokenization)
+    1. scan: sha256, encoding, verdict, document counts (no tokenization; too few to hold one out: split_check)
     2. tokenizer training on a proportional sample of at most TOKENIZER_SAMPLE_CHARS characters
        (tokenizer_sample.py; skipped with an existing tokenizer)
     3. encode: batched encode_batch_fast (multi-threaded in Rust) while a reader thread decodes the
@@ -35,6 +34,7 @@ from desktop_app.engine.data.encode_items import SPLIT_KEY_CHARS, batch_entry, s
 from desktop_app.engine.data.encode_items import split_of as split_of  # where it was public before
 from desktop_app.engine.data.extract import FileProgress, scan_sources
 from desktop_app.engine.data.ingest import Doc, Record, SourceInfo, scan
+from desktop_app.engine.data.split_check import empty_validation, validation_shortfall
 from desktop_app.engine.data.store_space import APPEND_FAULTS, PREPARE_FAULTS, check_output_folder, check_rest_fits
 from desktop_app.engine.data.token_store import (
     FORMAT_VERSION,
@@ -345,6 +345,8 @@ def prepare_dataset(paths: Iterable[str | Path], out_dir: str | Path, spec: Data
         usable = yield from _scan_usable(paths, controls, files, None, lambda: summary_of({}, out, files), spec.columns)
         if not usable:
             return
+        if shortfall := validation_shortfall(sum(f.documents for f in usable), spec.val_fraction):
+            yield Log("warning", shortfall)  # before the long work: the person may cancel and change the share
         tmp.mkdir(parents=True)
         tokenizer = yield from _dataset_tokenizer(given, usable, tmp, spec, controls)
         if tokenizer is None:
@@ -489,9 +491,7 @@ def _warnings(manifest: dict[str, Any]) -> list[str]:
         if s["tokens"] and not s["chunks"]:
             out.append(f"the {split} split has {s['tokens']} tokens, fewer than one window of {ctx + 1}: "
                        "add data or use a shorter context")
-    if manifest["split"]["val_fraction"] > 0 and manifest["splits"]["val"]["documents"] == 0 \
-            and manifest["splits"]["train"]["documents"]:
-        out.append("the validation split is empty (too few documents for the validation fraction)")
+    out += empty_validation(manifest)
     records = sum(info["count"] for info in manifest.get("records", {}).values())
     if records and not manifest["splits"]["train"]["tokens"]:
         out.append(f"only chat/instruction/preference records ({records}) and no plain text: they are kept in "

@@ -77,6 +77,7 @@ class DatasetRef:
     tasks: list[str] = field(default_factory=list)
     data_files: list[str] = field(default_factory=list)  # local files (absolute), for LOCAL_LOADERS
     kwargs: dict[str, Any] = field(default_factory=dict)  # other dataset_kwargs (revision, data_dir...)
+    task_file: str = ""  # the person's task YAML (of the task folder) that names it; "" for the harness's own tasks
 
     @property
     def local(self) -> bool:
@@ -258,6 +259,7 @@ def task_datasets(names: list[str], include_dir: str = "") -> list[DatasetRef]:
     """The datasets the named tasks (groups and tags expanded) read, one entry per (path, config name, files),
     each naming the tasks that need it. Python-defined tasks without a dataset_path are left out."""
     refs: dict[tuple[Any, ...], DatasetRef] = {}
+    folder = task_index(include_dir).folder
     for task, cfg in leaf_configs(names, include_dir).items():
         path = cfg.get("dataset_path")
         if not isinstance(path, str) or not path:
@@ -270,9 +272,18 @@ def task_datasets(names: list[str], include_dir: str = "") -> list[DatasetRef]:
             kwargs.pop("data_files", None)
         name = cfg.get("dataset_name")
         key = (path, name, tuple(files), repr(sorted(kwargs.items())))
-        ref = refs.setdefault(key, DatasetRef(path, name if isinstance(name, str) else None, [], files, kwargs))
+        ref = refs.setdefault(key, DatasetRef(path, name if isinstance(name, str) else None, [], files, kwargs,
+                                              own_file(cfg.get("_yaml_path"), folder)))
         ref.tasks.append(task)
     return list(refs.values())
+
+
+def own_file(yaml_path: Any, folder: Path | None) -> str:
+    """The task's YAML file when it is one of the person's task folder, else "" (a task of the harness)."""
+    if not yaml_path or folder is None:
+        return ""
+    path = Path(str(yaml_path)).resolve()
+    return str(path) if path.is_relative_to(folder) else ""
 
 
 def _local_files(kwargs: dict[str, Any], yaml_path: Any) -> list[str]:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.evaluate.benchmark_catalog import (
     DatasetRef,
-    leaf_configs,
+    check_names,
     require_harness,
     task_datasets,
     task_index,
@@ -41,8 +41,10 @@ from desktop_app.engine.hub.errors import hub_error
 from desktop_app.engine.hub.network import hub_endpoint, online
 from desktop_app.engine.model.hub_cache import hub_cache_dir
 from desktop_app.engine.os_faults import check_free_space
+from desktop_app.engine.paths import cli_exe
 
-FETCH_BUTTON = 'the Evaluate view\'s "Fetch data" button'
+FETCH_BUTTON = "Fetch data (Library → Evaluate…, under Standard benchmarks)"
+NOT_FOUND_ERRORS = ("DatasetNotFoundError", "DataFilesNotFoundError", "EmptyDatasetError")
 
 
 class BenchmarkDataMissing(UserError):
@@ -56,9 +58,9 @@ class BenchmarkDataMissing(UserError):
             super().__init__(f"the data file(s) {shown} of benchmark {', '.join(names)} do not exist: put them back "
                              "or correct the task's data_files")
         else:
-            super().__init__(f"the data of {', '.join(names)} is not on this computer: fetch it once with "
-                             f"`{fetch_command(names, include_dir)}` or {FETCH_BUTTON} (it needs the network once; "
-                             "afterwards it runs offline)")
+            super().__init__(f"the data of {', '.join(names)} is not on this computer yet: fetch it first with "
+                             f"{FETCH_BUTTON} or `{cli_exe()} {fetch_command(names, include_dir)}` (the network "
+                             "is needed once; evaluations then run offline)")
 
 
 @dataclass
@@ -189,15 +191,15 @@ def data_state(names: list[str], include_dir: str = "") -> dict[str, str]:
 
 
 def check_benchmark_data(names: list[str], include_dir: str = "") -> None:
-    """Before an evaluation: UnknownBenchmark for a name the harness does not know, BenchmarkDataMissing (one
-    sentence: what to fetch and how) when a benchmark's data is not on this computer."""
-    leaf_configs(names, include_dir)  # UnknownBenchmark first
-    files = [f for ref in task_datasets(names, include_dir) for f in ref.missing_files()]
-    states = data_state(names, include_dir)
-    missing = [n for n in names if states.get(n) == "missing"]
-    if files:
-        lost = [n for n in missing if any(ref.missing_files() for ref in task_datasets([n], include_dir))]
-        raise BenchmarkDataMissing(lost, include_dir, files)
+    """Before an evaluation (before any model loads): UnknownBenchmark for a name the harness does not know,
+    BenchmarkDataMissing (one sentence: what to fetch and how, or which local files are gone) when a benchmark's
+    data is not on this computer. Reads only the disk."""
+    needs = {name: task_datasets([name], include_dir) for name in check_names(names, include_dir)}
+    lost = {name: [f for ref in refs for f in ref.missing_files()] for name, refs in needs.items()}
+    if any(lost.values()):
+        files = list(dict.fromkeys(f for found in lost.values() for f in found))
+        raise BenchmarkDataMissing([n for n, found in lost.items() if found], include_dir, files)
+    missing = [name for name, refs in needs.items() if any(ref_state(ref) == "missing" for ref in refs)]
     if missing:
         raise BenchmarkDataMissing(missing, include_dir)
 
@@ -342,7 +344,7 @@ def _planned(todo: list[DatasetRef]) -> FetchPlan:
     try:
         plan = plan_fetch(todo)
     except Exception as exc:
-        raise _fetch_error(exc, todo) from None
+        raise fetch_error(exc, todo) from None
     check_free_space(hub_cache_dir(), plan.total - plan.have, f"the benchmark data ({plan.repo_id})")
     return plan
 
@@ -371,18 +373,29 @@ def _prepare(ref: DatasetRef, builder: Any) -> None:
     try:
         builder.download_and_prepare()
     except Exception as exc:
-        raise _fetch_error(exc, [ref]) from None
+        raise fetch_error(exc, [ref]) from None
     finally:
         if shown:
             enable_progress_bars()
 
 
-def _fetch_error(exc: BaseException, refs: list[DatasetRef]) -> UserError:
-    """A fetch failure as one sentence: the Hub's errors as for models, the datasets library's as they say."""
-    label = ", ".join(r.label for r in refs)
+def fetch_error(exc: BaseException, refs: list[DatasetRef]) -> UserError:
+    """A fetch failure as one sentence: the Hub's errors as for models; a dataset the Hub does not offer says what
+    the person can do about it: check their own task's YAML file, or, for the harness's own task (nothing they set),
+    update the harness."""
     if isinstance(exc, UserError):
         return exc
+    label = ", ".join(r.label for r in refs)
+    if type(exc).__name__ not in NOT_FOUND_ERRORS:
+        return hub_error(exc, label)
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-    if type(exc).__name__ in ("DatasetNotFoundError", "DataFilesNotFoundError", "EmptyDatasetError"):
-        return UserError(f"the benchmark data {label} cannot be fetched ({text}); check the task's dataset_path")
-    return hub_error(exc, label)
+    tasks = list(dict.fromkeys(t for r in refs for t in r.tasks))
+    shown = ", ".join(tasks[:3]) + (f" and {len(tasks) - 3} more" if len(tasks) > 3 else "")
+    own = next((r.task_file for r in refs if r.task_file), "")
+    if own:
+        return UserError(f"the data of {shown} cannot be fetched: the Hub has no dataset {label} ({text}); check "
+                         f"dataset_path and dataset_name in your task file {own}")
+    return UserError(f"the data of {shown} cannot be fetched: the Hub does not offer {label} in a form the "
+                     f"installed datasets library reads ({text}); this is lm-evaluation-harness's own task, so "
+                     "nothing you set is wrong, and a newer harness may fix it: pip install -U "
+                     '"azr-model-trainer[benchmarks]"')

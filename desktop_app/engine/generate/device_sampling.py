@@ -9,7 +9,10 @@ same processors (`process_logits`: repetition penalty, temperature, top-k, top-p
   elementwise ops and an argmax. The noise is drawn by the host into a static buffer before each step
   (one kernel, from a private generator seeded per call: same seed + settings + batch = same text), so
   the captured step itself holds no random state. Draws differ from the CPU sampler's multinomial; the
-  distributions are the same (tests check both against the processed probabilities).
+  distributions are the same (tests check both against the processed probabilities). With one seed per row
+  (rollouts), the host draws each row's uniform from that row's generator before each step and the token is
+  taken by inverse CDF (sampling.inverse_cdf), as the CPU sampler does with row seeds: a row's draws do not
+  depend on the other rows of the batch.
 - `StopState` records each row's token into a small ring buffer the host copies out every few steps, and
   marks a row done on the device when it produces a stop token or its `max_lines`-th line break; later
   tokens of a done row are recorded as -1. Stop strings need text, so the host checks them on each
@@ -27,11 +30,12 @@ whatever the logits' dtype (as transformers upcasts).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 
 import torch
 
-from desktop_app.engine.generate.sampling import process_logits
+from desktop_app.engine.generate.sampling import inverse_cdf, process_logits
 from desktop_app.engine.generate.settings import SamplingSettings
 
 RING = 64  # token columns the host reads from; it reads at most RING // 2 steps at a time
@@ -46,18 +50,31 @@ class DeviceSampling:
         self.rows, self.vocab, self.device = rows, vocab, device
         self.generator = torch.Generator(device=device)
         self.noise: torch.Tensor | None = None  # [rows, vocab] Exp(1) draws, refilled before each step
+        self.uniform: torch.Tensor | None = None  # [rows] fp64 uniforms of per-row seeded calls, refilled per step
+        self.row_rngs: list[random.Random] | None = None
         self.seen: torch.Tensor | None = None  # [rows, vocab] tokens in each row's text (repetition penalty)
         self.settings = SamplingSettings()
         # [vocab] True for the padded ids no tokenizer token has: allocated once, refilled by each call's start
         self.padding: torch.Tensor | None = None
 
-    def start(self, settings: SamplingSettings, seed: int, prompts: Sequence[Sequence[int]]) -> None:
-        """Begin a call: its settings and seed; `prompts[b]` are row b's prompt ids (the penalty covers them)."""
+    @property
+    def key(self) -> tuple:
+        """What a captured pick depends on besides the shapes: the settings, and whether rows draw on their own."""
+        return (*self.settings.key, self.row_rngs is not None)
+
+    def start(self, settings: SamplingSettings, seed: int | Sequence[int], prompts: Sequence[Sequence[int]]) -> None:
+        """Begin a call: its settings and seed (or one seed per row); `prompts[b]` are row b's prompt ids (the
+        penalty covers them)."""
         self.settings = settings.normalized(self.vocab)
+        self.row_rngs = None
         with torch.inference_mode(False), torch.no_grad():
             if self.settings.tokens:
                 self._mark_padding(self.settings.tokens)
-            if not self.settings.greedy:
+            if not self.settings.greedy and not isinstance(seed, int):
+                self.row_rngs = [random.Random(s) for s in seed]
+                if self.uniform is None:
+                    self.uniform = torch.zeros(self.rows, dtype=torch.float64, device=self.device)
+            elif not self.settings.greedy:
                 self.generator.manual_seed(int(seed))
                 if self.noise is None:
                     self.noise = torch.ones(self.rows, self.vocab, device=self.device)
@@ -83,8 +100,15 @@ class DeviceSampling:
             self.seen[index[0], index[1]] = True
 
     def draw(self, rows: int) -> None:
-        """Fresh noise for the next pick of `rows` rows (the host runs this before each step)."""
-        if not self.settings.greedy and self.noise is not None:
+        """Fresh noise for the next pick of `rows` rows (the host runs this before each step); per-row seeded:
+        each row's next uniform (rows past the call's own draw nothing)."""
+        if self.settings.greedy:
+            return
+        if self.row_rngs is not None and self.uniform is not None:
+            values = [r.random() for r in self.row_rngs[:rows]]
+            values += [0.5] * (rows - len(values))
+            self.uniform[:rows].copy_(torch.tensor(values, dtype=torch.float64))
+        elif self.noise is not None:
             self.noise[:rows].exponential_(generator=self.generator)
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
@@ -98,6 +122,9 @@ class DeviceSampling:
         processed = process_logits(logits, s, seen)
         if s.greedy:
             ids = processed.argmax(dim=-1)
+        elif self.row_rngs is not None:
+            assert self.uniform is not None
+            ids = inverse_cdf(processed.softmax(dim=-1, dtype=torch.float32), self.uniform[:rows])
         else:
             assert self.noise is not None
             probs = processed.softmax(dim=-1, dtype=torch.float32)
@@ -112,7 +139,7 @@ class DeviceSampling:
 
     def buffers(self) -> list[torch.Tensor]:
         """Every buffer a pick reads (allocated once, refilled in place by start)."""
-        return [t for t in (self.noise, self.seen, self.padding) if t is not None]
+        return [t for t in (self.noise, self.uniform, self.seen, self.padding) if t is not None]
 
 
 class StopState:

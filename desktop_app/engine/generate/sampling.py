@@ -9,6 +9,10 @@ running over the full vocabulary on every step).
 
 from __future__ import annotations
 
+import hashlib
+import random
+from collections.abc import Sequence
+
 import torch
 
 from desktop_app.engine.generate.settings import SamplingSettings
@@ -84,18 +88,41 @@ def process_logits(logits: torch.Tensor, settings: SamplingSettings, seen: torch
     return logits
 
 
+def row_seeds(seed: int, keys: Sequence[int], samples: int) -> list[int]:
+    """One seed per row (prompt-major, `samples` rows per prompt) from the call's seed, each prompt's key and the
+    sample's number: a row's draws then depend on what it is, never on which other rows share its batch."""
+    out = []
+    for key in keys:
+        for k in range(samples):
+            digest = hashlib.blake2b(f"{int(seed)}/{int(key)}/{k}".encode(), digest_size=8).digest()
+            out.append(int.from_bytes(digest, "little") >> 1)
+    return out
+
+
+def inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The token of each row ([batch, vocab] probabilities, [batch] uniforms in [0, 1)) whose cumulative
+    probability first exceeds its uniform: a draw from each row's distribution that reads nothing of other rows
+    (cumulative sums in fp64; the target stays below the total, so a token without mass is never chosen)."""
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[:, -1]
+    target = torch.minimum(uniform.double() * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target.unsqueeze(1), right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
 class Sampler:
     """Picks the next token of every row from the last position's logits ([batch, vocab] -> [batch]).
 
     `settings`: the processors (SamplingSettings). Greedy (temperature 0) is a plain argmax. Sampling draws
     from a private `torch.Generator` seeded with `seed`, so the same seed and settings give the same text and
-    other torch code is not disturbed.
+    other torch code is not disturbed. `seed` may also be one seed per row (`row_seeds`): each row then draws one
+    uniform per token from its own generator (inverse_cdf), so its tokens do not depend on the other rows of the
+    batch (a round of episodes split over processes samples what one process samples).
     Repetition penalty needs to know which tokens are in each row's text: call `observe(ids)` with every
     token appended (the prompt via `observe_prompt`).
     """
 
-    def __init__(self, settings: SamplingSettings = SamplingSettings(), *, seed: int = 0, batch: int = 1,
-                 vocab_size: int = 0, device: torch.device | str = "cpu"):
+    def __init__(self, settings: SamplingSettings = SamplingSettings(), *, seed: int | Sequence[int] = 0,
+                 batch: int = 1, vocab_size: int = 0, device: torch.device | str = "cpu"):
         self.greedy = settings.temperature <= 0.0
         # tokens: the tokenizer's size when the model's vocabulary is padded beyond it; the ids above are never
         # chosen (0 = every logit)
@@ -113,7 +140,10 @@ class Sampler:
                 raise ValueError("repetition penalty needs the vocabulary size")
             self.seen = torch.zeros(batch, vocab_size, dtype=torch.bool, device=device)
         self.generator: torch.Generator | None = None
-        if not self.greedy:
+        self.rows: list[random.Random] | None = None  # one generator per row (seeded per row)
+        if not self.greedy and isinstance(seed, Sequence):
+            self.rows = [random.Random(s) for s in seed]
+        elif not self.greedy:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(int(seed))
 
@@ -145,6 +175,10 @@ class Sampler:
             next_ids = logits.argmax(dim=-1)
         else:
             probs = logits.softmax(dim=-1, dtype=torch.float32)
-            next_ids = torch.multinomial(probs, 1, generator=self.generator).view(-1)
+            if self.rows is not None:
+                uniform = torch.tensor([row.random() for row in self.rows[: probs.shape[0]]], dtype=torch.float64)
+                next_ids = inverse_cdf(probs, uniform.to(probs.device))
+            else:
+                next_ids = torch.multinomial(probs, 1, generator=self.generator).view(-1)
         self.observe(next_ids)
         return next_ids

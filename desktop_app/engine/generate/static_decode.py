@@ -134,7 +134,7 @@ class StaticGeneration:
     Iterate `run()`; call `finish_rows` to end rows early (stop strings)."""
 
     def __init__(self, model: Any, rows: PromptRows, limits: DecodeLimits,
-                 settings: SamplingSettings = SamplingSettings(), seed: int = 0,
+                 settings: SamplingSettings = SamplingSettings(), seed: int | Sequence[int] = 0,
                  options: StaticOptions = StaticOptions()):
         if not rows.prompts or limits.budget < 1 or rows.samples < 1:
             raise ValueError("a static generation needs prompts, a budget and samples of at least 1")
@@ -196,7 +196,7 @@ class StaticGeneration:
         alive = self._alive(first, n)
         if not alive or self.budget == 1:
             return
-        settings_key = sampling.settings.key
+        settings_key = sampling.key
         snapshot = d.snapshot(sampling.mutable() + stops.mutable())
         pending: deque[_Readback] = deque()
         column, read_from, turn = longest, 1, 1
@@ -245,11 +245,11 @@ def _host_buffers(d: StaticDecoder, rows: int) -> list[tuple[torch.Tensor, torch
 
 
 def static_completions(model: Any, rows: PromptRows, limits: DecodeLimits, settings: SamplingSettings,
-                       seed: int = 0, options: StaticOptions = StaticOptions()) -> list[list[int]]:
+                       seed: int | Sequence[int] = 0, options: StaticOptions = StaticOptions()) -> list[list[int]]:
     """`rows.samples` completions per prompt (prompt-major) through the static path, each ending after its first
     stop id (kept) or its `limits.max_lines`-th line break. Batches that do not fit the free GPU memory at once
-    run in groups of prompts that do (a group's seed is seed + its index); the kept decoder this call takes
-    over counts as free memory."""
+    run in groups of prompts that do (a group's seed is seed + its index; one seed per row: its rows' seeds); the
+    kept decoder this call takes over counts as free memory."""
     prompts, samples = rows.prompts, rows.samples
     columns = round_columns(rows.longest + limits.budget)
     kept = reusable_decoder(model, options.graphs, options.compile_steps)
@@ -263,7 +263,8 @@ def static_completions(model: Any, rows: PromptRows, limits: DecodeLimits, setti
     for g, start in enumerate(range(0, len(prompts), per_group)):
         group = replace(rows, prompts=prompts[start:start + per_group])
         completions: list[list[int]] = [[] for _ in range(group.count)]
-        run = StaticGeneration(model, group, limits, settings, seed + g, options)
+        group_seed = seed + g if isinstance(seed, int) else seed[start * samples:(start + per_group) * samples]
+        run = StaticGeneration(model, group, limits, settings, group_seed, options)
         for chunk in run.run():
             for row, tokens in zip(completions, chunk.tokens, strict=True):
                 row.extend(tokens)

@@ -11,7 +11,7 @@ sampling and no per-row sampler state, where it cannot change a row's draws.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +30,7 @@ class LoopOptions:
     replies of very different lengths), and the thread tuner that times each step (the streaming decoder's)."""
 
     backend: str = "auto"
-    seed: int | None = None
+    seed: int | Sequence[int] | None = None  # one for the call, or one per row (sampling.row_seeds)
     share_prefix: bool = False
     prune_finished: bool = False
     tuner: ThreadTuner | None = None

@@ -30,6 +30,30 @@ if TYPE_CHECKING:
     from desktop_app.engine.model.folders import BaseModelInfo
 
 
+@dataclass(frozen=True)
+class Processes:
+    """The processes that train one run together (torchrun), as an objective sees them: this one's rank, how many
+    there are, and `gather(value, what)`: every process's JSON-able value in rank order (every process calls it at
+    the same point; `what` names the moment for the error when another process is gone). One process: rank 0 of 1.
+    A rollout method plays its share of each round's episodes and gathers the rest (objectives/episodes.py)."""
+
+    rank: int = 0
+    world: int = 1
+    gather: Callable[[Any, str], list[Any]] | None = None
+
+    def share(self, count: int) -> range:
+        """This process's items of `count`: every world-th from its rank (dealt out in turn, so each process gets a
+        mix of a round's kinds of work: short and long replies, cheap and costly checks)."""
+        return range(self.rank, count, self.world)
+
+    def pool(self, mine: list[Any], what: str) -> list[Any]:
+        """Every process's items in their order, each process's `mine` being its `share` of them (in order)."""
+        if self.world == 1 or self.gather is None:
+            return mine
+        parts = self.gather(mine, what)
+        return [parts[i % self.world][i // self.world] for i in range(sum(len(part) for part in parts))]
+
+
 @dataclass
 class TrainContext:
     """What the loop hands an objective (read-only by convention)."""
@@ -50,12 +74,16 @@ class TrainContext:
     base: BaseModelInfo | None = None  # the base model a method starts from
     adapter: bool = False  # the model is a PeftModel (LoRA/QLoRA)
     load_reference: Callable[[], torch.nn.Module] | None = None  # a frozen copy of the base, prepared alike
+    processes: Processes = Processes()  # several under torchrun
 
 
 class Objective:
     """A training method, as the loop sees it. Subclasses implement batch_source, split, loss and tokens."""
 
     name = ""
+    # On several processes, whether every process evaluates its share (the rollout methods, which gather the
+    # results), or process 0 alone evaluates (DDP) while the others wait
+    shares_evaluation = False
 
     def __init__(self) -> None:
         self.notes: list[Event] = []  # emitted by the loop after setup (e.g. per-record data verdicts)

@@ -9,6 +9,7 @@ and applies the shared clipped policy loss (+ optional KL to a frozen reference)
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +21,18 @@ from desktop_app.engine.objectives.base import TrainContext
 from desktop_app.engine.objectives.episodes import EpisodeObjective
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch, reference_logps, teaching_episodes
 from desktop_app.engine.selfplay.rewards import RewardMix, load_user_reward
+
+
+@dataclass
+class _Played:
+    """A round's completions as episodes (prompt-major, G per prompt), their texts and reward parts, and this
+    process's seconds decoding and scoring."""
+
+    episodes: list[Episode]
+    texts: list[str]
+    parts: list[dict[str, float]]
+    decode_s: float
+    score_s: float
 
 
 class GRPOObjective(EpisodeObjective):
@@ -52,38 +65,57 @@ class GRPOObjective(EpisodeObjective):
         if float(self.options.kl_coef) > 0 or "likelihood" in self.mix.weights:
             self.keep_reference(ctx)
 
-    def _generate(self, prompts: list[str], samples: int, seed: int, temperature: float) -> tuple[list, list, list]:
+    def _encode(self, prompts: list[str]) -> list[list[int]]:
+        """chat: each prompt is one user turn through the chat template; plain: the prompt text as it is."""
         assert self.prompter is not None
         codec = self.prompter.codec
-        # chat: each prompt is one user turn through the chat template; plain: the prompt text as it is
-        encoded = [self.prompter.question_ids(p) if self.prompter.chat else codec.encode(p) for p in prompts]
-        ids, texts = self._sample(encoded, samples, seed, int(self.options.max_lines), temperature=temperature)
-        return encoded, ids, texts
+        return [self.prompter.question_ids(p) if self.prompter.chat else codec.encode(p) for p in prompts]
 
     # -- a round: draw prompts, sample a group for each, score, normalise within the groups -------------------
     def play_round(self, round_index: int) -> EpisodeBatch:
         rng = self.round_rng(round_index)
         chosen = [self.records[rng.randrange(len(self.records))] for _ in range(int(self.options.prompts_per_step))]
         g = int(self.options.group_size)
-        t0 = time.perf_counter()
-        encoded, ids, texts = self._generate([r["prompt"] for r in chosen], g, rng.randrange(2**31),
-                                             float(self.options.temperature))
-        t_gen = time.perf_counter() - t0
-        episodes = [Episode(encoded[i // g], ids[i], 0.0, "policy", "grpo") for i in range(len(ids))]
-        likelihoods = self._likelihoods(episodes)
-        t1 = time.perf_counter()
-        rewards, sums = self._score([chosen[i // g] for i in range(len(texts))], texts, likelihoods)
-        t_reward = time.perf_counter() - t1
-        kept = teaching_episodes(episodes, rewards, [i // g for i in range(len(rewards))])
-        self.fill_reference(kept)
-        n = max(1, len(rewards))
+        played = self._play(chosen, rng.randrange(2**31))
+        rewards, sums = self._score(played.parts)
+        kept = teaching_episodes(played.episodes, rewards, [i // g for i in range(len(rewards))])
+        self.fill_reference(self.mine(kept))
+        n, ids = max(1, len(rewards)), [e.completion for e in played.episodes]
         stats = {"reward": sum(rewards) / n, **{f"reward/{k}": v / n for k, v in sums.items()},
                  "response_length": sum(len(c) for c in ids) / n,
-                 "rollout_tokens_per_s": sum(len(c) for c in ids) / max(t_gen, 1e-9),
-                 "check_share": t_reward / max(t_gen + t_reward, 1e-9), "episodes": float(len(kept))}
-        self.last_rollouts = [{"prompt": chosen[i // g]["prompt"], "answer": texts[i], "reward": rewards[i]}
-                              for i in range(len(texts))]
+                 "rollout_tokens_per_s": sum(len(c) for c in ids) / max(played.decode_s, 1e-9),
+                 "check_share": played.score_s / max(played.decode_s + played.score_s, 1e-9),
+                 "episodes": float(len(kept))}
+        self.last_rollouts = [{"prompt": chosen[i // g]["prompt"], "answer": text, "reward": rewards[i]}
+                              for i, text in enumerate(played.texts)]
         return EpisodeBatch(kept, stats)
+
+    def _play(self, chosen: list[dict[str, str]], seed: int) -> _Played:
+        """G completions of each prompt and their reward parts: this process samples and scores its share of the
+        prompts (all of them in one process) and gathers the others', so every process holds the whole round."""
+        assert self.prompter is not None
+        g, encoded = int(self.options.group_size), self._encode([r["prompt"] for r in chosen])
+        t0 = time.perf_counter()
+        part = self.share(encoded)
+        ids, texts = self._sample(part, g, seed, int(self.options.max_lines))
+        t1 = time.perf_counter()
+        episodes = [Episode(part.prompts[i // g], ids[i], 0.0, "policy", "grpo") for i in range(len(ids))]
+        records = [chosen[part.keys[i // g]] for i in range(len(ids))]
+        parts = [self.mix.parts(r["prompt"], text, r["answer"], likelihood)
+                 for r, text, likelihood in zip(records, texts, self._likelihoods(episodes), strict=True)]
+        played = _Played(episodes, texts, parts, t1 - t0, time.perf_counter() - t1)
+        groups = self.processes.pool([[[c, p] for c, p in zip(ids[k * g:(k + 1) * g], parts[k * g:(k + 1) * g],
+                                                            strict=True)] for k in range(len(part.keys))],
+                                     "gathering a GRPO round")
+        if len(groups) == len(part.keys):
+            return played
+        own = {key * g + s: episodes[k * g + s] for k, key in enumerate(part.keys) for s in range(g)}
+        pooled = [row for group in groups for row in group]  # prompt-major, as one process decodes them
+        played.episodes = [own.get(i) or Episode(encoded[i // g], c, 0.0, "policy", "grpo")  # own: reference log-probs
+                           for i, (c, _) in enumerate(pooled)]
+        played.texts = [self.prompter.codec.decode(c) for c, _ in pooled]
+        played.parts = [p for _, p in pooled]
+        return played
 
     def _likelihoods(self, episodes: list[Episode]) -> list[float]:
         """Each completion's mean log-probability under the reference, when the mix rewards it (else 0)."""
@@ -92,23 +124,23 @@ class GRPOObjective(EpisodeObjective):
         reference_logps(self.reference, episodes, model=self.model)
         return [sum(e.ref_logps or [0.0]) / max(1, len(e.ref_logps or [])) for e in episodes]
 
-    def _score(self, records: list[dict[str, str]], texts: list[str],
-               likelihoods: list[float]) -> tuple[list[float], dict[str, float]]:
-        """Each completion's reward from the mix, and the sum of each part of it."""
+    def _score(self, parts: list[dict[str, float]]) -> tuple[list[float], dict[str, float]]:
+        """Each completion's reward from its parts (the mix's functions' values), and the sum of each part."""
         rewards, sums = [], {}
-        for record, text, likelihood in zip(records, texts, likelihoods, strict=True):
-            parts = self.mix.parts(record["prompt"], text, record["answer"], likelihood)
-            for name, value in parts.items():
+        for values in parts:
+            for name, value in values.items():
                 sums[name] = sums.get(name, 0.0) + value
-            rewards.append(self.mix.total(parts))
+            rewards.append(self.mix.total(values))
         return rewards, sums
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
         """Greedy mean reward on the first `eval_prompts` prompts (val_loss = -reward for best/early stop)."""
         records = self.records[: int(self.options.eval_prompts)]
-        _, _, texts = self._generate([r["prompt"] for r in records], 1, 0, 0.0)
-        scores = [self.mix.total(self.mix.parts(r["prompt"], t, r["answer"])) for r, t in zip(records, texts,
-                                                                                                strict=True)]
+        part = self.share(self._encode([r["prompt"] for r in records]))  # this process's share of them
+        _, texts = self._sample(part, 1, 0, int(self.options.max_lines), temperature=0.0)
+        scores = [self.mix.total(self.mix.parts(records[k]["prompt"], t, records[k]["answer"]))
+                  for k, t in zip(part.keys, texts, strict=True)]
+        scores = self.processes.pool(scores, "gathering the evaluation's rewards")
         mean = sum(scores) / max(1, len(scores))
         return {"eval_reward": mean, "val_loss": -mean}

@@ -10,8 +10,9 @@ Each optimizer step, the batch source plays one round with the current model, in
   solve    S tasks per type (the new valid proposals first, then buffer tasks) get N solver samples
            each, again all types in one batch; the world checks every answer by value;
   score    solver: 1 / 0 / -0.5 (format) / -1 (unparseable); proposer: learnability 1 - solve rate
-           (0 at 0 or 1), -0.5 for an invalid or trivial proposal, 0 for a duplicate (a program the run has seen,
-           or one more of a crowded shape); advantages normalised per (role, type) (TRR++);
+           (0 at 0 or 1), -0.5 for an invalid or trivial proposal, `duplicate_reward` (0 unless set) for a
+           duplicate (a program the run has seen, or one more of a crowded shape); advantages normalised per
+           (role, type) (TRR++);
   record   new tasks enter the buffers; the round's figures, the curriculum's among them (distinct programs and
            shapes in the buffer, the solver's rate on the new tasks, their programs' size), go to the metrics,
            and the round's line to selfplay.jsonl (the window's task browser).
@@ -23,7 +24,9 @@ the floor).
 The loss is the REINFORCE++ / PPO-clip policy loss over completion tokens (one update per round, so the
 ratio is 1 and clipping only matters when the options ask for more), plus an optional KL to a frozen
 reference. Buffers and the round counter are the source's state, saved in every checkpoint; sampling
-is seeded by (run seed, round), so a resumed run plays the same rounds.
+is seeded by (run seed, round) and each reply by its place in the round, so a resumed run plays the same rounds, and
+a run on several processes (each decodes and judges its share of every step's prompts with its own sandbox workers,
+then all gather the replies and verdicts and decide alike: rewards, fates, the task buffers) plays those of one.
 """
 
 from __future__ import annotations
@@ -37,11 +40,11 @@ from typing import Any
 import torch
 
 from desktop_app.engine.errors import UserError
-from desktop_app.engine.evaluate.heldout import HeldoutSettings, drain, mean_rate, solve_heldout
+from desktop_app.engine.evaluate.heldout import HeldoutSettings, TypeResult, drain, mean_rate, solve_heldout
 from desktop_app.engine.events import Log
 from desktop_app.engine.method_options import SelfPlayOptions, typed_options
 from desktop_app.engine.objectives.base import TrainContext
-from desktop_app.engine.objectives.episodes import EpisodeObjective
+from desktop_app.engine.objectives.episodes import EpisodeObjective, Part
 from desktop_app.engine.selfplay.buffer import TaskBuffer
 from desktop_app.engine.selfplay.policy import Episode, EpisodeBatch
 from desktop_app.engine.selfplay.prompting import default_world
@@ -55,10 +58,12 @@ from desktop_app.engine.selfplay.round import (
     TRIVIAL,
     Attempts,
     Decoded,
+    Judge,
+    Played,
     Proposals,
     Round,
 )
-from desktop_app.engine.tasks.base import PENALTY_FORMAT, Task, TaskWorld, get_world
+from desktop_app.engine.tasks.base import PENALTY_FORMAT, Check, Task, TaskWorld, Validation, get_world
 from desktop_app.engine.tasks.heldout_protocol import HeldoutProtocol, program_key, program_shape, programs_in_text
 
 LOG_NAME = "selfplay.jsonl"
@@ -109,7 +114,7 @@ class SelfPlayObjective(EpisodeObjective):
             self.options = typed_options(SelfPlayOptions, ctx.config.method_options, "self-play")
             self.buffers = {t: TaskBuffer() for t in self.options.task_types}
         self.attach(ctx, model)
-        self.log_path = Path(ctx.run_dir) / LOG_NAME
+        self.log_path = Path(ctx.run_dir) / LOG_NAME if ctx.processes.rank == 0 else None  # process 0 writes it
         if self.world is None:
             name = default_world(ctx.tokenizer) if self.options.world == "auto" else self.options.world
             self.world = get_world(name, strict=bool(self.options.strict_sandbox), **dict(self.options.world_options))
@@ -162,58 +167,87 @@ class SelfPlayObjective(EpisodeObjective):
         self._score(rnd, proposed, attempts)
         self._record(rnd, proposed, attempts)
         batch = rnd.batch()
-        self.fill_reference(list(batch))
+        self.fill_reference(self.mine(batch))
         self.last_rollouts = rnd.rollouts
         self._log(rnd)
         return batch
 
-    def _sample_types(self, prompts: dict[str, list[list[int]]], samples: int, seed: int,
-                      role: str) -> dict[str, Decoded]:
-        """Every task type's prompts decoded in one batch (types whose replies are cut after different line counts
-        apart); per type its prompts' decode. One decode per role instead of one per type: a round's decoding
-        costs a third of the steps."""
-        assert self.world is not None and self.prompter is not None
-        world, prompter = self.world, self.prompter
-        by_lines: dict[int, list[str]] = {}
-        for task_type in prompts:
-            lines = prompter.proposal_lines(world, task_type) if role == "proposer" else \
-                prompter.answer_lines(world, task_type)
-            by_lines.setdefault(lines, []).append(task_type)
-        out: dict[str, Decoded] = {}
-        for group, (lines, types) in enumerate(sorted(by_lines.items())):
-            encoded = [ids for t in types for ids in prompts[t]]
-            checks = [prompter.finished(world.answer_kind(t)) if role == "solver" else None
-                      for t in types for _ in prompts[t]]
-            ids, texts = self._sample(encoded, samples, seed + 7919 * group, max_lines=lines,
-                                      finished=checks if any(c is not None for c in checks) else None)
-            decoded, at = Decoded(encoded, ids, texts), 0
-            for t in types:
-                out[t] = decoded.part(at, len(prompts[t]), samples)
-                at += len(prompts[t])
+    def _play_types(self, rnd: Round, prompts: dict[str, list[list[int]]], role: str, seed: int,
+                    judge: Judge) -> dict[str, Played]:
+        """Every task type's prompts decoded, one batch per line count (types whose replies are cut after different
+        line counts apart: one decode per role instead of one per type, a third of the steps), and each reply judged
+        by `judge(type, task indices, replies)` (JSON verdicts, one per reply) where it was decoded. On several
+        processes each plays its share of the prompts and gathers the others' replies and verdicts, so every process
+        holds every type's."""
+        assert self.prompter is not None
+        units = [(t, i) for t in prompts for i in range(len(prompts[t]))]
+        mine = self.processes.share(len(units))
+        start = time.perf_counter()
+        replies = self._decode_share(prompts, units, mine, role, seed)
+        rnd.stats.decode_s += time.perf_counter() - start
+        start, verdicts = time.perf_counter(), {}
+        for t in prompts:
+            own = [u for u in mine if units[u][0] == t]
+            found = judge(t, [units[u][1] for u in own], [text for u in own for text in replies[u][1]]) if own else []
+            for k, u in enumerate(own):
+                verdicts[u] = found[k * len(replies[u][1]):(k + 1) * len(replies[u][1])]
+        rnd.stats.check_s += time.perf_counter() - start
+        pooled = self.processes.pool([[replies[u][0], verdicts[u]] for u in mine], f"gathering the {role}s' replies")
+        codec, out = self.prompter.codec, {t: Played(Decoded(prompts[t], [], []), []) for t in prompts}
+        for u, (ids, found) in enumerate(pooled):
+            played = out[units[u][0]]
+            played.decoded.completion_ids += ids
+            played.decoded.texts += replies[u][1] if u in replies else [codec.decode(c) for c in ids]
+            played.verdicts += found
         return out
 
-    def _propose(self, rnd: Round, rng: random.Random, seed: int) -> dict[str, tuple[list[str], Decoded]]:
+    def _decode_share(self, prompts: dict[str, list[list[int]]], units: list[tuple[str, int]], mine: range,
+                      role: str, seed: int) -> dict[int, tuple[list[list[int]], list[str]]]:
+        """This process's units (type, prompt) decoded, one decode per line count: each unit's replies' ids and
+        texts. Every row's draws come from (seed, its unit, its sample), and each decode's token budget is its whole
+        line count group's, so the replies are those one process decodes."""
+        assert self.world is not None and self.prompter is not None
+        world, prompter = self.world, self.prompter
+        samples = 1 if role == "proposer" else int(self.options.solver_samples)
+        lines_of = {t: prompter.proposal_lines(world, t) if role == "proposer" else prompter.answer_lines(world, t)
+                    for t in prompts}
+        out: dict[int, tuple[list[list[int]], list[str]]] = {}
+        for lines in sorted(set(lines_of.values())):
+            group = [u for u, (t, _) in enumerate(units) if lines_of[t] == lines]
+            own = [u for u in group if u in mine]
+            checks = [prompter.finished(world.answer_kind(units[u][0])) if role == "solver" else None for u in own]
+            part = Part([prompts[units[u][0]][units[u][1]] for u in own], own,
+                        max((len(prompts[units[u][0]][units[u][1]]) for u in group), default=0))
+            ids, texts = self._sample(part, samples, seed, max_lines=lines,
+                                      finished=checks if any(c is not None for c in checks) else None)
+            for k, u in enumerate(own):
+                out[u] = (ids[k * samples:(k + 1) * samples], texts[k * samples:(k + 1) * samples])
+        return out
+
+    def _propose(self, rnd: Round, rng: random.Random, seed: int) -> dict[str, tuple[list[str], Played]]:
         """propose: P proposer prompts per type (K reference tasks each from its buffer), every type's in one
-        decode; per type its prompts and their decode."""
+        decode, and the world's verdict on each proposal; per type its prompts and what became of them."""
         assert self.world is not None and self.prompter is not None
         o, world, prompter = self.options, self.world, self.prompter
         prompts = {t: [world.propose_prompt(t, self.buffers[t].sample(int(o.references), rng), rng)
                        for _ in range(o.proposals_per_type)] for t in o.task_types}
-        start = time.perf_counter()
-        decoded = self._sample_types({t: [prompter.propose_ids(p) for p in prompts[t]] for t in o.task_types}, 1,
-                                     seed, "proposer")
-        rnd.stats.decode_s += time.perf_counter() - start
-        return {t: (prompts[t], decoded[t]) for t in o.task_types}
 
-    def _validate(self, rnd: Round, drafts: dict[str, tuple[list[str], Decoded]]) -> dict[str, Proposals]:
-        """validate: the world judges every type's proposals, and each is given its fate (`_fate`: invalid,
+        def judge(task_type: str, _indices: list[int], texts: list[str]) -> list[Any]:
+            return [v.to_json() for v in world.validate(task_type, [prompter.proposal(text) for text in texts])]
+
+        played = self._play_types(rnd, {t: [prompter.propose_ids(p) for p in prompts[t]] for t in o.task_types},
+                                  "proposer", seed, judge)
+        return {t: (prompts[t], played[t]) for t in o.task_types}
+
+    def _validate(self, rnd: Round, drafts: dict[str, tuple[list[str], Played]]) -> dict[str, Proposals]:
+        """validate: every type's proposals with the world's verdicts, each given its fate (`_fate`: invalid,
         trivial, duplicate, held-out or new)."""
         assert self.world is not None and self.prompter is not None
         start, out = time.perf_counter(), {}
-        for t, (prompts, decoded) in drafts.items():
-            texts = [self.prompter.proposal(text) for text in decoded.texts]
-            verdicts = self.world.validate(t, texts)
-            out[t] = proposals = Proposals(prompts, decoded, verdicts)
+        for t, (prompts, played) in drafts.items():
+            texts = [self.prompter.proposal(text) for text in played.decoded.texts]
+            verdicts = [Validation.from_json(v) for v in played.verdicts]
+            out[t] = proposals = Proposals(prompts, played.decoded, verdicts)
             earlier: list[Task] = []  # this round's new and held-out proposals so far
             for verdict, text in zip(verdicts, texts, strict=True):
                 fate, reason = self._fate(t, verdict, earlier) if not self._shows_heldout(text) else \
@@ -268,17 +302,18 @@ class SelfPlayObjective(EpisodeObjective):
         """solve: every type's tasks, N answers each, in one decode; the world checks every answer by value."""
         assert self.world is not None and self.prompter is not None
         world, prompter, n = self.world, self.prompter, int(self.options.solver_samples)
-        start = time.perf_counter()
-        decoded = self._sample_types({t: [prompter.solve_ids(world, task) for task in a.tasks]
-                                      for t, a in attempts.items()}, n, seed, "solver")
-        rnd.stats.decode_s += time.perf_counter() - start
-        for t, replies in decoded.items():
-            start, tasks = time.perf_counter(), attempts[t].tasks
-            attempts[t].replies = replies
-            attempts[t].checks = world.check([task for task in tasks for _ in range(n)],
-                                             [prompter.answer(world, tasks[i // n], a)
-                                              for i, a in enumerate(replies.texts)])
-            rnd.stats.check_s += time.perf_counter() - start
+
+        def judge(task_type: str, indices: list[int], texts: list[str]) -> list[Any]:
+            tasks = [attempts[task_type].tasks[j] for j in indices]
+            return [c.to_json() for c in world.check([task for task in tasks for _ in range(n)],
+                                                     [prompter.answer(world, tasks[i // n], a)
+                                                      for i, a in enumerate(texts)])]
+
+        played = self._play_types(rnd, {t: [prompter.solve_ids(world, task) for task in a.tasks]
+                                        for t, a in attempts.items()}, "solver", seed, judge)
+        for t, answers in played.items():
+            attempts[t].replies = answers.decoded
+            attempts[t].checks = [Check.from_json(c) for c in answers.verdicts]
         return attempts
 
     def _score(self, rnd: Round, proposed: dict[str, Proposals], attempts: dict[str, Attempts]) -> None:
@@ -307,14 +342,15 @@ class SelfPlayObjective(EpisodeObjective):
                                          "reward": check.reward, "reason": check.reason})
 
     def _score_proposer(self, rnd: Round, task_type: str, proposals: Proposals, rates: dict[int, float]) -> None:
-        """score the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a new task, nothing for a duplicate,
-        the format penalty for an invalid or trivial one; a held-out program is left out of the update."""
+        """score the proposer: learnability (1 - solve rate; 0 at 0 or 1) for a new task, `duplicate_reward` for a
+        duplicate, the format penalty for an invalid or trivial one; a held-out program is left out of the update."""
         decoded = proposals.decoded
         for i, (verdict, fate, reason) in enumerate(zip(proposals.verdicts, proposals.fates, proposals.reasons,
                                                         strict=True)):
             refused = fate in (INVALID, TRIVIAL) or verdict.task is None
             rate = None if refused or fate == DUPLICATE else rates.get(id(verdict.task))
-            reward = PENALTY_FORMAT if refused else (learnability(rate) if rate is not None else 0.0)
+            reward = PENALTY_FORMAT if refused else self.options.duplicate_reward if fate == DUPLICATE else (
+                learnability(rate) if rate is not None else 0.0)
             proposals.rates.append(rate)
             proposals.rewards.append(reward)
             episode = Episode(decoded.prompt_ids[i], decoded.completion_ids[i], 0.0, "proposer", task_type)
@@ -419,10 +455,16 @@ class SelfPlayObjective(EpisodeObjective):
     # -- evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, ctx: TrainContext) -> dict[str, float]:
-        """Greedy solve rate per type on the fixed held-out tasks; val_loss = 1 - their mean (best / early stop)."""
+        """Greedy solve rate per type on the fixed held-out tasks; val_loss = 1 - their mean (best / early stop). Each
+        process solves its share of every type's tasks and the counts are gathered."""
         assert self.world is not None and self.prompter is not None
         settings = HeldoutSettings(max_len=self.max_len, max_new_tokens=int(self.options.max_new_tokens))
-        results = drain(solve_heldout(model, self.prompter, self.world, self.heldout, settings))
+        mine = {t: [tasks[i] for i in self.processes.share(len(tasks))] for t, tasks in self.heldout.items()}
+        solved = drain(solve_heldout(model, self.prompter, self.world, mine, settings))
+        counts = self.processes.pool([[t, solved[t].n, solved[t].solved] if t in solved else [t, 0, 0]
+                                      for t in self.heldout], "gathering held-out results")  # one entry per type each
+        results = {t: TypeResult(t, sum(n for u, n, _ in counts if u == t), sum(k for u, _, k in counts if u == t))
+                   for t in self.heldout if any(u == t and n for u, n, _ in counts)}
         out = {f"heldout_solve_rate/{t}": r.rate for t, r in results.items()}
         out["heldout_solve_rate"] = mean_rate(results)
         out["val_loss"] = 1.0 - out["heldout_solve_rate"]

@@ -30,13 +30,17 @@ class Episode:
 
 
 class EpisodeBatch(list):
-    """One round's episodes; `stats` are the round's figures (the same for every micro-batch of it)."""
+    """One round's episodes; `stats` are the round's figures (the same for every micro-batch of it). `scales`: what
+    each episode's summed token losses are multiplied by (None: the micro-batch's token mean); the rollout methods set
+    them so that a micro-batch on any process adds what its episodes add to one process's loss."""
 
     stats: dict[str, float]
 
-    def __init__(self, episodes: Any = (), stats: dict[str, float] | None = None):
+    def __init__(self, episodes: Any = (), stats: dict[str, float] | None = None,
+                 scales: list[float] | None = None):
         super().__init__(episodes)
         self.stats = dict(stats or {})
+        self.scales = scales
 
 
 def teaching_episodes(episodes: list[Episode], rewards: Sequence[float], groups: Sequence[object]) -> list[Episode]:
@@ -84,14 +88,18 @@ def reference_logps(reference: Any, episodes: list[Episode], chunk: int = 16, mo
 
 def policy_loss(model: torch.nn.Module, micro: EpisodeBatch, *, clip: float = 0.2,
                 kl_coef: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The clipped policy loss (+ KL) of one micro-batch and its metrics (the round's stats, kl, entropy)."""
+    """The clipped policy loss (+ KL) of one micro-batch and its metrics (the round's stats, kl, entropy): the token
+    mean, or each episode's token sum times its scale (`micro.scales`)."""
     device = next(model.parameters()).device
     stats = {k: torch.tensor(v) for k, v in micro.stats.items()}
-    if not micro:
+    if not micro:  # (a process whose share of a round is empty: its figures still add up with the others')
         zero = sum(p.sum() * 0.0 for p in model.parameters() if p.requires_grad)
-        return zero, stats
+        return zero, {**stats, "kl": torch.zeros(()), "entropy": torch.zeros(())}
     (logps, entropy), mask = completion_logps(model, micro, with_entropy=True)
     adv = torch.tensor([e.advantage for e in micro], device=device).unsqueeze(1)
+    if micro.scales is not None:  # each episode's token sum, scaled
+        mask = mask * torch.tensor(micro.scales, device=device, dtype=mask.dtype).unsqueeze(1)
+    norm = mask.sum().clamp(min=1) if micro.scales is None else torch.ones((), device=device)
     ratio = torch.exp(logps - logps.detach())
     per_token = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
     kl_value = torch.zeros((), device=device)
@@ -103,10 +111,10 @@ def policy_loss(model: torch.nn.Module, micro: EpisodeBatch, *, clip: float = 0.
         log_ratio = ref - logps
         kl = torch.exp(log_ratio) - log_ratio - 1  # k3 estimator: unbiased, always >= 0
         per_token = per_token + kl_coef * kl
-        kl_value = (kl * mask).sum() / mask.sum().clamp(min=1)
-    loss = (per_token * mask).sum() / mask.sum().clamp(min=1)
+        kl_value = (kl * mask).sum() / norm
+    loss = (per_token * mask).sum() / norm
     stats["kl"] = kl_value.detach()
-    stats["entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).detach()
+    stats["entropy"] = ((entropy * mask).sum() / norm).detach()
     return loss, stats
 
 

@@ -15,6 +15,7 @@ import torch
 
 from desktop_app.engine.data.batches import BatchSource
 from desktop_app.engine.generate.rows import Check, Row
+from desktop_app.engine.generate.sampling import row_seeds
 from desktop_app.engine.generate.settings import DecodeLimits, PromptRows, SamplingSettings
 from desktop_app.engine.generate.static_decode import log_choice, static_completions, use_static_path
 from desktop_app.engine.generate.token_loop import LoopOptions, token_steps
@@ -53,7 +54,12 @@ class RolloutOptions:
     limit), or once `finished(its ids)` says its answer is complete (one check, or one per prompt). `pad_id` pads
     the prompts on the left; `backend`: auto (the static path on CUDA, the lean runners elsewhere), static, lean
     or hf; `tokens`: the tokenizer's size when the model's vocabulary is padded beyond it (those ids are never
-    sampled)."""
+    sampled).
+
+    A decode that is one process's share of a larger one (a round split over processes) says so: `keys` are its
+    prompts' places in the whole (each row then draws from its own generator, seeded by (seed, key, sample): the
+    rows sample what they would in one batch with all the others; any keys turn this on) and `longest` the whole's
+    longest prompt (the token budget is the whole's)."""
 
     samples: int = 1
     max_new_tokens: int = 32
@@ -68,14 +74,18 @@ class RolloutOptions:
     finished: Check | Sequence[Check | None] | None = None
     backend: str = "auto"
     tokens: int = 0
+    keys: Sequence[int] | None = None
+    longest: int = 0
 
     def fit(self, prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], DecodeLimits]:
         """The prompts as the context holds them (an over-long one keeps its end, leaving room to answer) and
         the limits of their completions (the token budget that fits after the longest)."""
+        longest = self.longest
         if self.max_len is not None:
             keep = max(1, self.max_len - self.max_new_tokens)
             prompts = [list(p)[-keep:] for p in prompts]
-        longest = max(len(p) for p in prompts)
+            longest = min(longest, keep)
+        longest = max([longest] + [len(p) for p in prompts])
         budget = self.max_new_tokens if self.max_len is None else max(1, min(self.max_new_tokens,
                                                                              self.max_len - longest))
         return [list(p) for p in prompts], DecodeLimits(budget, self.stop_ids, (), self.newline_ids, self.max_lines)
@@ -83,6 +93,14 @@ class RolloutOptions:
     @property
     def sampling(self) -> SamplingSettings:
         return SamplingSettings(temperature=self.temperature, top_p=self.top_p, tokens=self.tokens)
+
+    def seeds(self, prompts: int) -> int | list[int]:
+        """The call's seed, or one per row when `keys` place its prompts in a larger decode."""
+        if self.keys is None:
+            return self.seed
+        if len(self.keys) != prompts:
+            raise ValueError(f"{len(self.keys)} keys for {prompts} prompts")
+        return row_seeds(self.seed, self.keys, self.samples)
 
 
 @torch.no_grad()
@@ -109,7 +127,7 @@ def sample_completions(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     try:
         if static:  # on CUDA: static cache, CUDA graphs, sampling and stop checks on the GPU
             log_choice(model, reason)
-            completions = static_completions(model, rows, limits, options.sampling, options.seed)
+            completions = static_completions(model, rows, limits, options.sampling, options.seeds(len(prompts)))
             return [c if check is None else cut_when_finished(c, check) for c, check in zip(completions, checks,
                                                                                            strict=True)]
         with torch.inference_mode():
@@ -122,7 +140,7 @@ def _decode_rows(model: torch.nn.Module, rows: PromptRows, limits: DecodeLimits,
                  options: RolloutOptions) -> list[list[int]]:
     """The lean / transformers runners' rollouts: token_loop.py's steps until each row's Row (rows.py) ends it."""
     states = [Row(limits, check=check) for check in checks]
-    loop = LoopOptions(options.backend, options.seed, share_prefix=True, prune_finished=True)
+    loop = LoopOptions(options.backend, options.seeds(len(rows.prompts)), share_prefix=True, prune_finished=True)
     for step in token_steps(model, rows, limits.budget, options.sampling, lambda b: states[b].reason is None, loop):
         for b, token in zip(step.rows, step.tokens, strict=True):
             if states[b].reason is None:

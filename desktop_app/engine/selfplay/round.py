@@ -4,6 +4,7 @@ these)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,20 @@ class Decoded:
         """Prompts start..start+count and their replies."""
         replies = slice(start * samples, (start + count) * samples)
         return Decoded(self.prompt_ids[start:start + count], self.completion_ids[replies], self.texts[replies])
+
+
+@dataclass
+class Played:
+    """One task type's decode in a round's step and the world's verdict on each reply, as plain JSON values (the form
+    in which processes that share a round send them to each other)."""
+
+    decoded: Decoded
+    verdicts: list[Any]
+
+
+# The world's verdicts on the replies to some of a type's prompts: judge(type, prompt indices, replies) -> one
+# JSON verdict per reply (samples per prompt, prompt-major).
+Judge = Callable[[str, list[int], list[str]], list[Any]]
 
 
 # What becomes of a proposal (the task browser's verdicts): refused by the world, or valid and then new (to the

@@ -68,6 +68,16 @@ class Validation:
     def valid(self) -> bool:
         return self.task is not None
 
+    def to_json(self) -> dict:
+        """Plain values (a verdict made in one process, sent to the others of a run)."""
+        return {"task": self.task.to_json() if self.task is not None else None, "reason": self.reason,
+                "format_error": self.format_error, "trivial": self.trivial}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Validation:
+        task = Task.from_json(data["task"]) if data.get("task") is not None else None
+        return cls(task, str(data.get("reason", "")), bool(data.get("format_error")), bool(data.get("trivial")))
+
 
 @dataclass(frozen=True)
 class Check:
@@ -80,6 +90,13 @@ class Check:
     @property
     def correct(self) -> bool:
         return self.status == "correct"
+
+    def to_json(self) -> list:
+        return [self.status, self.reward, self.reason]
+
+    @classmethod
+    def from_json(cls, data: list) -> Check:
+        return cls(str(data[0]), float(data[1]), str(data[2]))
 
 
 def correct() -> Check:

@@ -22,7 +22,7 @@ from desktop_app.engine.model import fast_path
 from desktop_app.engine.model.fast_path import KernelRequest
 from desktop_app.engine.model.training_forward import TrainingModel
 from desktop_app.engine.objectives import make_objective
-from desktop_app.engine.objectives.base import TrainContext
+from desktop_app.engine.objectives.base import Processes, TrainContext
 from desktop_app.engine.train import checkpoints as ckpt
 from desktop_app.engine.train import distributed as dist_mod
 from desktop_app.engine.train import setup
@@ -78,7 +78,8 @@ def build_parts(run: Run, found: Found) -> list[Event]:
                       setup.flops_per_token(model, prepared.model_spec, adapter=prepared.adapter), peak,
                       source_shards=dist is not None and source.set_shard(dist.rank, dist.world),
                       fast=forward_model if isinstance(forward_model, TrainingModel) else None)
-    run.rank_batch = run.spec.batch_size // (dist.world if dist is not None else 1)
+    # a step's rows per process (a rollout method's rounds are shared out by episode: its batch_size is not split)
+    run.rank_batch = run.spec.batch_size // (dist.world if dist is not None and not config.is_rl else 1)
     return notes + _seed_and_restore(run, found)
 
 
@@ -129,7 +130,13 @@ def _context(run: Run, found: Found, prepared: setup.Prepared, store: TokenStore
     return TrainContext(run_dir=run.run_dir, config=config, train_spec=run.spec, device=device, autocast=autocast,
                         seed=config.seed, store=store, dataset_dir=Path(config.dataset) if config.dataset else None,
                         model_spec=prepared.model_spec, tokenizer=prepared.tokenizer, resumed=found.loaded is not None,
-                        base=found.base_info, adapter=prepared.adapter, load_reference=prepared.load_reference)
+                        base=found.base_info, adapter=prepared.adapter, load_reference=prepared.load_reference,
+                        processes=_processes(run.dist))
+
+
+def _processes(dist: dist_mod.DistContext | None) -> Processes:
+    """The processes of the run as the objective sees them (a rollout method shares out its rounds)."""
+    return Processes() if dist is None else Processes(dist.rank, dist.world, dist.gather)
 
 
 def _seed_and_restore(run: Run, found: Found) -> list[Event]:

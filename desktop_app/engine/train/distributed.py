@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -115,7 +116,8 @@ class DistContext:
 
     def describe(self) -> str:
         return (f"process {self.rank} of {self.world} ({self.spec.strategy.upper()}, {self.backend}); each trains "
-                "its share of every batch, process 0 writes metrics and checkpoints")
+                "its share of every batch (self-play and GRPO: also plays its share of every round), process 0 "
+                "writes metrics and checkpoints")
 
     # --- collectives (every rank calls each one, in the same order) ----------------------------------------
 
@@ -147,6 +149,24 @@ class DistContext:
     def agree(self, ok: bool, what: str) -> bool:
         """True when every rank says ok (a setup or save step that may fail on one of them)."""
         return self.sum([0.0 if ok else 1.0], what)[0] == 0.0
+
+    def gather(self, value: Any, what: str) -> list[Any]:
+        """Every rank's JSON-able `value`, in rank order (a rollout method's share of a round: its replies and
+        verdicts). Two all-gathers: the sizes, then the UTF-8 JSON padded to the longest; no pickle."""
+        import torch.distributed as dist
+
+        device = self._comm_device()
+        data = torch.frombuffer(bytearray(json.dumps(value).encode("utf-8")), dtype=torch.uint8).to(device)
+        size = torch.tensor([data.numel()], dtype=torch.int64, device=device)
+        sizes = [torch.zeros_like(size) for _ in range(self.world)]
+        self._collective(what, lambda: dist.all_gather(sizes, size))
+        longest = max(int(s.item()) for s in sizes)
+        padded = torch.zeros(longest, dtype=torch.uint8, device=device)
+        padded[: data.numel()] = data
+        parts = [torch.zeros_like(padded) for _ in range(self.world)]
+        self._collective(what, lambda: dist.all_gather(parts, padded))
+        return [json.loads(part[: int(n.item())].cpu().numpy().tobytes().decode("utf-8"))
+                for part, n in zip(parts, sizes, strict=True)]
 
 
 def is_communication_error(exc: BaseException) -> bool:
@@ -181,8 +201,17 @@ class ObjectiveModule(torch.nn.Module):
         self.model = model
         self._loss = loss
 
-    def forward(self, micro: Any) -> Any:
-        return self._loss(self.model, micro)
+    def forward(self, carried: Carried) -> Any:
+        return self._loss(self.model, carried.micro)
+
+
+@dataclass
+class Carried:
+    """A micro-batch handed through DDP's forward untouched: on a GPU, DDP rebuilds lists and tuples it is given
+    (moving their tensors), which would turn a rollout method's EpisodeBatch into a plain list. The objective has
+    put the micro-batch on its device already."""
+
+    micro: Any
 
 
 @dataclass
@@ -212,7 +241,8 @@ def wrap(model: torch.nn.Module, forward_model: Any, loss: Callable[[Any, Any], 
     newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
     ddp = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
                                   **{"forward_sync_buffers" if newer else "broadcast_buffers": False})
-    return Wrapped(ddp, ddp.no_sync, [f"DDP: gradients averaged over {ctx.world} processes in backward"])
+    return Wrapped(lambda micro: ddp(Carried(micro)), ddp.no_sync,
+                   [f"DDP: gradients averaged over {ctx.world} processes in backward"])
 
 
 @contextlib.contextmanager

@@ -7,7 +7,9 @@ The figures are the app's own estimates (model/sizing.py, the same preflight use
 model's shape: its config.json (a few KB, fetched into the Hugging Face cache), or, where there is none (a GGUF
 repository) or it cannot be read, a Llama-shaped model of the same parameter count. The app chats and trains in
 full precision (a GGUF is dequantized when loaded), so a GGUF file set needs what the full model needs.
-A run is said to fit when its estimate takes at most preflight.FITS_SHARE of the free memory.
+A run is said to fit when its estimate takes at most memory_plan.FITS_SHARE of the free memory. A fine-tuning
+verdict is the estimate of the very run "Fine-tune it" opens on the Train tab (memory_plan.opening_plan, fitted:
+the same micro-batch and precision), so the two figures agree.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ from desktop_app.engine.finetune.base_model import quantization_config
 from desktop_app.engine.hub.details import FileSet, RepoDetails, fetch_config
 from desktop_app.engine.hub.errors import size_text
 from desktop_app.engine.model.families import attention_of
-from desktop_app.engine.model.sizing import TrainingShape, estimate_memory, estimate_training_memory, spec_for_estimate
+from desktop_app.engine.model.sizing import estimate_memory, spec_for_estimate
 from desktop_app.engine.specs import AdapterSpec, ModelSpec
-from desktop_app.engine.train.preflight import ASSUMED_EXAMPLE_TOKENS, FITS_SHARE, Machine, this_machine
+from desktop_app.engine.train.memory_plan import FITS_SHARE, Machine, MemoryPlan, fit_plan, opening_plan, this_machine
 
 USES = ("chat", "lora", "qlora", "full")
 CHAT_TOKENS = 2048  # a conversation's length for the chat estimate (its KV cache), or the context if shorter
-LORA_RANK = 8  # AdapterSpec's default rank
 _ADAPTER = {"lora": "lora", "qlora": "qlora", "full": "none"}
 
 
@@ -53,12 +54,15 @@ def fit_verdicts(details: RepoDetails, file_set: FileSet, machine: Machine | Non
     out = [verdict("chat", chat_memory(spec, gguf, file_set.size), machine)]
     note = "GGUF files are for chat; fine-tuning one loads it as full-precision weights: " if gguf else ""
     for use in USES[1:]:
-        needed = training_memory(spec, use, on_gpu=bool(machine.gpu_total), attention=attention_of(details.model_type))
+        plan = training_plan(spec, use, machine, attention_of(details.model_type))
+        needed = plan.total()
         refused = qlora_refusal(machine) if use == "qlora" else None
         if refused:
             out.append(FitVerdict(use, False, needed, 0, "GPU memory" if machine.gpu_total else "RAM", refused))
             continue
         found = verdict(use, needed, machine, note)
+        if found.fits:  # how the run Fine-tune it opens trains: the Train tab shows the same estimate
+            found = dataclasses.replace(found, reason=f"{found.reason} ({plan_words(plan)})")
         if use == "qlora" and not machine.gpu_total:
             found = dataclasses.replace(found, reason=found.reason + "; slower than LoRA on a CPU")
         out.append(found)
@@ -110,13 +114,22 @@ def chat_memory(spec: ModelSpec, gguf: bool, file_size: int) -> int:
     return need + (file_size if gguf else 0)
 
 
-def training_memory(spec: ModelSpec, use: str, *, on_gpu: bool, attention: str = "sdpa") -> int:
-    """One fine-tuning example at a time, as preflight estimates a run whose example length is not known yet (with
-    the family's attention: eager keeps its scores)."""
-    shape = TrainingShape(batch_size=1, seq_len=min(spec.context_length, ASSUMED_EXAMPLE_TOKENS),
-                          precision="bf16" if on_gpu else "fp32", adapter=_ADAPTER[use], lora_rank=LORA_RANK,
-                          attention=attention)
-    return estimate_training_memory(spec, shape)["total"]
+def training_plan(spec: ModelSpec, use: str, machine: Machine, attention: str = "sdpa") -> MemoryPlan:
+    """The run "Fine-tune it" opens for `use` on `machine`: memory_plan.opening_plan fitted to the free memory
+    (the largest micro-batch that fits, then gradient checkpointing), the same the Train tab opens with (with the
+    family's attention: eager keeps its scores)."""
+    on_gpu = bool(machine.gpu_total)
+    plan = opening_plan(spec, _ADAPTER[use], on_gpu, attention)
+    return fit_plan(plan, machine.gpu_free if on_gpu else machine.ram_free)
+
+
+def plan_words(plan: MemoryPlan) -> str:
+    """How the estimated run trains, in words: its micro-batch, checkpointing, example length and precision."""
+    shape = plan.shape
+    batch = (f"batch of {plan.batch_size} at once" if plan.micro_batch >= plan.batch_size else
+             f"micro-batch {plan.micro_batch} of {plan.batch_size}")
+    ckpt = ", checkpointing" if shape.gradient_checkpointing else ""
+    return f"{batch}{ckpt}, {shape.seq_len:,} tokens an example until data is chosen, {shape.precision}"
 
 
 def model_shape(details: RepoDetails) -> tuple[ModelSpec | None, bool]:

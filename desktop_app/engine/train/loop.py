@@ -274,10 +274,12 @@ def _steps(run: Run) -> Generator[Event, None, str | None]:
     spec, parts = run.spec, run.parts
     assert parts is not None and run.sync is not None
     run.session_start, run.paused_s = time.perf_counter(), 0.0
-    # FSDP: every process takes part in each forward (evaluation too); DDP: process 0 evaluates alone.
+    # FSDP: every process takes part in each forward (evaluation too); DDP: process 0 evaluates alone, unless the
+    # objective shares its evaluation out (the rollout methods)
     session = _Session([p for p in parts.model.parameters() if p.requires_grad],
                        spec.grad_clip if spec.grad_clip > 0 else float("inf"), run.state.step,
-                       evaluates=run.is_main or (run.dist is not None and run.dist.fsdp))
+                       evaluates=run.is_main or (run.dist is not None and (run.dist.fsdp or
+                                                                           parts.objective.shares_evaluation)))
     if run.interactive:
         yield figures.first_step(spec, run.state.step)
     while run.state.step < spec.steps:
@@ -505,7 +507,7 @@ def accumulate(parts: Parts, batch: Any, micro: int, *, shapes: list[tuple[int, 
     metric_sums: dict[str, torch.Tensor] = {}
     tokens = 0
     for i, piece in enumerate(pieces):
-        weight = len(piece) / total  # mean of means = global mean when pieces are weighted by size
+        weight = len(piece) / total if total else 1.0  # weighted by size: the mean (one empty share: its figures)
         piece = objective.to_device(piece, device)
         last = i == len(pieces) - 1
         with contextlib.nullcontext() if last else wrapped.no_sync():

@@ -26,16 +26,15 @@ from desktop_app.engine.errors import UserError
 from desktop_app.engine.events import Finished, Log
 from desktop_app.engine.model.sizing import estimate_training_memory, human_bytes
 from desktop_app.engine.specs import RunConfig
-from desktop_app.engine.train.preflight import (
+from desktop_app.engine.train.memory_plan import (
     FITS_SHARE,
     Machine,
     MemoryPlan,
-    change_groups,
     memory_budget,
     memory_plan,
     this_machine,
-    what_fits,
 )
+from desktop_app.engine.train.preflight import change_groups, what_fits
 
 # An 8-bit AdamW keeps two 1-byte states per parameter (plus small block scales) instead of two fp32 ones.
 EIGHT_BIT_OPTIMIZERS = ("adamw8bit", "paged_adamw8bit")

@@ -11,10 +11,9 @@
 `field` names the setting a finding is about (a TrainSpec field such as warmup_steps, lr or batch_size; val_fraction;
 dataset; device), so a front end can show it next to that setting. The window shows them as the settings change,
 the CLI prints them before it starts, and the server can return them with its notes.
-`method_defaults` is what a method's run starts from (the window's fields follow it until the person types their own).
 
-Stdlib only (no torch at import): the window runs this on every change. `this_machine` reads free memory from psutil
-(or /proc/meminfo), and a GPU's free memory only where torch already runs CUDA, unless asked to look.
+Stdlib only (no torch at import): the window runs this on every change. The memory check's estimate and the machine
+it is held to are memory_plan.py's (the one estimate of the app).
 """
 
 from __future__ import annotations
@@ -22,33 +21,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from desktop_app.engine import run_folder
 from desktop_app.engine.data.tables import table_kind, table_rows
 from desktop_app.engine.errors import UserError
 from desktop_app.engine.methods import METHOD_BY_KEY, method_key
-from desktop_app.engine.model.families import attention_of
-from desktop_app.engine.model.sizing import TrainingShape, estimate_training_memory, human_bytes, spec_for_estimate
-from desktop_app.engine.specs import ModelSpec, RunConfig, SpecError, TrainSpec
+from desktop_app.engine.model.sizing import TrainingShape, estimate_training_memory, human_bytes
+from desktop_app.engine.specs import RunConfig, SpecError, TrainSpec
+from desktop_app.engine.train.memory_plan import (
+    ESTIMATE_LOW,
+    FITS_SHARE,
+    Machine,
+    MemoryPlan,
+    base_parameters,
+    memory_budget,
+    memory_plan,
+)
 
 ERROR = "error"
 WARNING = "warning"
-# sizing.estimate_memory is about +-40%: a run is refused only when even 40% less than its estimate is more than the
-# machine has free, and is said to fit when its estimate takes at most FITS_SHARE of it (the system, the window and
-# the allocator's slack need the rest).
-ESTIMATE_LOW = 0.6
-FITS_SHARE = 0.8
 # A learning rate this many times the method's usual one is another method's (a pretraining rate on a pretrained
 # model wrecks it); one this many times smaller barely moves the weights.
 LR_TOO_HIGH = 5.0
 LR_TOO_LOW = 50.0
-# Fine-tuning examples are as long as their text (batches are padded to their longest): without a max_len the
-# activations are estimated at this many tokens (or the context, if shorter) and the estimate is said to be a guess.
-ASSUMED_EXAMPLE_TOKENS = 1024
 _BAD_SETTINGS = (UserError, SpecError, OSError, ValueError, KeyError, TypeError)
 
 
@@ -59,63 +55,6 @@ class Finding:
     level: str
     field: str
     message: str
-
-
-@dataclass(frozen=True)
-class Machine:
-    """The memory a run on this machine can use, in bytes (0 where unknown). `gpu_known` is False until torch has
-    looked for a GPU (the window before the engine is loaded): the memory check waits for it where a GPU would
-    train the run."""
-
-    ram_free: int
-    ram_total: int = 0
-    gpu_free: int = 0
-    gpu_total: int = 0
-    gpu_name: str = ""
-    gpu_known: bool = True
-
-
-def ram_memory() -> tuple[int, int]:
-    """(available, total) bytes of RAM: psutil where installed, else /proc/meminfo; (0, 0) when neither says."""
-    try:
-        import psutil
-
-        vm = psutil.virtual_memory()
-        return int(vm.available), int(vm.total)
-    except Exception:  # psutil missing or failing: the kernel's own figures
-        pass
-    try:
-        values = {}
-        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
-            name, _, rest = line.partition(":")
-            values[name] = int(rest.split()[0]) * 1024  # kB
-        return values.get("MemAvailable", values.get("MemFree", 0)), values.get("MemTotal", 0)
-    except (OSError, ValueError, IndexError):
-        return 0, 0
-
-
-def this_machine(probe_gpu: bool | None = None) -> Machine:
-    """Free RAM now, and the free memory of the GPU a run would use (torch.cuda.mem_get_info). probe_gpu None looks
-    only where torch already runs CUDA (opening no CUDA context: a torchrun process must not open one on GPU 0 before
-    it picks its own); True loads torch and looks; False never looks (the GPU stays unknown)."""
-    free, total = ram_memory()
-    torch = sys.modules.get("torch")
-    if probe_gpu is False or (probe_gpu is None and (torch is None or not torch.cuda.is_initialized())):
-        return Machine(free, total, gpu_known=False)
-    import torch
-
-    if not torch.cuda.is_available():
-        return Machine(free, total)
-    index = torch.cuda.current_device()
-    gpu_free, gpu_total = torch.cuda.mem_get_info(index)
-    return Machine(free, total, int(gpu_free), int(gpu_total), torch.cuda.get_device_name(index))
-
-
-def method_defaults(objective: str, adapter_kind: str = "none") -> dict[str, Any]:
-    """The training settings a run of this method starts from: its learning rate (methods.py) and the step count
-    every method starts from (TrainSpec's). The window's fields follow these until the person types their own."""
-    method = METHOD_BY_KEY[method_key(objective, adapter_kind)]
-    return {"lr": method.default_lr(adapter_kind), "steps": TrainSpec().steps}
 
 
 def preflight(config: RunConfig, machine: Machine, *, records: int | None = None) -> list[Finding]:
@@ -158,7 +97,7 @@ def learning_rate_finding(config: RunConfig, train: TrainSpec) -> Finding | None
     """A learning rate far from what the method usually starts from (most often another method's, kept)."""
     kind = str((config.adapter or {}).get("kind", "none"))
     method = METHOD_BY_KEY[method_key(config.objective, kind)]
-    usual = method.default_lr(kind)
+    usual = method.default_lr(kind, base_parameters(config.base_model) if config.base_model else 0)
     name = "pretraining" if method.key == "pretraining" else method.label.split(" (")[0]
     if train.lr >= usual * LR_TOO_HIGH:
         return Finding(WARNING, "lr",
@@ -267,55 +206,6 @@ def count_records(files: list[str], enough: int) -> int | None:
 
 # --- memory ------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class MemoryPlan:
-    """A run as the memory estimate sees it: the model, how it trains, and whether the sequence length is a guess."""
-
-    spec: ModelSpec
-    shape: TrainingShape
-    batch_size: int  # sequences (DPO: pairs) per optimizer step
-    rows: int  # sequences per example: 2 for DPO's chosen and rejected answers
-    guessed_length: bool
-    finetune: bool
-
-
-def memory_budget(device: str, machine: Machine) -> tuple[str, int, bool] | None:
-    """(what the run draws on, free bytes, a GPU?) for the run's device; None where unknown."""
-    if device == "cuda" or (device == "auto" and machine.gpu_total):
-        if not machine.gpu_total:
-            return None  # not looked yet, or no GPU (the engine refuses device cuda by itself)
-        return f"the GPU ({machine.gpu_name or 'CUDA'})", machine.gpu_free, True
-    if device == "auto" and not machine.gpu_known:
-        return None  # a GPU may train it: wait until torch has looked
-    if not machine.ram_total:
-        return None
-    return "this machine's RAM", machine.ram_free, False
-
-
-def memory_plan(config: RunConfig, train: TrainSpec, on_gpu: bool) -> MemoryPlan | None:
-    """The model and training shape of a run, or None where the model cannot be read without loading it."""
-    base = None if config.model else base_config(config.base_model)
-    spec = config.model_spec() if config.model else (spec_for_estimate(base) if base is not None else None)
-    if spec is None:
-        return None
-    seq, guessed = spec.context_length, False
-    if config.objective == "causal_lm" and config.dataset:
-        seq = dataset_context(config.dataset) or seq
-    elif config.objective in ("sft", "dpo"):
-        max_len = int(getattr(config.options(), "max_len", 0) or 0)
-        seq, guessed = (max_len, False) if max_len else (min(seq, ASSUMED_EXAMPLE_TOKENS), True)
-    micro = 1 if train.auto_micro_batch else (train.micro_batch_size or train.batch_size)
-    rows = 2 if config.objective == "dpo" else 1  # chosen and rejected answers
-    if config.is_rl:
-        micro = 0  # rollouts: their activations are not estimated here
-    precision = train.precision if train.precision in ("fp32", "bf16", "fp16") else ("bf16" if on_gpu else "fp32")
-    adapter = config.adapter_spec() if config.adapter else None
-    shape = TrainingShape(micro * rows, seq, precision, bool(train.gradient_checkpointing),
-                          adapter.kind if adapter else "none", adapter.rank if adapter else 8,
-                          attention_of(base.get("model_type")) if base is not None else "sdpa")
-    return MemoryPlan(spec, shape, train.batch_size, rows, guessed, config.is_finetune)
-
-
 def memory_finding(config: RunConfig, train: TrainSpec, machine: Machine) -> Finding | None:
     """The run's memory estimate against what its device has free: an error where it cannot fit at all, a warning
     where it may not, each with what would fit."""
@@ -335,8 +225,7 @@ def memory_finding(config: RunConfig, train: TrainSpec, machine: Machine) -> Fin
         if train.precision == "auto" and shape.precision == "fp32" else est
     cannot = fixed > free or (not plan.guessed_length and low["total"] * ESTIMATE_LOW > free)
     if shape.batch_size:
-        tokens = f"for {shape.batch_size} × {shape.seq_len:,} tokens at {shape.precision}" + (
-            " (a guess: set the longest example)" if plan.guessed_length else "")
+        tokens = f"for {shape.batch_size} × {shape.seq_len:,} tokens ({plan.length}) at {shape.precision}"
     else:
         tokens = "not counting the rollouts'"
     verdict = "It cannot work here." if cannot else "It may not fit: expect swapping or an out-of-memory stop."
@@ -399,36 +288,4 @@ def change_groups(plan: MemoryPlan, free: int) -> list[list[tuple[str, TrainingS
 
 
 def _total(plan: MemoryPlan, shape: TrainingShape) -> int:
-    return estimate_training_memory(plan.spec, shape)["total"]
-
-
-def dataset_context(dataset: str) -> int:
-    """The window length of a prepared dataset (its manifest), 0 when unreadable."""
-    try:
-        manifest = json.loads((Path(dataset).expanduser() / "manifest.json").read_text(encoding="utf-8"))
-        return int(manifest["chunking"]["context_length"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
-
-
-def base_config(path: str, depth: int = 0) -> dict[str, Any] | None:
-    """The config.json (a dict) of a base model from the folder alone (nothing verified or loaded: this runs while the
-    person types): a model folder, a run's newest checkpoint, or the base an adapter sits on. None where it cannot
-    be read this way (a GGUF file, no config.json)."""
-    from desktop_app.engine.model.folders import adapter_base_path, is_adapter_folder  # lazy: start-up
-
-    folder = Path(path).expanduser()
-    if not path or not folder.is_dir() or depth > 8:
-        return None
-    if run_folder.is_run_folder(folder):
-        committed = run_folder.list_committed(folder)
-        if not committed:
-            return None
-        folder = committed[-1]
-    if is_adapter_folder(folder):
-        return base_config(adapter_base_path(folder), depth + 1)
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # no config.json, or unreadable: the run's own checks name it
-    return config if isinstance(config, dict) else None
+    return plan.total(shape)

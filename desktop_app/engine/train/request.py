@@ -27,7 +27,8 @@ from desktop_app.engine.methods import default_lr
 from desktop_app.engine.model.hub_cache import resolve_model_reference
 from desktop_app.engine.presets import preset
 from desktop_app.engine.specs import DataSpec, ModelSpec, RunConfig, TrainSpec
-from desktop_app.engine.train.preflight import Finding, Machine, preflight, this_machine
+from desktop_app.engine.train.memory_plan import Machine, base_parameters, this_machine
+from desktop_app.engine.train.preflight import Finding, preflight
 
 if TYPE_CHECKING:
     from desktop_app.engine.pipeline_folder import Stage
@@ -249,7 +250,9 @@ def _train_settings(request: RunRequest) -> dict[str, Any]:
     """The TrainSpec of a request: the fields given, and the method's learning rate when none is."""
 
     train = {k: v for k, v in request.train.items() if v is not None}
-    train.setdefault("lr", default_lr(request.objective, str(request.adapter.get("kind") or "none")))
+    if "lr" not in train:
+        size = base_parameters(request.base_model) if request.base_model else 0
+        train["lr"] = default_lr(request.objective, str(request.adapter.get("kind") or "none"), size)
     return TrainSpec.from_dict(train).to_dict()
 
 

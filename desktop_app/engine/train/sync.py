@@ -91,9 +91,10 @@ def check_run(dist: DistContext | None, config: RunConfig, spec: TrainSpec) -> N
     """What a run over several processes refuses, before anything is loaded (one process: nothing)."""
     if dist is None:
         return
-    if config.is_rl:
-        raise UserError(f"{config.objective} generates its own episodes in one process; run it without torchrun")
-    if spec.batch_size % dist.world:
+    if config.is_rl and dist.fsdp:
+        raise UserError(f"{config.objective} decodes its episodes with the whole model in every process, which FSDP's "
+                        "sharded model does not hold: use distributed.strategy ddp")
+    if not config.is_rl and spec.batch_size % dist.world:  # a rollout method shares out its rounds' episodes
         raise UserError(f"batch_size {spec.batch_size} cannot be split over {dist.world} processes: use a multiple of "
                         f"{dist.world} (each process trains batch_size / {dist.world} sequences of every step)")
     if dist.fsdp and spec.optimizer in ("adamw8bit", "paged_adamw8bit"):

@@ -17,6 +17,11 @@ which first receives metrics.jsonl's history up to that step: every step appears
 kept, and the abandoned run stays, tagged with the one that replaced it. Tracking never fails a run: a tracker whose
 library is missing, or that breaks, is dropped with one warning. The libraries are imported only when a run uses
 them (the optional tracking extra), so this module is importable without them.
+
+A sweep's trial (its run folder holds the sweep's note, engine/sweep_folder.py) is tracked under its sweep: an MLflow
+child run of the sweep's parent run (`sweep_group` makes that once, in SWEEP/mlruns), a W&B run in the sweep's group,
+and TensorBoard hyperparameters that are the settings the trial tried, beside the sweep's metric (`tensorboard
+--logdir SWEEP/trials` compares them in its HParams tab).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from desktop_app.engine.events import Log
 from desktop_app.engine.fileio import atomic_write_text
 from desktop_app.engine.run_folder import METRICS_FILE, MetricsWriter, read_json, read_metrics
 from desktop_app.engine.specs import TRACKERS, RunConfig, SpecError
+from desktop_app.engine.sweep_folder import read_trial
 
 TRACKING_FILE = "tracking.json"
 PROJECT = "azr-model-trainer"  # the MLflow experiment and W&B project, unless the user's environment names one
@@ -139,7 +145,8 @@ class TensorBoardTracker(Tracker):
 
     name = "tensorboard"
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], resume_step: int | None):
+    def __init__(self, run_dir: Path, config: dict[str, Any], resume_step: int | None,
+                 group: dict[str, Any] | None = None):
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
 
@@ -147,7 +154,11 @@ class TensorBoardTracker(Tracker):
         # purge_step: TensorBoard's readers drop the earlier sessions' events from this step on
         self.writer = SummaryWriter(str(run_dir), purge_step=0 if resume_step is None else resume_step + 1)
         if resume_step is None:
-            for summary in hparams(flat_config(config), {"train/loss": None, "eval/val_loss": None}):
+            values, metrics = flat_config(config), {"train/loss": None, "eval/val_loss": None}
+            if group:  # a sweep's trial: the settings it tried, side by side with the other trials'
+                values = {**group.get("params", {}), "sweep": str(group.get("sweep", "")), "trial": group["trial"]}
+                metrics[f"eval/{group.get('metric') or 'val_loss'}"] = None
+            for summary in hparams(values, metrics):
                 self.writer.file_writer.add_summary(summary)
             self.writer.add_text("run_config", "```\n" + json.dumps(config, indent=2) + "\n```", 0)
 
@@ -171,16 +182,20 @@ class MLflowTracker(Tracker):
 
     name = "mlflow"
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], saved: dict[str, Any] | None):
+    def __init__(self, run_dir: Path, config: dict[str, Any], saved: dict[str, Any] | None,
+                 group: dict[str, Any] | None = None):
         # ours is a local file store, which MLflow 3 keeps behind an opt-in; and nothing of a run leaves the machine
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow import MlflowClient
 
-        saved = saved or {}
+        saved, group = saved or {}, group or {}
         self.run_dir, self.config = run_dir, config
+        # a sweep's trials share the sweep's store, where their parent run is
         self.uri = str(saved.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
-                       or (run_dir / "mlruns").resolve().as_uri())
+                       or group.get("mlflow_tracking_uri") or (run_dir / "mlruns").resolve().as_uri())
+        self.tags = {"mlflow.parentRunId": str(group["mlflow_parent_run_id"]), "azr.sweep": str(group["sweep"]),
+                     "azr.trial": str(group["trial"])} if group.get("mlflow_parent_run_id") else {}
         self.client = MlflowClient(tracking_uri=self.uri)
         self.run_id = str(saved.get("run_id") or "")
         if self.run_id:
@@ -195,7 +210,8 @@ class MLflowTracker(Tracker):
         experiment = self.client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
         run_id = self.client.create_run(experiment_id, run_name=run_name,
-                                        tags={"azr.run_dir": str(self.run_dir.resolve()), **tags}).info.run_id
+                                        tags={"azr.run_dir": str(self.run_dir.resolve()), **self.tags,
+                                              **tags}).info.run_id
         params = [Param(k[:250], str(v)[:500]) for k, v in flat_config(self.config).items()]
         for at in range(0, len(params), 100):  # MLflow takes at most 100 parameters a call
             self.client.log_batch(run_id, params=params[at:at + 100])
@@ -243,8 +259,11 @@ class WandbTracker(Tracker):
 
     name = "wandb"
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], saved: dict[str, Any] | None):
+    def __init__(self, run_dir: Path, config: dict[str, Any], saved: dict[str, Any] | None,
+                 group: dict[str, Any] | None = None):
         self.run_dir, self.config = run_dir, config
+        # a sweep's trial: in the sweep's group
+        self.grouping = {"group": str(group["sweep"]), "job_type": "trial"} if group else {}
         self.run = self._start(str((saved or {}).get("run_id") or ""), run_dir.name, config)
 
     def _start(self, run_id: str, name: str, config: dict[str, Any]) -> Any:
@@ -255,7 +274,8 @@ class WandbTracker(Tracker):
                                   x_disable_stats=True)
         return wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, dir=str(self.run_dir),
                           id=run_id or generate_id(), name=name, config=config, resume="allow" if run_id else None,
-                          mode=os.environ.get("WANDB_MODE") or "offline", reinit="create_new", settings=settings)
+                          mode=os.environ.get("WANDB_MODE") or "offline", reinit="create_new", settings=settings,
+                          **self.grouping)
 
     def log_scalars(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
@@ -293,11 +313,12 @@ def scalars_after(path: Path, offset: int) -> bool:
 
 def open_tracker(name: str, run_dir: Path, config: dict[str, Any], resume_step: int | None,
                  saved: dict[str, Any] | None) -> Tracker:
+    group = read_trial(run_dir)  # a sweep's trial is tracked under its sweep
     if name == "tensorboard":
-        return TensorBoardTracker(run_dir, config, resume_step)
+        return TensorBoardTracker(run_dir, config, resume_step, group)
     if name == "mlflow":
-        return MLflowTracker(run_dir, config, saved)
-    return WandbTracker(run_dir, config, saved)
+        return MLflowTracker(run_dir, config, saved, group)
+    return WandbTracker(run_dir, config, saved, group)
 
 
 def where_text(tracker: Tracker, run_dir: Path) -> str:
@@ -346,6 +367,48 @@ def _save_ids(run_dir: Path, trackers: list[Tracker], previous: dict[str, Any]) 
     if ids:
         with contextlib.suppress(OSError):
             atomic_write_text(run_dir / TRACKING_FILE, json.dumps(ids, indent=2) + "\n")
+
+
+# --- a sweep's parent run ---------------------------------------------------------------------------------------
+
+def sweep_group(sweep_dir: Path, name: str, trackers: list[str], metric: str,
+                settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What each trial's note tells its trackers: the sweep's name and metric, and with MLflow the sweep's parent run
+    (made once in SWEEP/mlruns, or MLFLOW_TRACKING_URI's store; SWEEP/tracking.json keeps its id, so a resumed sweep
+    goes on under it). Never fails a sweep: a parent run that cannot be made leaves the trials ungrouped there."""
+    group: dict[str, Any] = {"sweep": name, "sweep_dir": str(Path(sweep_dir).resolve()), "metric": metric}
+    if "mlflow" not in trackers or not installed("mlflow") or int(os.environ.get("RANK", "0") or 0) != 0:
+        return group
+    saved = read_json(Path(sweep_dir) / TRACKING_FILE)
+    saved = saved if isinstance(saved, dict) else {}
+    try:
+        parent = MLflowTracker(Path(sweep_dir), {"sweep": settings or {"name": name, "metric": metric}},
+                               saved.get("mlflow"))
+    except Exception as exc:  # the trials still track themselves
+        log.warning("cannot make the sweep's MLflow run (%s: %s)", type(exc).__name__, exc)
+        return group
+    _save_ids(Path(sweep_dir), [parent], saved)
+    return {**group, "mlflow_parent_run_id": parent.run_id, "mlflow_tracking_uri": parent.uri}
+
+
+def end_sweep_group(sweep_dir: Path, group: dict[str, Any], outcome: str, best: dict[str, Any] | None) -> None:
+    """The sweep ended (outcome: completed | stopped): its parent run gets the best trial's value and settings."""
+    run_id = group.get("mlflow_parent_run_id")
+    if not run_id:
+        return
+    try:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=str(group["mlflow_tracking_uri"]))
+        if best:
+            client.log_metric(run_id, f"best/{best.get('metric', 'value')}", float(best["value"]),
+                              step=int(best["number"]))
+            client.set_tag(run_id, "azr.best_trial", str(best["number"]))
+            for key, value in (best.get("params") or {}).items():
+                client.set_tag(run_id, f"best.{key}", str(value))
+        client.set_terminated(run_id, _STATUS.get(outcome, "KILLED"))
+    except Exception as exc:  # tracking never fails the sweep
+        log.warning("cannot close the sweep's MLflow run %s in %s (%s: %s)", run_id, sweep_dir, type(exc).__name__, exc)
 
 
 # --- metrics.jsonl with trackers behind it ------------------------------------------------------------------------

@@ -38,17 +38,21 @@ from desktop_app.engine.specs import DataSpec
 from desktop_app.ui import theme
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.drop_zone import DropZone
-from desktop_app.ui.widgets.fitting import ColumnScroll, show_rows
+from desktop_app.ui.widgets.fitting import ColumnScroll, WrappedHeight, show_rows
 from desktop_app.ui.widgets.layouts import add_items, button, labeled_row, note_label, progress_bar, splitter
 from desktop_app.ui.widgets.live_plot import pg
 from desktop_app.ui.widgets.live_plot import pg as _pg
 from desktop_app.ui.widgets.source_preview import SourcePreviewPanel
 from desktop_app.ui.widgets.spec_form import SpecForm
+from desktop_app.ui.widgets.split_note import split_note_under
 
 COLUMNS = ("File", "Size", "Format", "Encoding", "Docs", "Tokens", "Verdict", "Reason")
 FILE_ROWS = 3  # the files list keeps this many rows in sight in the smallest window
+MOST_FILE_ROWS = 12  # it is made tall enough for its files up to this many (the tab scrolls); more scroll in it
 USABLE = ("ok", "partly")  # ingest.USABLE_VERDICTS: "partly" files are prepared, their reason says what is missing
 VERDICT_COL = 6
+DOCS_COL = 4
+STATS_HEIGHT = 180  # the histogram's and the chunk preview's height: a page of chunks in sight
 
 
 def human_size(n: float) -> str:
@@ -107,7 +111,9 @@ class DataTab(QWidget):
         self.lower.addTab(self._build_stats_box(), "Dataset statistics")
         self.lower.addTab(ColumnScroll(self.file_preview), "Selected file")  # a short window scrolls it
         vsplit = splitter(Qt.Orientation.Vertical, [top, self.lower], stretch=(3, 2))
-        QVBoxLayout(self).addWidget(vsplit)
+        self.page = ColumnScroll(vsplit)  # the tab scrolls as one page: every part keeps its rows in sight
+        self.page.setObjectName("dataPage")
+        add_items(QVBoxLayout(self), self.page, margins=0)
         self._connect_signals()
         self.refresh_datasets()
 
@@ -132,14 +138,23 @@ class DataTab(QWidget):
         files_buttons = add_items(QHBoxLayout(), (self.summary, 1), self.sample_btn, self.remove_btn, self.clear_btn)
         files_box = QGroupBox("Files")
         add_items(QVBoxLayout(files_box), self.drop_zone, (self.table, 1), files_buttons)
-        show_rows(self.table, FILE_ROWS)
+        WrappedHeight(files_box)  # the drop zone's line wraps in a narrow window: the list never covers the buttons
+        self.fit_file_rows()
         return files_box
+
+    def fit_file_rows(self) -> int:
+        """The files list made tall enough for its rows (at least FILE_ROWS, at most MOST_FILE_ROWS): the tab's page
+        scrolls rather than the list; returns the rows it fits."""
+        rows = max(FILE_ROWS, min(self.table.rowCount(), MOST_FILE_ROWS))
+        show_rows(self.table, rows)
+        return rows
 
     def _build_settings_box(self) -> QGroupBox:
         """The dataset's name, the tokenizer and chunking settings, Prepare and its progress."""
         self.name_edit = QLineEdit()
         self.name_edit.setPlaceholderText("dataset name (default: from the first file)")
         self.form = SpecForm(DataSpec)
+        self.split_note = split_note_under(self.form)  # what the validation share holds out of the files' documents
         self.prepare_btn = button("Prepare dataset", "prepareButton", primary=True)
         self.cancel_btn = button("Cancel", enabled=False)
         self.progress = progress_bar("idle")
@@ -168,12 +183,11 @@ class DataTab(QWidget):
         self.preview = QTextBrowser()
         self.preview.setObjectName("chunkPreview")
         self.preview.setPlaceholderText("Chunk preview: consecutive training windows, the overlap highlighted")
+        self.preview.setMinimumHeight(STATS_HEIGHT)
         split = add_items(QHBoxLayout(), (self.hist_holder, 1), (self.preview, 1))
-        column = QWidget()
-        add_items(QVBoxLayout(column), labeled_row("Dataset", self.dataset_box), self.stats_label, (split, 1),
-                  margins=0)
-        stats_box = QGroupBox("Dataset statistics")
-        QVBoxLayout(stats_box).addWidget(ColumnScroll(column))  # the files above keep their rows in a short window
+        stats_box = QGroupBox("Dataset statistics")  # no scroll area of its own: the tab's page scrolls
+        add_items(QVBoxLayout(stats_box), labeled_row("Dataset", self.dataset_box), self.stats_label, (split, 1))
+        WrappedHeight(stats_box)  # a long line of figures wraps: the plot and the chunks never cover it
         return stats_box
 
     def _connect_signals(self) -> None:
@@ -183,7 +197,7 @@ class DataTab(QWidget):
         self.clear_btn.clicked.connect(self.clear_files)
         self.prepare_btn.clicked.connect(lambda _=False: self.prepare())
         self.cancel_btn.clicked.connect(lambda _=False: self.cancel())
-        self.form.changed.connect(lambda: self.form.validate())
+        self.form.changed.connect(lambda: (self.form.validate(), self.show_split()))
         self.dataset_box.activated.connect(lambda _i: self._on_dataset_picked())
         self.table.itemSelectionChanged.connect(self._on_file_selected)
         self.file_preview.columns.mapping_changed.connect(self.set_columns)
@@ -264,6 +278,8 @@ class DataTab(QWidget):
                 item.setForeground(QColor(colour))
                 if col == 7:
                     item.setToolTip(v.reason)
+            if col == DOCS_COL:
+                item.setData(Qt.ItemDataRole.UserRole, v.documents)
             if col in (1, 4, 5):
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(row, col, item)
@@ -285,6 +301,19 @@ class DataTab(QWidget):
         bad = len(v) - good
         self.summary.setText(f"{len(v)} file(s): {good} usable" + (f", {bad} skipped (see Reason)" if bad else "")
                              if v else "No files yet.")
+        self.fit_file_rows()
+        self.show_split()
+
+    def listed_documents(self) -> int:
+        """The documents of the usable files listed: what Prepare splits into training and validation."""
+        verdicts = self.verdicts()
+        docs = [self.table.item(row, DOCS_COL) for path, row in self.rows.items() if verdicts[path] in USABLE]
+        return sum(int(item.data(Qt.ItemDataRole.UserRole) or 0) for item in docs if item is not None)
+
+    def show_split(self) -> None:
+        """The note under "Held out for validation": what its share holds out of the listed documents."""
+        share = self.form.values().get("val_fraction")
+        self.split_note.show_split(self.listed_documents(), float(share) if isinstance(share, (int, float)) else 0.0)
 
     def _remove_selected(self, _checked: bool = False) -> None:
         rows = sorted({i.row() for i in self.table.selectedIndexes()}, reverse=True)
@@ -442,7 +471,7 @@ class DataTab(QWidget):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        show_rows(self.table, FILE_ROWS)  # measured again: the theme or the font may have changed the row height
+        self.fit_file_rows()  # measured again: the theme or the font may have changed the row height
         if self.hist is None:
             QTimer.singleShot(0, self._ensure_hist)
 
@@ -454,7 +483,7 @@ class DataTab(QWidget):
             self.hist.setTitle("Document length (tokens)", color="#111827", size="10pt")
             self.hist.setLabel("left", "documents")
             self.hist.showGrid(x=False, y=True, alpha=0.15)
-            self.hist.setMinimumHeight(120)
+            self.hist.setMinimumHeight(STATS_HEIGHT)
             self.hist_holder.addWidget(self.hist)
         return self.hist
 

@@ -15,6 +15,7 @@ from desktop_app.engine.run_folder import RUN_FILE, MetricsSummary, list_committ
 from desktop_app.engine.runs import is_live, nested_runs
 from desktop_app.engine.specs import TrainSpec
 from desktop_app.ui.widgets.run_view import run_method_key
+from desktop_app.ui.widgets.sweep_library import SWEEPS_KIND, sweep_details_html
 
 STATUS_WORDS = {"completed": "completed", "stopped": "stopped", "early_stopped": "stopped early", "failed": "failed",
                 "cancelled": "cancelled"}
@@ -181,6 +182,8 @@ def item_details_html(path: Path, kind: str) -> str:
             f"<b>{html.escape(r.name)}</b>" for r in inner) + ". Its actions use the newest run that has what they "
             "need; select a run below it to act on that one.</p>")
         parts.append(f"<p>{sum(len(list_committed(r)) for r in inner)} checkpoint(s) in its runs</p>")
+    elif kind == SWEEPS_KIND:  # a settings search: what it searched, its best trial
+        parts.append(sweep_details_html(path))
     else:
         parts.append(run_details_html(path) if kind == "runs" else folder_details_html(path))
     return "".join(parts)

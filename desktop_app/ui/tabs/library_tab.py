@@ -70,6 +70,7 @@ from desktop_app.ui.widgets.opened_ggufs import (
     window_settings,
 )
 from desktop_app.ui.widgets.run_view import run_method_key
+from desktop_app.ui.widgets.sweep_library import add_sweep_group
 from desktop_app.ui.widgets.tree_groups import group_item
 
 KIND_TITLES = {"runs": "Runs", "models": "Models", "datasets": "Datasets", "tokenizers": "Tokenizers",
@@ -249,6 +250,7 @@ class LibraryTab(QWidget):
                         self._describe_group(child)
                         child.setExpanded(True)
             top.setExpanded(True)
+        add_sweep_group(self.tree, ws.items("sweeps"), self._item, (METHOD, STATUS))  # each with its trials' runs
         fill_sizes(self._all_items(), SIZE, PATH_ROLE)  # the workspace's items (the others' come with them)
         add_store_group(self.tree, PATH_ROLE, KIND_ROLE, STATUS, SIZE)  # Ollama's and LM Studio's models, if any
         add_hub_group(self.tree, (PATH_ROLE, KIND_ROLE), (STATUS, MODIFIED, SIZE))  # the Hugging Face cache's

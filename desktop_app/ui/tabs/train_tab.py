@@ -46,6 +46,7 @@ from desktop_app.ui.tabs.multi_process import MultiProcessRuns
 from desktop_app.ui.tabs.run_watch import RunWatch
 from desktop_app.ui.tabs.train_commands import TrainCommands
 from desktop_app.ui.tabs.train_dialogs import CliDialog
+from desktop_app.ui.tabs.train_sweep import TrainSweeps
 from desktop_app.ui.train_state import DEMO, PIPELINE_JOB, RUN, JobStart, TrainState, start_hint
 from desktop_app.ui.widgets.record_preview import RecordPreview
 from desktop_app.ui.widgets.run_view import PLOT_FAMILY, RunView
@@ -74,6 +75,7 @@ class TrainTab(TrainCommands, QWidget):
         self.run_view = RunView(self.record_preview)
         self.watcher = RunWatch(ctx, self.run_view, self.state)  # runs followed from outside the window
         self.multi = MultiProcessRuns(self, self)  # runs on several processes (torchrun) and their failures
+        self.sweeps = TrainSweeps(self)  # Search settings…: a sweep of the form's run, in its own window
         body = QSplitter(Qt.Orientation.Horizontal)
         body.addWidget(self._build_left())
         body.addWidget(self.run_view)
@@ -115,6 +117,7 @@ class TrainTab(TrainCommands, QWidget):
         row2 = QGridLayout()  # two by two: the column stays narrow on a small screen
         for i, b in enumerate((self.save_btn, self.cli_btn, self.resume_btn, self.watch_btn)):
             row2.addWidget(b, i // 2, i % 2)
+        row2.addWidget(self.sweeps.button, 2, 0, 1, 2)
         ll.addLayout(row1)
         ll.addLayout(row2)
         return left_box
@@ -377,6 +380,8 @@ class TrainTab(TrainCommands, QWidget):
 
     def _run_job(self, factory: Callable[[], Iterable[Event]], controls: Controls, start: JobStart) -> bool:
         """Start a training job (a run, a pipeline, the demo) in the background runner, the tab following it."""
+        if self.sweeps.refuses_training():
+            return False
         self.stop_watching()  # the display now belongs to this job
         self._silence_replay()
         self.state.begin(start.job, start.run_dir, start.config, start.stages)
@@ -465,6 +470,8 @@ class TrainTab(TrainCommands, QWidget):
             self.task.stop()
             self.stop_btn.setEnabled(False)
             self.run_view.set_progress("stopping: finishing the step and saving…")
+        elif self.sweeps.running:  # the window's Stop: the search, as its own Stop does
+            self.sweeps.dialog.stop()
 
     def save_now(self) -> None:
         if self.running:
@@ -474,7 +481,7 @@ class TrainTab(TrainCommands, QWidget):
     def _set_running(self, on: bool) -> None:
         for control in (self.pause_btn, self.stop_btn, self.save_btn):
             control.setEnabled(on)
-        for control in (self.start_btn, self.resume_btn, self.watch_btn):
+        for control in (self.start_btn, self.resume_btn, self.watch_btn, self.sweeps.button):
             control.setEnabled(not on)
         self.setup.set_editable(not on)
         if not on:

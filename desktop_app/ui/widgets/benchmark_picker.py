@@ -112,8 +112,11 @@ class BenchmarkPicker(QWidget):
         return list(self.chosen)
 
     def set_value(self, value: Any) -> None:
-        self.chosen = list(dict.fromkeys(str(v).strip() for v in value if str(v).strip())) \
+        chosen = list(dict.fromkeys(str(v).strip() for v in value if str(v).strip())) \
             if isinstance(value, (list, tuple)) else []
+        if chosen != self.chosen:
+            self.clear_error()
+        self.chosen = chosen
         self._fill()
 
     def problems(self) -> list[str]:
@@ -163,6 +166,12 @@ class BenchmarkPicker(QWidget):
         self.fetch_note.setProperty("role", role)
         self.fetch_note.style().unpolish(self.fetch_note)
         self.fetch_note.style().polish(self.fetch_note)
+
+    def clear_error(self) -> None:
+        """An error in the fetch line is about benchmarks no longer ticked, or outdated by a later success: gone.
+        (A note that is no error, such as a fetch's progress, stays.)"""
+        if self.fetch_note.property("role") == "error":
+            self.show_fetch_note("")
 
     # --- the list ---
     def shown_names(self) -> list[str]:
@@ -230,6 +239,7 @@ class BenchmarkPicker(QWidget):
             return
         if name not in self.chosen:
             self.chosen.append(name)
+            self.clear_error()
             self.changed.emit()
         self.search.clear()
         self._fill()
@@ -244,6 +254,7 @@ class BenchmarkPicker(QWidget):
             self.chosen.remove(name)
         else:
             return
+        self.clear_error()
         self.state_note.setText(self._summary())
         self.fetch_btn.setEnabled(bool(self.missing()) and not self.unavailable and not self.fetching_now)
         self.changed.emit()

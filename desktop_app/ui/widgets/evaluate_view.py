@@ -37,6 +37,7 @@ from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets import benchmark_table as bench
 from desktop_app.ui.widgets.base_picker import every_model
 from desktop_app.ui.widgets.benchmark_section import BenchmarkSection
+from desktop_app.ui.widgets.layouts import note_label
 from desktop_app.ui.widgets.live_plot import pg
 from desktop_app.ui.widgets.opened_ggufs import window_settings
 from desktop_app.ui.widgets.spec_form import SpecForm
@@ -44,6 +45,9 @@ from desktop_app.ui.widgets.spec_form import SpecForm
 PATH_ROLE = Qt.ItemDataRole.UserRole
 COLORS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563")
 # Figures a person reads, in this order; anything else numeric follows.
+IDLE = "results are kept in each model's folder (evaluations.json)"
+CHECKING = "checking the evaluations and the benchmarks' data…"  # before any model loads (the runner's first step)
+NOT_EVALUATED = "not evaluated: the reason is above the Evaluate button"
 COLUMN_ORDER = ("solve_rate", "solve_rate/deduction", "solve_rate/abduction", "solve_rate/induction", "qa_accuracy",
                 "qa_exact", "qa_contains", "bits_per_byte", "perplexity")
 
@@ -124,8 +128,12 @@ class EvaluateView(QWidget):
         self.stop_btn.setEnabled(False)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
-        self.progress.setFormat("results are kept in each model's folder (evaluations.json)")
+        self.progress.setFormat(IDLE)
         self.progress.setValue(0)
+        self.error = note_label("", "error")  # why the last evaluation did not run; cleared by any change
+        self.error.setObjectName("evaluateError")
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error.hide()
         self.table = QTableWidget(0, 0)
         self.table.setObjectName("evaluateTable")
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -158,6 +166,7 @@ class EvaluateView(QWidget):
         ll.addWidget(QLabel("Evaluations"))
         ll.addWidget(self.note)
         ll.addWidget(scroll, 2)
+        ll.addWidget(self.error)
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_btn)
         buttons.addWidget(self.stop_btn)
@@ -206,10 +215,12 @@ class EvaluateView(QWidget):
             self._models_changed()
 
     def _models_changed(self) -> None:
+        self.show_error("")
         self.fill_defaults()
         self.show_saved()
 
     def _form_changed(self) -> None:
+        self.show_error("")
         self.benchmarks.form_changed()
         qa = str(self.form.values().get("qa", ""))
         if qa != self.qa_seen:  # a question file given (or taken away) changes what fits a chat model
@@ -353,13 +364,30 @@ class EvaluateView(QWidget):
         self.render()
         self.task = self.ctx.runner.start("evaluate", lambda: _evaluate_job(models, spec, controls), controls)
         self.task.produced.connect(self._on_item)
-        self.task.failed.connect(lambda m, d: self.ctx.report_error(m, d, title="Evaluation failed"))
+        self.task.failed.connect(self._on_failed)
         self.task.finished.connect(self._on_finished)
         self.run_btn.setEnabled(False)
         self.stop_btn.setEnabled(True)
+        self.show_error("")
+        self.benchmarks.picker.clear_error()
         self.progress.setValue(0)
-        self.progress.setFormat("loading the first model…")
+        self.progress.setFormat(CHECKING)
         return True
+
+    def show_error(self, message: str) -> None:
+        """Why the last evaluation did not run, in red above the buttons ("": none, the line hidden)."""
+        if message == self.error.text():
+            return
+        self.error.setText(message)
+        self.error.setVisible(bool(message))
+        if not message and self.progress.format() == NOT_EVALUATED:
+            self.progress.setFormat(IDLE)
+
+    def _on_failed(self, message: str, details: str) -> None:
+        self.progress.setValue(0)
+        self.progress.setFormat(NOT_EVALUATED)
+        self.show_error(message)
+        self.ctx.report_error(message, details, title="Evaluation failed")
 
     def stop(self) -> None:
         if self.running():
@@ -378,6 +406,9 @@ class EvaluateView(QWidget):
         elif isinstance(item, Finished):
             self.progress.setValue(1000 if item.reason == "completed" else self.progress.value())
             self.progress.setFormat(item.message or item.reason)
+            if item.reason == "completed":
+                self.show_error("")
+                self.benchmarks.picker.clear_error()
 
     def _on_finished(self) -> None:
         self.run_btn.setEnabled(True)

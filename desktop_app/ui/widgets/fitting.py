@@ -83,3 +83,23 @@ def show_rows(view: QAbstractItemView, rows: int) -> int:
         height += view.horizontalScrollBar().sizeHint().height()
     view.setMinimumHeight(height)
     return height
+
+
+class WrappedHeight(QObject):
+    """Keeps a widget's minimum height at what its layout needs at its width, word-wrapped labels included: a
+    splitter (and a scroll area's page made of splitters) asks its parts only for their minimum sizes, which count
+    a wrapped label on one line, so a narrow window would lay the next part over the label's second line."""
+
+    def __init__(self, widget: QWidget):
+        super().__init__(widget)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        layout = watched.layout() if isinstance(watched, QWidget) else None
+        if event.type() in (QEvent.Type.Resize, QEvent.Type.LayoutRequest) and layout is not None \
+                and layout.hasHeightForWidth():  # resized, or a part of it asks for another size (more rows)
+            need = max(layout.totalHeightForWidth(watched.width()),  # type: ignore[union-attr]  # a QWidget's
+                       layout.totalMinimumSize().height())
+            if need != watched.minimumHeight():  # type: ignore[union-attr]
+                watched.setMinimumHeight(need)  # type: ignore[union-attr]
+        return False

@@ -40,7 +40,7 @@ from desktop_app.engine.hub.search import FORMATS, SIZES, SORTS, HubModel, searc
 from desktop_app.engine.model.families import family_words, works_here
 from desktop_app.engine.model.hub_cache import cached_files
 from desktop_app.engine.train.fit import USES, FitVerdict, fit_verdicts
-from desktop_app.engine.train.preflight import this_machine
+from desktop_app.engine.train.memory_plan import this_machine
 from desktop_app.ui.context import AppContext
 from desktop_app.ui.widgets.hub_downloads import STATE_WORDS, DownloadRequest, DownloadRow, DownloadsPanel
 from desktop_app.ui.widgets.hub_words import count_words, date_words, parameters_words, size_words

@@ -35,7 +35,7 @@ def open_get_model_view(anchor: QWidget, ctx: AppContext | None = None) -> QDial
     ctx = ctx or find_context(anchor)
     if ctx is None:
         return None
-    from desktop_app.ui.widgets.get_model_view import GetModelView  # lazy: numpy
+    from desktop_app.ui.widgets.get_model_view import GetModelView  # lazy: start-up
 
     window = anchor.window()
     view = window.findChild(GetModelView)

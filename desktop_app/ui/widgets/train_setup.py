@@ -33,7 +33,9 @@ from desktop_app.engine.model.hub_cache import model_name
 from desktop_app.engine.model.sizing import count_parameters, human_count
 from desktop_app.engine.paths import sample_corpus_dir
 from desktop_app.engine.specs import DataSpec, DistributedSpec, ModelSpec, RunConfig, SpecError, TrainSpec
-from desktop_app.engine.train.preflight import Finding, Machine, method_defaults, ram_memory, this_machine
+from desktop_app.engine.train.memory_plan import Machine, ram_memory, this_machine
+from desktop_app.engine.train.opening import method_defaults, opening_settings
+from desktop_app.engine.train.preflight import Finding
 from desktop_app.engine.train.request import RunRequest, SampleCorpus, plan_run, preflight_request
 from desktop_app.engine.train.tracking import choice_labels
 from desktop_app.ui.context import AppContext
@@ -60,6 +62,11 @@ def _group(title: str, name: str, *widgets: QWidget) -> QGroupBox:
     return box
 
 
+# The fields that follow the run's opening settings (engine/train/opening.py) while they hold what the app gave them.
+_AUTO_START = {"lr": TrainSpec().lr, "steps": TrainSpec().steps, "micro_batch_size": 0,
+               "gradient_checkpointing": False}
+
+
 class TrainSetup(QWidget):
     """The settings column (scrolls); `top_bar` holds the method, dataset and model line the tab puts above it."""
 
@@ -76,7 +83,7 @@ class TrainSetup(QWidget):
         self.sandbox_dialog = None
         self._sandbox_probed = False
         # The method defaults the fields hold (a field the person typed is dropped: never replaced again).
-        self._auto: dict[str, Any] = {"lr": TrainSpec().lr, "steps": TrainSpec().steps}
+        self._auto: dict[str, Any] = dict(_AUTO_START)
         self.gpu_count = 0
         self.machine_given: Machine | None = None  # a machine to check against (tests); else this one, read each time
         self._gpu_seen: Machine | None = None  # this machine's GPU, once torch has looked (set_gpu_count)
@@ -208,6 +215,7 @@ class TrainSetup(QWidget):
 
     def _set_gpu_seen(self, machine: Machine) -> None:
         self._gpu_seen = machine
+        self._apply_method_defaults()  # the memory the run has is known now
         self.refresh_findings()
 
     def _update_dist_group(self) -> None:
@@ -222,6 +230,7 @@ class TrainSetup(QWidget):
         self.scroll.setMinimumWidth(max(300, needed + 2))
 
     def _on_form_changed(self) -> None:
+        self._apply_method_defaults()  # another batch size: another micro-batch fits
         self.form.validate()
         self.update_epochs()
         self.refresh_findings()
@@ -315,7 +324,7 @@ class TrainSetup(QWidget):
                                         save_every=100, warmup_steps=20, lr=2e-3, sample_tokens=32)
         self.form.set_spec(spec)
         # the app's choice, not the person's: another method's defaults replace them (LoRA never inherits 0.002)
-        self._auto = {"lr": spec.lr, "steps": spec.steps}
+        self._auto = {**_AUTO_START, "lr": spec.lr, "steps": spec.steps}
 
     def sample_corpus(self) -> SampleCorpus | None:
         """With no dataset chosen (pretraining): the bundled sample corpus's files, a new dataset folder to prepare
@@ -368,9 +377,10 @@ class TrainSetup(QWidget):
         self.changed.emit()
 
     def _apply_method_defaults(self) -> None:
-        """Follow the method's usual learning rate and steps (preflight.method_defaults) unless the person typed
-        their own: a field that no longer holds the default it was given is theirs from then on."""
-        new = method_defaults(self.current_method().objective, self.method_panel.adapter())
+        """Follow the run's opening settings (engine/train/opening.py: the method's learning rate for the model's
+        size, the steps, the micro-batch and gradient checkpointing that fit this machine) unless the person typed
+        their own: a field that no longer holds the value it was given is theirs from then on."""
+        new = self.opening_settings()
         spec, changes = self.form.spec(), {}
         for name, value in new.items():
             if name in self._auto and _same(getattr(spec, name), self._auto[name]):
@@ -381,6 +391,18 @@ class TrainSetup(QWidget):
                 self._auto.pop(name, None)
         if changes:
             self.form.set_values(changes)
+
+    def opening_settings(self) -> dict[str, Any]:
+        """What the run the form describes starts from on this machine (the method's defaults where the run cannot
+        be planned yet)."""
+        m = self.current_method()
+        if m is PIPELINE:
+            return {}
+        try:
+            config = plan_run(self.run_request(self.dataset_box.currentData() or ""))
+            return opening_settings(config, self.machine())
+        except (UserError, SpecError, ValueError, TypeError, KeyError, OSError):
+            return method_defaults(m.objective, self.method_panel.adapter())
 
     # --- what would not work ---
     def set_machine(self, machine: Machine | None) -> None:

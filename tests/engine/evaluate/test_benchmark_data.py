@@ -111,8 +111,8 @@ def test_missing_data_offline_is_one_sentence_naming_what_to_fetch_and_how(datas
         check_benchmark_data(["tiny_arc"], folder)
     message = str(caught.value)
     assert "\n" not in message and message.count(". ") == 0
-    assert message.startswith("the data of tiny_arc is not on this computer")
-    assert f"`benchmarks fetch tiny_arc --dir {folder}`" in message and '"Fetch data" button' in message
+    assert message.startswith("the data of tiny_arc is not on this computer yet: fetch it first")
+    assert f" benchmarks fetch tiny_arc --dir {folder}`" in message and "Fetch data (Library → Evaluate…" in message
     assert server.requests == []  # checking never asks the network
 
 

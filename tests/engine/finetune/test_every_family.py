@@ -150,7 +150,7 @@ def test_the_memory_estimate_counts_what_eager_attention_keeps_for_gemma2(tmp_pa
     import dataclasses
 
     from desktop_app.engine.model.sizing import attention_score_bytes, estimate_training_memory
-    from desktop_app.engine.train.preflight import memory_plan
+    from desktop_app.engine.train.memory_plan import memory_plan
 
     gemma2 = make_family_base(tmp_path / "g2", "gemma2")
     gemma3 = make_family_base(tmp_path / "g3", "gemma3_text")

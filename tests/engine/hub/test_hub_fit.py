@@ -8,7 +8,7 @@ from __future__ import annotations
 from desktop_app.engine.hub.details import repo_details
 from desktop_app.engine.model.sizing import count_parameters
 from desktop_app.engine.train.fit import USES, fit_verdicts, spec_from_config, spec_of_size
-from desktop_app.engine.train.preflight import Machine
+from desktop_app.engine.train.memory_plan import Machine
 
 GB = 10**9  # decimal, as the sentences write sizes
 LAPTOP = Machine(ram_free=12 * GB, ram_total=16 * GB)
@@ -28,7 +28,10 @@ def test_the_tiny_model_fits_a_laptop_for_every_use(hub_server):
         v = found[use]
         assert v.fits and v.memory == "RAM" and v.available == LAPTOP.ram_free and 0 < v.needed < GB
         assert v.reason.startswith("fits: needs about ") and " MB of the 12 GB of RAM free" in v.reason
-    assert found["lora"].needed < found["full"].needed  # adapters train far fewer weights
+    # a model this small is all activations: LoRA's path through transformers' modules keeps more of them than the
+    # full-weight step saves in gradients and optimizer state (measured: tests/engine/test_memory_estimate.py)
+    assert found["full"].needed < found["lora"].needed
+    assert "(batch of 16 at once, 128 tokens an example" in found["lora"].reason
     assert found["qlora"].reason.endswith("; slower than LoRA on a CPU")  # bitsandbytes' CPU path, as a run takes
 
 
@@ -60,7 +63,7 @@ def test_on_a_gpu_machine_the_verdicts_use_gpu_memory(hub_server):
     assert not found["full"].fits  # 7B parameters with AdamW: about 16 bytes each
     big = by_use(repo_details("big-org/Llama-70B-chat"), "safetensors", WORKSTATION)
     assert not big["lora"].fits and big["qlora"].needed < big["lora"].needed / 2  # a 4-bit base
-    assert big["full"].reason == "too big: needs about 1.2 TB, this machine has 80 GB of GPU memory"
+    assert big["full"].reason == "too big: needs about 1.1 TB, this machine has 80 GB of GPU memory"  # at its lightest
 
 
 def test_less_free_than_the_machine_has_says_to_make_room(hub_server):

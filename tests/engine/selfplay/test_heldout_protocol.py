@@ -61,9 +61,9 @@ def _script(objective: SelfPlayObjective, texts: list[str]) -> list[tuple[int, i
     """Sampling replaced by fixed texts, in decode order; returns (prompts, samples) of every decode."""
     decodes: list[tuple[int, int]] = []
 
-    def fake(prompts, samples, seed, max_lines, finished=None):
-        decodes.append((len(prompts), samples))
-        out = [texts.pop(0) for _ in range(len(prompts) * samples)]
+    def fake(part, samples, seed, max_lines, finished=None):
+        decodes.append((len(part.prompts), samples))
+        out = [texts.pop(0) for _ in range(len(part.prompts) * samples)]
         done = sum(p * n for p, n in decodes[:-1])
         return [[3, 10 + done + i] for i in range(len(out))], out  # each text its own ids: [3, 10 + its number]
 
@@ -337,3 +337,17 @@ def test_repeating_a_program_or_a_crowded_shape_earns_nothing(tmp_path: Path, to
     _script(objective, [" " + world.proposal_text(held), " " + held.program + "\ninput: ???", " y", " z", " 1", " 2"])
     objective.play_round(2)
     assert [e["verdict"] for e in objective.buffers["deduction"].history[-4:-2]] == ["held-out", "held-out"]
+
+
+
+def test_a_duplicate_earns_the_duplicate_reward_when_one_is_set(tmp_path: Path, tokenizer) -> None:
+    """Issue 50's finding (docs/selfplay.md): from the minimal seed, copying a reference (0) beat writing an invalid
+    task (-0.5), and duplicates rose to 81% of proposals. `duplicate_reward` makes a copy cost; a new task still earns
+    its learnability and an invalid one the format penalty."""
+    objective = _objective(tmp_path, tokenizer, proposals_per_type=2, duplicate_reward=-0.5)
+    objective.buffers["deduction"].add(DED)  # x + 1
+    _script(objective, [" f = lambda x: x + 1\ninput: 5", " f = lambda x: x + 41\ninput: 5", " 46", " 1"])
+    objective.play_round(1)
+    fates = {e["program"]: (e["verdict"], e["reward"]) for e in objective.buffers["deduction"].history}
+    assert fates["f = lambda x: x + 1"] == ("duplicate", -0.5)
+    assert fates["f = lambda x: x + 41"] == ("valid", 0.5)

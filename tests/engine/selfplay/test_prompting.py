@@ -92,9 +92,9 @@ def test_self_play_rewards_a_chat_reply_by_the_answer_inside_it(tmp_path, tokeni
     objective.buffers["deduction"].add(DED)
     queue = ["no task here", "Easy: <answer>4</answer>", "It is 7."]
 
-    def fake(encoded, samples, seed, max_lines, finished=None):
-        assert max_lines == 0 and all(chat.decode(e).startswith("[user] ") for e in encoded)
-        texts = [queue.pop(0) for _ in range(len(encoded) * samples)]
+    def fake(part, samples, seed, max_lines, finished=None):
+        assert max_lines == 0 and all(chat.decode(e).startswith("[user] ") for e in part.prompts)
+        texts = [queue.pop(0) for _ in range(len(part.prompts) * samples)]
         return [[3]] * len(texts), texts
 
     objective._sample = fake

@@ -63,10 +63,9 @@ def _script(objective: SelfPlayObjective, outputs: dict[str, list[str]]) -> None
 
     objective.decodes = []  # (prompts, samples) of every decode
 
-    def fake(prompts: list[list[int]], samples: int, seed: int, max_lines: int,
-             finished=None) -> tuple[list[list[int]], list[str]]:
-        objective.decodes.append((len(prompts), samples))
-        texts = [queue.pop(0) for _ in range(len(prompts) * samples)]
+    def fake(part, samples: int, seed: int, max_lines: int, finished=None) -> tuple[list[list[int]], list[str]]:
+        objective.decodes.append((len(part.prompts), samples))
+        texts = [queue.pop(0) for _ in range(len(part.prompts) * samples)]
         return [[3]] * len(texts), texts
 
     objective._sample = fake
