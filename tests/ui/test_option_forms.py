@@ -44,7 +44,8 @@ def _changed(f: dataclasses.Field) -> object:
     if isinstance(default, int):
         return default + 2  # 0 -> 2: a length of 1 token is refused
     if isinstance(default, float):
-        return 0.05 if default != 0.05 else 0.1
+        value = 0.05 if default != 0.05 else 0.1
+        return value if meta.get("maximum") is None or value <= meta["maximum"] else meta["maximum"] - 0.05
     return default + "x"
 
 
