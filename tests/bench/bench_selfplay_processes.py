@@ -132,16 +132,6 @@ def worker(config_path: str, out: str, timings: str) -> None:
 
 # --- the driver -----------------------------------------------------------------------------------------------
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def build_base(folder: Path, steps: int) -> Path:
     """The demo's start: a mini-world seed corpus, its dataset, the tiny preset pretrained on it."""
     from desktop_app.engine.data.prepare import prepare_dataset
@@ -218,6 +208,7 @@ def main() -> None:
         return
     import torch
 
+    from desktop_app.engine import devices
     from desktop_app.engine.recipes.selfplay_demo import DEMO_SELFPLAY, SELFPLAY_TRAIN
     from desktop_app.engine.specs import RunConfig, TrainSpec
 
@@ -256,7 +247,7 @@ def main() -> None:
     print(text)
     date = datetime.date.today().isoformat()
     out = Path(args.out)
-    record = {"date": date, "machine": platform.node(), "platform": platform.platform(), "cpu": cpu_name(),
+    record = {"date": date, "machine": platform.node(), "platform": platform.platform(), "cpu": devices.cpu_name(),
               "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
               "load_average_before": load_before, "load_average_after": load_after,
               "setting": {"pretrain_steps": args.pretrain_steps, "selfplay_steps": args.steps, "warmup": args.warmup,

@@ -21,7 +21,7 @@ TRIALS = 2
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory):
     wanted = [name for name in ("tensorboard", "mlflow", "wandb") if tracking.installed(name)]
-    if not wanted:
+    if not wanted:  # the tracking extra is optional; bootstrap (and so CI) installs it, a lean install skips cleanly
         pytest.skip("no tracking library installed (pip install -e .[tracking])")
     root = tmp_path_factory.mktemp("tracked")
     config = base_config(root, steps=8, trackers=wanted)
@@ -39,7 +39,7 @@ def tracked(tmp_path_factory):
 
 def test_mlflow_holds_one_parent_run_with_each_trial_as_its_child(tracked):
     folder, wanted = tracked
-    if "mlflow" not in wanted:
+    if "mlflow" not in wanted:  # each library of the optional tracking extra can be left out on its own
         pytest.skip("mlflow is not installed")
     from mlflow import MlflowClient
 
@@ -64,7 +64,7 @@ def test_mlflow_holds_one_parent_run_with_each_trial_as_its_child(tracked):
 
 def test_wandb_puts_every_trial_in_the_sweeps_group(tracked):
     folder, wanted = tracked
-    if "wandb" not in wanted:
+    if "wandb" not in wanted:  # each library of the optional tracking extra can be left out on its own
         pytest.skip("wandb is not installed")
     for number in range(TRIALS):
         files = list(trial_dir(folder, number).glob("wandb/offline-run-*/run-*.wandb"))
@@ -74,7 +74,7 @@ def test_wandb_puts_every_trial_in_the_sweeps_group(tracked):
 
 def test_tensorboard_shows_the_settings_each_trial_tried(tracked):
     folder, wanted = tracked
-    if "tensorboard" not in wanted:
+    if "tensorboard" not in wanted:  # each library of the optional tracking extra can be left out on its own
         pytest.skip("tensorboard is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
